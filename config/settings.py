@@ -1,0 +1,154 @@
+"""ctxobs settings. Every value comes from the environment through config.env."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from config import embedded
+from config.env import ctxobs_home, env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# --- core -------------------------------------------------------------------
+DEBUG = env_bool("CTXOBS_DEBUG", False)
+SECRET_KEY = env_str("CTXOBS_SECRET_KEY") or "ctxobs-dev-insecure-secret-key-change-me-in-production"
+ALLOWED_HOSTS = env_list("CTXOBS_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CTXOBS_CSRF_TRUSTED_ORIGINS", [])
+# Field encryption for provider keys; derived from SECRET_KEY unless set explicitly.
+CTXOBS_ENCRYPTION_KEY = env_str("CTXOBS_ENCRYPTION_KEY")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "ingest",
+]
+for optional_app in ("replay", "alerts"):
+    if (BASE_DIR / optional_app / "apps.py").exists():
+        INSTALLED_APPS.append(optional_app)
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("CTXOBS_STATIC_ROOT") or (BASE_DIR / "staticfiles"))
+
+# Ingest bodies are read and size-checked by the API itself (see ctxobs.wire.LIMITS).
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+
+# --- database ---------------------------------------------------------------
+def _database_from_url(url: str) -> dict[str, object]:
+    parsed = urlparse(url)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    host = unquote(parsed.hostname or "") or query.pop("host", "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+        "USER": unquote(parsed.username or "") or "postgres",
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": host,
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": env_int("CTXOBS_DB_CONN_MAX_AGE", 60),
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {"connect_timeout": env_int("CTXOBS_DB_CONNECT_TIMEOUT", 5), **query},
+        "TEST": {"NAME": env_str("CTXOBS_TEST_DB_NAME") or None},
+    }
+
+
+DATABASE_URL = env_str("DATABASE_URL") or embedded.ensure_database()
+DATABASES = {"default": _database_from_url(DATABASE_URL)}
+
+# --- redis / celery ---------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL") or embedded.ensure_redis()
+
+
+def redis_client_url(url: str) -> str:
+    """redis-py spells a unix socket `unix://`; Celery/kombu spell it `redis+socket://`."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :]
+    return url
+
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"replay.*": {"queue": "replay"}, "alerts.*": {"queue": "alerts"}}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# --- ctxobs -----------------------------------------------------------------
+CTXOBS_HOME = ctxobs_home()
+# Requests per second per ingest key (token bucket in Redis); 0 disables the limit.
+CTXOBS_INGEST_RATE_LIMIT = env_float("CTXOBS_INGEST_RATE_LIMIT", 200.0)
+CTXOBS_INGEST_RATE_BURST = env_int("CTXOBS_INGEST_RATE_BURST", 400)
+CTXOBS_DB_RETRY_AFTER = env_int("CTXOBS_DB_RETRY_AFTER", 5)
+
+# --- e-mail -----------------------------------------------------------------
+EMAIL_BACKEND = env_str("CTXOBS_EMAIL_BACKEND") or (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if env_str("CTXOBS_SMTP_HOST")
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = env_str("CTXOBS_SMTP_HOST", "localhost")
+EMAIL_PORT = env_int("CTXOBS_SMTP_PORT", 25)
+EMAIL_HOST_USER = env_str("CTXOBS_SMTP_USER")
+EMAIL_HOST_PASSWORD = env_str("CTXOBS_SMTP_PASSWORD")
+EMAIL_USE_TLS = env_bool("CTXOBS_SMTP_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("CTXOBS_EMAIL_FROM", "ctxobs@localhost")
+
+# --- logging ----------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("CTXOBS_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,596 @@
+"""The snapshot wire contract, defined once.
+
+The SDK builds snapshots in this shape and the ingest API validates every item with
+`validate_snapshot()`. Standard library only: the server and any third-party sender
+share exactly these rules, limits and field names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+WIRE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Enforced limits of the ingest API. Documented in the README and the OpenAPI schema."""
+
+    max_items_per_batch: int = 500
+    max_body_bytes: int = 16 * 1024 * 1024  # after gzip decompression too
+    max_blocks_per_snapshot: int = 200
+    max_chars_per_block: int = 500_000
+    max_messages_per_block: int = 5_000
+    max_list_items: int = 1_000  # compression events, recall items, validation outcomes each
+    max_tags: int = 64
+    max_id_chars: int = 256
+    max_text_chars: int = 2_000  # previews, validation messages, tag values
+
+
+LIMITS = Limits()
+
+BLOCK_KINDS = (
+    "system",
+    "tools",
+    "constraints",
+    "memory",
+    "summary",
+    "history",
+    "retrieval",
+    "tool_results",
+    "user",
+    "other",
+)
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+RECALL_CHANNELS = ("vector", "keyword", "structured", "hybrid", "other")
+VALIDATION_LAYERS = ("structure", "semantic", "business")
+COMPRESSION_STRATEGIES = (
+    "drop_tool_output",
+    "merge",
+    "rolling_summary",
+    "structural_trim",
+    "externalize",
+    "truncate",
+    "other",
+)
+
+DEFAULT_RESERVE_FRACTION = 0.15
+
+
+def default_reserve(context_window: int) -> int:
+    """Safety margin kept free for the output and the compression call: 15% of the window."""
+    return int(round(context_window * DEFAULT_RESERVE_FRACTION))
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(messages: list[dict[str, Any]]) -> str:
+    """Content address of a block: sha256 of its messages as canonical JSON."""
+    return hashlib.sha256(canonical_json(messages).encode("utf-8")).hexdigest()
+
+
+def block_chars(messages: list[dict[str, Any]]) -> int:
+    """Characters of a block's message text (content parts and tool-call arguments included)."""
+    total = 0
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str):
+            total += len(c)
+        elif isinstance(c, list):
+            for part in c:
+                if isinstance(part, dict):
+                    t = part.get("text")
+                    total += len(t) if isinstance(t, str) else len(canonical_json(part))
+        calls = m.get("tool_calls")
+        if calls:
+            total += len(canonical_json(calls))
+    return total
+
+
+class _Errors:
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, loc: tuple[Any, ...], msg: str, hint: str) -> None:
+        self.items.append({"loc": list(loc), "msg": msg, "hint": hint})
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _opt_str(
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int, default: str = ""
+) -> str:
+    v = obj.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        err.add((*loc, key), f"must be a string, got {type(v).__name__}", f"send {key} as a JSON string")
+        return default
+    if len(v) > max_len:
+        err.add((*loc, key), f"longer than {max_len} characters", f"shorten {key} to at most {max_len}")
+        return v[:max_len]
+    return v
+
+
+def _req_str(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int) -> str:
+    v = obj.get(key)
+    if v is None or v == "":
+        err.add((*loc, key), "field required", f"add a non-empty string {key!r}")
+        return ""
+    return _opt_str(obj, key, loc, err, max_len)
+
+
+def _opt_bool(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, default: bool) -> bool:
+    v = obj.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        err.add((*loc, key), "must be a boolean", f"send {key} as true or false")
+        return default
+    return v
+
+
+def _opt_int(
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, minimum: int = 0
+) -> int | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not _is_int(v) or v < minimum:
+        err.add((*loc, key), f"must be an integer >= {minimum}", f"send {key} as a whole number >= {minimum}")
+        return None
+    return int(v)
+
+
+def _opt_num(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not _is_num(v):
+        err.add((*loc, key), "must be a finite number", f"send {key} as a JSON number")
+        return None
+    return float(v)
+
+
+def _list(
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_items: int, limit_name: str
+) -> list[Any]:
+    v = obj.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        err.add((*loc, key), "must be a list", f"send {key} as a JSON array")
+        return []
+    if len(v) > max_items:
+        err.add(
+            (*loc, key),
+            f"{len(v)} items exceed the limit {limit_name}={max_items}",
+            f"send at most {max_items} items in {key}",
+        )
+        return []
+    return v
+
+
+def parse_ts(value: Any) -> datetime | None:
+    """Parse an ISO 8601 timestamp; None unless it is timezone-aware."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        return None
+    return ts
+
+
+def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if not isinstance(m, dict):
+        err.add(loc, "must be an object", "send each message as {'role': ..., 'content': ...}")
+        return None
+    role = m.get("role")
+    if role not in MESSAGE_ROLES:
+        err.add(
+            (*loc, "role"),
+            f"unknown role {str(role)[:40]!r}",
+            f"use one of: {', '.join(MESSAGE_ROLES)}",
+        )
+    content = m.get("content")
+    if content is not None and not isinstance(content, str | list):
+        err.add(
+            (*loc, "content"),
+            "must be a string, a list of content parts or null",
+            "send the message content exactly as it went to the model",
+        )
+    calls = m.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        err.add((*loc, "tool_calls"), "must be a list", "send tool_calls as the provider's list of calls")
+    for k in ("name", "tool_call_id"):
+        if m.get(k) is not None and not isinstance(m.get(k), str):
+            err.add((*loc, k), "must be a string", f"send {k} as a string")
+    return m
+
+
+def _block(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if not isinstance(b, dict):
+        err.add(loc, "must be an object", "send each block as {'key': ..., 'kind': ..., 'messages': [...]}")
+        return None
+    key = _req_str(b, "key", loc, err, 128)
+    kind = b.get("kind") or "other"
+    if kind not in BLOCK_KINDS:
+        err.add((*loc, "kind"), f"unknown kind {str(kind)[:40]!r}", f"use one of: {', '.join(BLOCK_KINDS)}")
+        kind = "other"
+    raw_msgs = b.get("messages")
+    if not isinstance(raw_msgs, list):
+        err.add((*loc, "messages"), "field required: a list of messages", "send the block's messages as sent")
+        raw_msgs = []
+    if len(raw_msgs) > LIMITS.max_messages_per_block:
+        err.add(
+            (*loc, "messages"),
+            f"{len(raw_msgs)} messages exceed the limit max_messages_per_block="
+            f"{LIMITS.max_messages_per_block}",
+            "split the block into several blocks",
+        )
+        raw_msgs = []
+    msgs = [_message(m, (*loc, "messages", i), err) for i, m in enumerate(raw_msgs)]
+    messages = [m for m in msgs if m is not None]
+    chars = block_chars(messages)
+    if chars > LIMITS.max_chars_per_block:
+        err.add(
+            (*loc, "messages"),
+            f"{chars} characters exceed the limit max_chars_per_block={LIMITS.max_chars_per_block}",
+            "truncate or externalise the block's content and send a reference instead",
+        )
+    tokens = _opt_int(b, "tokens", loc, err)
+    refs = _list(b, "refs", loc, err, LIMITS.max_list_items, "max_list_items")
+    if any(not isinstance(r, str) for r in refs):
+        err.add((*loc, "refs"), "must be a list of strings", "send each externalised original's id as a string")
+        refs = []
+    return {
+        "key": key,
+        "kind": kind,
+        "messages": messages,
+        "tokens": tokens,
+        "estimated": _opt_bool(b, "estimated", loc, err, False),
+        "pinned": _opt_bool(b, "pinned", loc, err, False),
+        "compressed": _opt_bool(b, "compressed", loc, err, False),
+        "refs": refs,
+        "chars": chars,
+    }
+
+
+def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
+    if not isinstance(m, dict):
+        err.add(loc, "field required: an object", "send model as {'name': ..., 'context_window': ...}")
+        return {"name": "", "context_window": 1, "reserve_tokens": 0, "encoding": "", "counts": "estimated"}
+    name = _req_str(m, "name", loc, err, LIMITS.max_id_chars)
+    window = m.get("context_window")
+    if not _is_int(window) or window <= 0:
+        err.add(
+            (*loc, "context_window"),
+            "field required: a positive integer",
+            "send the model's context window in tokens, e.g. 128000",
+        )
+        window = 1
+    reserve = m.get("reserve_tokens")
+    if reserve is None:
+        reserve = default_reserve(window)
+    elif not _is_int(reserve) or reserve < 0 or reserve >= window:
+        err.add(
+            (*loc, "reserve_tokens"),
+            "must be an integer >= 0 and smaller than context_window",
+            "omit it to use 15% of the window",
+        )
+        reserve = default_reserve(window)
+    counts = m.get("counts")
+    if counts not in (None, "exact", "estimated"):
+        err.add((*loc, "counts"), "must be 'exact' or 'estimated'", "omit it if unsure")
+        counts = None
+    return {
+        "name": name,
+        "context_window": int(window),
+        "reserve_tokens": int(reserve),
+        "encoding": _opt_str(m, "encoding", loc, err, 64),
+        "counts": counts,
+    }
+
+
+def _compression(c: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if not isinstance(c, dict):
+        err.add(loc, "must be an object", "send each compression event as an object")
+        return None
+    items = _list(c, "items", loc, err, LIMITS.max_list_items, "max_list_items")
+    return {
+        "strategy": _req_str(c, "strategy", loc, err, 64),
+        "block": _opt_str(c, "block", loc, err, 128),
+        "tokens_before": _opt_int(c, "tokens_before", loc, err),
+        "tokens_after": _opt_int(c, "tokens_after", loc, err),
+        "watermark": _opt_num(c, "watermark", loc, err),
+        "items": [str(i)[: LIMITS.max_id_chars] for i in items],
+        "ref": _opt_str(c, "ref", loc, err, LIMITS.max_text_chars),
+    }
+
+
+def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if not isinstance(r, dict):
+        err.add(loc, "must be an object", "send each recall item as an object")
+        return None
+    channel = r.get("channel") or "other"
+    if channel not in RECALL_CHANNELS:
+        err.add((*loc, "channel"), f"unknown channel {str(channel)[:40]!r}", f"use one of: {', '.join(RECALL_CHANNELS)}")
+        channel = "other"
+    return {
+        "memory_id": _req_str(r, "memory_id", loc, err, LIMITS.max_id_chars),
+        "channel": channel,
+        "score": _opt_num(r, "score", loc, err),
+        "rank": _opt_int(r, "rank", loc, err),
+        "injected": _opt_bool(r, "injected", loc, err, False),
+        "stale": _opt_bool(r, "stale", loc, err, False),
+        "conflicting": _opt_bool(r, "conflicting", loc, err, False),
+        "block": _opt_str(r, "block", loc, err, 128),
+        "preview": _opt_str(r, "preview", loc, err, LIMITS.max_text_chars),
+    }
+
+
+def _validation(v: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if not isinstance(v, dict):
+        err.add(loc, "must be an object", "send each validation outcome as an object")
+        return None
+    layer = v.get("layer")
+    if layer not in VALIDATION_LAYERS:
+        err.add((*loc, "layer"), f"unknown layer {str(layer)[:40]!r}", f"use one of: {', '.join(VALIDATION_LAYERS)}")
+        layer = "structure"
+    passed = v.get("passed")
+    if not isinstance(passed, bool):
+        err.add((*loc, "passed"), "field required: a boolean", "send passed as true or false")
+        passed = False
+    attempt = _opt_int(v, "attempt", loc, err, minimum=1)
+    return {
+        "layer": layer,
+        "check": _opt_str(v, "check", loc, err, 128),
+        "passed": passed,
+        "code": _opt_str(v, "code", loc, err, 128),
+        "message": _opt_str(v, "message", loc, err, LIMITS.max_text_chars),
+        "attempt": attempt or 1,
+    }
+
+
+def _output(o: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    if o is None:
+        return None
+    if not isinstance(o, dict):
+        err.add(loc, "must be an object", "send output as {'text': ..., 'usage': {...}}")
+        return None
+    text = o.get("text")
+    if text is not None and not isinstance(text, str):
+        err.add((*loc, "text"), "must be a string or null", "send the model's reply text")
+        text = None
+    if isinstance(text, str) and len(text) > LIMITS.max_chars_per_block:
+        err.add(
+            (*loc, "text"),
+            f"longer than the limit max_chars_per_block={LIMITS.max_chars_per_block}",
+            "truncate the output text",
+        )
+    calls = o.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        err.add((*loc, "tool_calls"), "must be a list", "send the reply's tool calls as a list")
+        calls = None
+    raw_usage = o.get("usage")
+    usage: dict[str, int] = {}
+    if raw_usage is not None:
+        if not isinstance(raw_usage, dict):
+            err.add((*loc, "usage"), "must be an object", "send the provider's usage object")
+        else:
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"):
+                val = _opt_int(raw_usage, k, (*loc, "usage"), err)
+                if val is not None:
+                    usage[k] = val
+    return {
+        "text": text,
+        "tool_calls": calls or [],
+        "finish_reason": _opt_str(o, "finish_reason", loc, err, 64),
+        "usage": usage,
+        "latency_ms": _opt_num(o, "latency_ms", loc, err),
+    }
+
+
+def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Check one wire snapshot; return (normalised snapshot, []) or (None, field errors).
+
+    Each error is {"loc": [...], "msg": ..., "hint": ...}; `loc` starts at the batch
+    ("snapshots", index, ...), so a sender can find the offending field.
+    """
+    err = _Errors()
+    loc: tuple[Any, ...] = ("snapshots", index)
+    if not isinstance(item, dict):
+        err.add(loc, "must be an object", "send each snapshot as a JSON object")
+        return None, err.items
+    raw_id = item.get("snapshot_id")
+    snapshot_id = ""
+    try:
+        snapshot_id = str(uuid.UUID(str(raw_id))) if raw_id is not None else ""
+    except ValueError:
+        pass
+    if not snapshot_id:
+        err.add((*loc, "snapshot_id"), "field required: a UUID", "generate one with uuid4() per snapshot")
+    session_id = _req_str(item, "session_id", loc, err, LIMITS.max_id_chars)
+    turn = item.get("turn")
+    if not _is_int(turn) or turn < 0 or turn > 2**31 - 1:
+        err.add((*loc, "turn"), "field required: an integer >= 0", "send the call's index in its session")
+        turn = 0
+    ts = parse_ts(item.get("ts"))
+    if ts is None:
+        err.add(
+            (*loc, "ts"),
+            "field required: an ISO 8601 timestamp with a timezone",
+            "send e.g. 2026-12-02T08:15:03.120Z",
+        )
+    model = _model(item.get("model"), (*loc, "model"), err)
+    params = item.get("params") or {}
+    if not isinstance(params, dict):
+        err.add((*loc, "params"), "must be an object", "send the request parameters as an object")
+        params = {}
+    raw_blocks = item.get("blocks")
+    blocks: list[dict[str, Any]] = []
+    if not isinstance(raw_blocks, list) or not raw_blocks:
+        err.add((*loc, "blocks"), "field required: a non-empty list", "send the blocks of the prompt in order")
+    elif len(raw_blocks) > LIMITS.max_blocks_per_snapshot:
+        err.add(
+            (*loc, "blocks"),
+            f"{len(raw_blocks)} blocks exceed the limit max_blocks_per_snapshot={LIMITS.max_blocks_per_snapshot}",
+            "merge small blocks of the same kind",
+        )
+    else:
+        for i, b in enumerate(raw_blocks):
+            nb = _block(b, (*loc, "blocks", i), err)
+            if nb is not None:
+                blocks.append(nb)
+    compression = [
+        c
+        for i, raw in enumerate(_list(item, "compression", loc, err, LIMITS.max_list_items, "max_list_items"))
+        if (c := _compression(raw, (*loc, "compression", i), err)) is not None
+    ]
+    recall = [
+        r
+        for i, raw in enumerate(_list(item, "recall", loc, err, LIMITS.max_list_items, "max_list_items"))
+        if (r := _recall(raw, (*loc, "recall", i), err)) is not None
+    ]
+    validation = [
+        v
+        for i, raw in enumerate(_list(item, "validation", loc, err, LIMITS.max_list_items, "max_list_items"))
+        if (v := _validation(raw, (*loc, "validation", i), err)) is not None
+    ]
+    output = _output(item.get("output"), (*loc, "output"), err)
+    tags = item.get("tags") or {}
+    if not isinstance(tags, dict):
+        err.add((*loc, "tags"), "must be an object of string values", "send tags as {'env': 'prod'}")
+        tags = {}
+    elif len(tags) > LIMITS.max_tags:
+        err.add((*loc, "tags"), f"{len(tags)} tags exceed the limit max_tags={LIMITS.max_tags}", "send fewer tags")
+        tags = {}
+    else:
+        tags = {str(k)[:128]: str(v)[: LIMITS.max_text_chars] for k, v in tags.items()}
+    retries = _opt_int(item, "retries", loc, err) or 0
+    fallback_used = _opt_bool(item, "fallback_used", loc, err, False)
+    if err.items:
+        return None, err.items
+    return {
+        "snapshot_id": snapshot_id,
+        "session_id": session_id,
+        "turn": int(turn),
+        "agent": _opt_str(item, "agent", loc, err, LIMITS.max_id_chars),
+        "ts": ts,
+        "model": model,
+        "params": params,
+        "blocks": blocks,
+        "compression": compression,
+        "recall": recall,
+        "validation": validation,
+        "output": output,
+        "tags": tags,
+        "retries": retries,
+        "fallback_used": fallback_used,
+    }, []
+
+
+def tier_for(watermark: float, thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)) -> str:
+    """Tier of a watermark: ok < warn < compress < force < break (thresholds are fractions)."""
+    warn, compress, force, brk = thresholds
+    if watermark >= brk:
+        return "break"
+    if watermark >= force:
+        return "force"
+    if watermark >= compress:
+        return "compress"
+    if watermark >= warn:
+        return "warn"
+    return "ok"
+
+
+TIERS = ("ok", "warn", "compress", "force", "break")
+
+
+def limits_doc() -> dict[str, int]:
+    return {k: getattr(LIMITS, k) for k in LIMITS.__dataclass_fields__}
+
+
+# JSON Schema of one snapshot, published in the OpenAPI document of the ingest API.
+_MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"enum": list(MESSAGE_ROLES)},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
+        "name": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "tool_calls": {"type": "array"},
+    },
+}
+SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["snapshot_id", "session_id", "turn", "ts", "model", "blocks"],
+    "properties": {
+        "snapshot_id": {"type": "string", "format": "uuid", "description": "idempotency key"},
+        "session_id": {"type": "string", "maxLength": LIMITS.max_id_chars},
+        "turn": {"type": "integer", "minimum": 0},
+        "agent": {"type": "string"},
+        "ts": {"type": "string", "format": "date-time", "description": "timezone-aware"},
+        "model": {
+            "type": "object",
+            "required": ["name", "context_window"],
+            "properties": {
+                "name": {"type": "string"},
+                "context_window": {"type": "integer", "minimum": 1},
+                "reserve_tokens": {"type": "integer", "description": "default: 15% of the window"},
+                "encoding": {"type": "string"},
+                "counts": {"enum": ["exact", "estimated"]},
+            },
+        },
+        "params": {"type": "object"},
+        "blocks": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": LIMITS.max_blocks_per_snapshot,
+            "items": {
+                "type": "object",
+                "required": ["key", "messages"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "kind": {"enum": list(BLOCK_KINDS)},
+                    "messages": {"type": "array", "items": _MESSAGE_SCHEMA},
+                    "tokens": {"type": "integer", "description": "omit to have the server count it"},
+                    "estimated": {"type": "boolean"},
+                    "pinned": {"type": "boolean"},
+                    "compressed": {"type": "boolean"},
+                    "refs": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+        "compression": {"type": "array", "items": {"type": "object"}},
+        "recall": {"type": "array", "items": {"type": "object"}},
+        "validation": {"type": "array", "items": {"type": "object"}},
+        "output": {"type": "object"},
+        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        "retries": {"type": "integer"},
+        "fallback_used": {"type": "boolean"},
+    },
+}

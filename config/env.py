@@ -37,3 +37,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
 def ctxobs_home() -> Path:
     """Where embedded services keep their data (CTXOBS_HOME, default ~/.ctxobs)."""
     return Path(os.environ.get("CTXOBS_HOME") or Path.home() / ".ctxobs").expanduser()
+
+
+def redis_client_url(url: str) -> str:
+    """redis-py spells a unix socket `unix://`; Celery/kombu spell it `redis+socket://`."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :]
+    return url

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 from config import embedded
-from config.env import ctxobs_home, env_bool, env_float, env_int, env_list, env_str
+from config.env import ctxobs_home, env_bool, env_float, env_int, env_list, env_str, redis_client_url  # noqa: F401
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -103,13 +103,6 @@ DATABASES = {"default": _database_from_url(DATABASE_URL)}
 
 # --- redis / celery ---------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL") or embedded.ensure_redis()
-
-
-def redis_client_url(url: str) -> str:
-    """redis-py spells a unix socket `unix://`; Celery/kombu spell it `redis+socket://`."""
-    if url.startswith("redis+socket://"):
-        return "unix://" + url[len("redis+socket://") :]
-    return url
 
 
 CELERY_BROKER_URL = REDIS_URL

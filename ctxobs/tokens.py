@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,16 +129,23 @@ def _value_text(value: Any) -> str:
 
 
 class TokenCache:
-    """Thread-safe LRU of message-token counts keyed by (encoding, message hash)."""
+    """Thread-safe LRU of token counts keyed by (encoding, content key).
+
+    The content key is any hashable that is equal exactly when the content is equal: a
+    message hash, or the tuples built by `message_key()`.
+    """
 
     def __init__(self, maxsize: int = 50_000) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._data: OrderedDict[Hashable, int] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple[str, str]) -> int | None:
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Hashable) -> int | None:
         with self._lock:
             v = self._data.get(key)
             if v is not None:
@@ -147,7 +155,7 @@ class TokenCache:
                 self.misses += 1
             return v
 
-    def put(self, key: tuple[str, str], value: int) -> None:
+    def put(self, key: Hashable, value: int) -> None:
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
@@ -159,7 +167,7 @@ def message_tokens(message: dict[str, Any], counter: Counter) -> int:
     """Tokens of one chat message, overhead included (OpenAI's rule)."""
     n = TOKENS_PER_MESSAGE
     for key, value in message.items():
-        if key in ("block", "ctxobs_block"):
+        if key == "block" or key.startswith("ctxobs_"):
             continue
         n += counter.count_text(_value_text(value))
         if key == "name":
@@ -183,3 +191,99 @@ def prompt_tokens(messages: list[dict[str, Any]], counter: Counter, tools: list[
 def tools_tokens(tools: list[Any], counter: Counter) -> int:
     """An estimate of what tool definitions add to a prompt (OpenAI does not publish the rule)."""
     return counter.count_text(json.dumps(tools, separators=(",", ":"), ensure_ascii=False)) + 9
+
+
+# --- cached counting (the SDK's hot path) -------------------------------------------------
+
+# Strings up to this length are their own cache key: Python caches a str's hash on the object,
+# so an unchanged system prompt passed as the same object costs one dict probe. Longer values
+# are keyed by a digest so the cache never pins megabytes of tool output in memory.
+_INLINE_KEY_CHARS = 1024
+
+
+def _value_key(value: Any) -> Hashable:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else "\x00json:" + json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    if len(text) <= _INLINE_KEY_CHARS:
+        return text
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+
+
+def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
+    """A hashable key equal for two messages exactly when their counted fields are equal."""
+    return tuple(
+        (k, _value_key(v))
+        for k, v in message.items()
+        if not (k == "block" or k.startswith("ctxobs_"))
+    )
+
+
+_DEFAULT_CACHE = TokenCache(maxsize=20_000)
+
+
+def default_cache() -> TokenCache:
+    """The process-wide cache shared by every ctxobs Client (counts depend only on content)."""
+    return _DEFAULT_CACHE
+
+
+def cached_messages_tokens(
+    messages: list[dict[str, Any]], counter: Counter, cache: TokenCache | None = None
+) -> int:
+    """`messages_tokens()` with each message's count cached by (encoding, content key).
+
+    An unchanged message (a system prompt, old history) is tokenized once per process.
+    """
+    cache = cache if cache is not None else _DEFAULT_CACHE
+    enc = counter.used
+    total = 0
+    for m in messages:
+        key = (enc, message_key(m))
+        n = cache.get(key)
+        if n is None:
+            n = message_tokens(m, counter)
+            cache.put(key, n)
+        total += n
+    return total
+
+
+def cached_tools_tokens(tools: list[Any], counter: Counter, cache: TokenCache | None = None) -> int:
+    """`tools_tokens()` cached by (encoding, content key) of the tool definitions."""
+    cache = cache if cache is not None else _DEFAULT_CACHE
+    key = (counter.used, "\x00tools", _value_key(tools))
+    n = cache.get(key)
+    if n is None:
+        n = tools_tokens(tools, counter)
+        cache.put(key, n)
+    return n
+
+
+def is_openai_model(model: str) -> bool:
+    """True when MODEL belongs to a family whose tokenizer tiktoken ships (OpenAI models)."""
+    name = (model or "").lower().split("/")[-1]
+    return any(name.startswith(prefix) for prefix, _ in _MODEL_PREFIXES)
+
+
+@dataclass(frozen=True)
+class ModelCounting:
+    """How a model's prompts are counted: the counter and whether the counts are exact."""
+
+    counter: Counter
+    exact: bool
+
+    @property
+    def encoding(self) -> str:
+        return self.counter.used
+
+
+def counting_for(model: str, encoding: str | None = None) -> ModelCounting:
+    """Counting for MODEL: exact only with the model's own OpenAI encoding loaded.
+
+    An explicit ENCODING is trusted as the model's tokenizer. Any other model (Gemma, Llama,
+    ...) is counted with cl100k_base and marked estimated: its real tokenizer differs.
+    """
+    counter = get_counter(encoding=encoding, model=model)
+    exact = counter.exact and (encoding is not None or is_openai_model(model))
+    return ModelCounting(counter, exact)

@@ -1,0 +1,59 @@
+"""One small error base and the handlers that map errors to `{"detail": ...}` responses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse
+
+logger = logging.getLogger(__name__)
+
+
+class ApplicationError(Exception):
+    """An error with a status code and a message safe to show to the caller."""
+
+    status_code = 400
+
+    def __init__(self, detail: str, *, status_code: int | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if status_code is not None:
+            self.status_code = status_code
+        self.headers = headers or {}
+        self.extra = extra or {}
+
+
+class StoreUnavailable(ApplicationError):
+    status_code = 503
+
+
+def install_exception_handlers(api: Any) -> None:
+    @api.exception_handler(ApplicationError)
+    def _app_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
+        resp = api.create_response(request, {"detail": exc.detail, **exc.extra}, status=exc.status_code)
+        for k, v in exc.headers.items():
+            resp[k] = v
+        return resp
+
+    def _unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # Never a 2xx for data that is not stored, never a bare 500: tell the sender to come back.
+        logger.warning("store.unavailable error=%s path=%s", type(exc).__name__, request.path)
+        resp = api.create_response(
+            request, {"detail": "the database is unreachable; nothing was stored, retry later"}, status=503
+        )
+        resp["Retry-After"] = str(settings.CTXOBS_DB_RETRY_AFTER)
+        return resp
+
+    api.exception_handler(OperationalError)(_unavailable)
+    api.exception_handler(InterfaceError)(_unavailable)
+
+    @api.exception_handler(DatabaseError)
+    def _db_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        if isinstance(exc, OperationalError | InterfaceError):
+            return _unavailable(request, exc)
+        logger.exception("store.error path=%s", request.path)
+        return api.create_response(request, {"detail": "internal storage error; nothing was stored"}, status=500)

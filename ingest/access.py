@@ -1,0 +1,26 @@
+"""Project access for pages: members only, by role (viewer < editor < admin)."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest
+
+from ingest.models import Membership, Project
+
+
+def user_projects(user: object) -> list[Membership]:
+    """The memberships of USER, with their projects, ordered by project name."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(Membership.objects.select_related("project").filter(user=user).order_by("project__name"))
+
+
+def project_access(request: HttpRequest, project_id: int, role: str = "viewer") -> tuple[Project, Membership]:
+    """The project and the caller's membership; 404 for non-members (no existence leak),
+    403 when the member's role is below ROLE."""
+    m = Membership.objects.select_related("project").filter(user_id=request.user.pk, project_id=project_id).first()
+    if m is None:
+        raise Http404("no such project")
+    if not m.at_least(role):
+        raise PermissionDenied(f"this needs the {role} role")
+    return m.project, m

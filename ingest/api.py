@@ -1,0 +1,194 @@
+"""Ingest and read endpoints: thin handlers over services and selectors."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema
+
+from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
+from ingest import selectors, services
+from ingest.auth import IngestKeyAuth, ProjectReadAuth
+from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
+from ingest.ratelimit import check_rate
+from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut, TimelineTurn
+
+router = Router(tags=["snapshots"])
+
+_LIMITS_TEXT = ", ".join(f"{k}={v}" for k, v in limits_doc().items())
+
+
+class BadRequest(IngestError):
+    status_code = 400
+
+
+class Unsupported(IngestError):
+    status_code = 415
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    """The request body, gunzipped when sent gzip-encoded; the byte limit applies to both forms."""
+    limit = LIMITS.max_body_bytes
+    declared = request.META.get("CONTENT_LENGTH")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise LimitExceeded(f"body of {declared} bytes exceeds the limit max_body_bytes={limit}")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise LimitExceeded(f"body exceeds the limit max_body_bytes={limit}")
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise Unsupported(f"unsupported Content-Encoding {encoding!r}: send gzip or none")
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"body is not valid gzip: {exc}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
+    return out
+
+
+@router.post(
+    "/snapshots",
+    auth=IngestKeyAuth(),
+    response={200: BatchOut, 207: BatchOut, 400: Detail, 401: Detail, 413: Detail, 415: Detail,
+              422: BatchOut, 429: Detail, 503: Detail},
+    summary="Ingest a batch of context snapshots",
+    description=(
+        "Body: `{\"snapshots\": [...]}` in the wire form, optionally `Content-Encoding: gzip`. "
+        "Each item is `created`, `duplicate` (same snapshot_id again: stored once) or `rejected` "
+        "with field errors (loc, msg, hint); good items are stored even when others are rejected "
+        "(207). The answer comes after the commit. Limits: " + _LIMITS_TEXT + ". "
+        "A body over max_body_bytes (before or after decompression) or a batch over "
+        "max_items_per_batch gets 413; the other limits reject the item (422 in its result). "
+        "429 and 503 carry Retry-After."
+    ),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["snapshots"],
+                        "properties": {
+                            "snapshots": {
+                                "type": "array",
+                                "maxItems": LIMITS.max_items_per_batch,
+                                "items": SNAPSHOT_JSON_SCHEMA,
+                            }
+                        },
+                    }
+                }
+            },
+        },
+        "x-ctxobs-limits": limits_doc(),
+    },
+)
+def snapshots_ingest(request: HttpRequest) -> HttpResponse:
+    caller = request.auth  # type: ignore[attr-defined]
+    wait = check_rate(bucket=caller.bucket, limit=settings.CTXOBS_INGEST_RATE_LIMIT)
+    if wait is not None:
+        raise RateLimited(
+            f"rate limit of {settings.CTXOBS_INGEST_RATE_LIMIT:g} requests/s for this key exceeded",
+            headers={"Retry-After": str(int(wait + 0.999))},
+        )
+    body = _read_body(request)
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
+        raise BadRequest('body must be an object {"snapshots": [...]}')
+    batch: list[Any] = data["snapshots"]
+    if len(batch) > LIMITS.max_items_per_batch:
+        raise LimitExceeded(
+            f"{len(batch)} snapshots exceed the limit max_items_per_batch={LIMITS.max_items_per_batch}"
+        )
+    result = services.snapshot_batch_ingest(project=caller.project, batch=batch)
+    if result.rejected == 0:
+        status = 200
+    elif result.created + result.duplicate == 0:
+        status = 422
+    else:
+        status = 207
+    return HttpResponse(json.dumps(result.as_dict()), status=status, content_type="application/json")
+
+
+class SessionFilters(Schema):
+    q: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    min_watermark: float | None = None
+    tier: str | None = None
+    sort: str = "last_seen"
+    limit: int = 50
+    offset: int = 0
+
+
+def _session_out(s: Any) -> dict[str, Any]:
+    return {f: getattr(s, f) for f in SessionOut.model_fields}
+
+
+@router.get("/sessions", auth=ProjectReadAuth(), response={200: SessionPage, 401: Detail, 404: Detail},
+            tags=["read"], summary="List sessions (filters: agent, model, time range, minimum max-watermark)")
+def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    qs = selectors.sessions_filter(
+        project=caller.project, q=filters.q, agent=filters.agent, model=filters.model, since=filters.since,
+        until=filters.until, min_watermark=filters.min_watermark, tier=filters.tier, sort=filters.sort,
+    )
+    limit = max(1, min(filters.limit, 500))
+    offset = max(0, filters.offset)
+    items = [_session_out(s) for s in qs[offset : offset + limit]]
+    return {"count": qs.count(), "limit": limit, "offset": offset, "items": items}
+
+
+@router.get("/sessions/{session_id}/timeline", auth=ProjectReadAuth(),
+            response={200: TimelineOut, 401: Detail, 404: Detail}, tags=["read"],
+            summary="Per turn: tokens per block kind, watermark, tier, event counts")
+def session_timeline(request: HttpRequest, session_id: str) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    project = caller.project
+    session = selectors.session_get(project=project, session_id=session_id)
+    if session is None:
+        raise NotFound("no such session")
+    rows = selectors.session_timeline(project=project, session=session)
+    turns: list[dict[str, Any]] = [
+        TimelineTurn(
+            turn=r["turn"], snapshot_id=str(r["snapshot_id"]), ts=r["ts"], total_tokens=r["total_tokens"],
+            watermark=r["watermark"], tier=r["tier"], kind_tokens=r["kind_tokens"],
+            compression_events=r["n_compression"], recall_items=r["n_recall"],
+            recall_injected=r["n_recall_injected"], failed_validations=r["n_validation_failed"],
+            count_drift=r["count_drift"], prev_turn=r["prev_turn"],
+        ).model_dump()
+        for r in rows
+    ]
+    last = rows[-1] if rows else None
+    return {
+        "session": _session_out(session),
+        "context_window": last["context_window"] if last else None,
+        "usable_tokens": (last["context_window"] - last["reserve_tokens"]) if last else None,
+        "thresholds": dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
+        "turns": turns,
+    }
+
+
+@router.get("/snapshots/{snapshot_id}", auth=ProjectReadAuth(),
+            response={200: SnapshotOut, 401: Detail, 404: Detail}, tags=["read"],
+            summary="One snapshot in full: blocks with messages in order, and everything derived")
+def snapshot_get(request: HttpRequest, snapshot_id: str) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
+    if snap is None:
+        raise NotFound("no such snapshot")
+    return selectors.snapshot_full(snapshot=snap)

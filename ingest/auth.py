@@ -1,0 +1,60 @@
+"""Who is calling: an ingest key (agents, scripts) or a logged-in member (the dashboard)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.http import HttpRequest
+
+from ingest.errors import AuthError, NotFound
+from ingest.models import IngestKey, Membership, Project
+from ingest.services import ingest_key_authenticate
+
+
+@dataclass(frozen=True)
+class Caller:
+    project: Project
+    key: IngestKey | None = None
+    membership: Membership | None = None
+
+    @property
+    def bucket(self) -> str:
+        return self.key.prefix if self.key else f"user{self.membership.user_id if self.membership else 0}"
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class IngestKeyAuth:
+    """Ingest keys only (the write path)."""
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        key = ingest_key_authenticate(raw=bearer_token(request))
+        return Caller(project=key.project, key=key)
+
+
+class ProjectReadAuth:
+    """An ingest key, or a session login that is a member of `?project=<id>` (or of one project)."""
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        token = bearer_token(request)
+        if token is not None or not request.user.is_authenticated:
+            key = ingest_key_authenticate(raw=token)
+            return Caller(project=key.project, key=key)
+        memberships = Membership.objects.select_related("project").filter(user=request.user)
+        wanted = request.GET.get("project")
+        if wanted:
+            if not wanted.isdigit():
+                raise NotFound("no such project")
+            memberships = memberships.filter(project_id=int(wanted))
+        found = list(memberships[:2])
+        if not found:
+            raise NotFound("no such project")
+        if len(found) > 1:
+            raise AuthError("you belong to several projects: pass ?project=<id>")
+        return Caller(project=found[0].project, membership=found[0])

@@ -1,0 +1,94 @@
+"""Values derived from snapshots, ORM-free: token totals, watermark, tier, turn-to-turn change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ctxobs.tokens import REPLY_PRIMING
+from ctxobs.wire import tier_for
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRef:
+    """What a turn-to-turn comparison needs of one block."""
+
+    key: str
+    kind: str
+    hash: str
+    tokens: int
+
+
+def watermark(total_tokens: int, context_window: int, reserve_tokens: int) -> float:
+    """Fill of the usable window: total / (window - reserve)."""
+    usable = max(1, context_window - reserve_tokens)
+    return total_tokens / usable
+
+
+def tier(wm: float, thresholds: tuple[float, float, float, float]) -> str:
+    return tier_for(wm, thresholds)
+
+
+def count_drift(total_tokens: int, reported_prompt_tokens: int | None) -> float | None:
+    """(ours - provider's) / provider's, with the reply priming the provider also counts."""
+    if not reported_prompt_tokens:
+        return None
+    ours = total_tokens + REPLY_PRIMING
+    return (ours - reported_prompt_tokens) / reported_prompt_tokens
+
+
+def _keyed(blocks: list[BlockRef]) -> dict[str, BlockRef]:
+    # A key may repeat within a snapshot (two retrieval blocks); the n-th occurrence of a key
+    # is compared with the n-th occurrence in the other turn.
+    seen: dict[str, int] = {}
+    out: dict[str, BlockRef] = {}
+    for b in blocks:
+        n = seen.get(b.key, 0)
+        seen[b.key] = n + 1
+        out[b.key if n == 0 else f"{b.key}#{n + 1}"] = b
+    return out
+
+
+def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: int | None) -> dict[str, Any]:
+    """Blocks that entered, left, grew, shrank or changed (same size, new content) since PREV."""
+    if prev is None:
+        return {
+            "prev_turn": None,
+            "entered": [{"key": b.key, "kind": b.kind, "tokens": b.tokens} for b in cur],
+            "left": [],
+            "grew": [],
+            "shrank": [],
+            "changed": [],
+            "unchanged": 0,
+            "delta_tokens": sum(b.tokens for b in cur),
+        }
+    p, c = _keyed(prev), _keyed(cur)
+    entered, left, grew, shrank, changed = [], [], [], [], []
+    unchanged = 0
+    for key, b in c.items():
+        old = p.get(key)
+        if old is None:
+            entered.append({"key": key, "kind": b.kind, "tokens": b.tokens})
+        elif old.hash == b.hash:
+            unchanged += 1
+        else:
+            row = {"key": key, "kind": b.kind, "before": old.tokens, "after": b.tokens}
+            if b.tokens > old.tokens:
+                grew.append(row)
+            elif b.tokens < old.tokens:
+                shrank.append(row)
+            else:
+                changed.append(row)
+    for key, old in p.items():
+        if key not in c:
+            left.append({"key": key, "kind": old.kind, "tokens": old.tokens})
+    return {
+        "prev_turn": prev_turn,
+        "entered": entered,
+        "left": left,
+        "grew": grew,
+        "shrank": shrank,
+        "changed": changed,
+        "unchanged": unchanged,
+        "delta_tokens": sum(b.tokens for b in cur) - sum(b.tokens for b in prev),
+    }

@@ -1,0 +1,253 @@
+"""Ingest storage.
+
+Hot tables (sessions, snapshots, block contents, snapshot blocks, compression events,
+recall items, validation outcomes) have composite primary keys led by `project_id`, the
+distribution column if the store is ever sharded by project. They reference each other by
+(project_id, id) pairs rather than ForeignKeys, which Django cannot point at composite keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+from ctxobs.wire import TIERS
+
+TIER_CHOICES = [(t, t) for t in TIERS]
+
+
+def next_id(sequence: str) -> models.Func:
+    """DB-side id default for composite-key tables (AutoField must be a lone primary key)."""
+    return models.Func(function="nextval", template=f"nextval('{sequence}'::regclass)", output_field=models.BigIntegerField())
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Tier thresholds as fractions of the usable window (warn, compress, force, break).
+    tier_warn = models.FloatField(default=0.60)
+    tier_compress = models.FloatField(default=0.70)
+    tier_force = models.FloatField(default=0.85)
+    tier_break = models.FloatField(default=0.95)
+    # Replays may target loopback/private model servers only when this is on.
+    allow_private_endpoints = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def thresholds(self) -> tuple[float, float, float, float]:
+        return (self.tier_warn, self.tier_compress, self.tier_force, self.tier_break)
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "viewer"
+        EDITOR = "editor", "editor"
+        ADMIN = "admin", "admin"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="uniq_membership")]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.project} ({self.role})"
+
+    ROLE_RANK = {"viewer": 0, "editor": 1, "admin": 2}
+
+    def at_least(self, role: str) -> bool:
+        return self.ROLE_RANK[self.role] >= self.ROLE_RANK[role]
+
+
+KEY_PREFIX_LEN = 12
+
+
+def hash_key(raw: str) -> str:
+    # Ingest keys carry 190+ bits of randomness, so a plain SHA-256 is a safe, O(1)-lookup hash.
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def new_raw_key() -> str:
+    return "cx_" + secrets.token_urlsafe(32)
+
+
+class IngestKey(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=KEY_PREFIX_LEN, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.project})"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AgentSession(models.Model):
+    """One agent conversation (`session_id`), with aggregates kept current at ingest."""
+
+    pk = models.CompositePrimaryKey("project_id", "id")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    id = models.BigIntegerField(db_default=next_id("ingest_session_id_seq"))
+    session_id = models.CharField(max_length=256)
+    agent = models.CharField(max_length=256, default="", blank=True)
+    model = models.CharField(max_length=256, default="", blank=True)
+    turn_count = models.IntegerField(default=0)
+    max_turn = models.IntegerField(default=0)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    max_watermark = models.FloatField(default=0.0)
+    max_tier = models.CharField(max_length=10, choices=TIER_CHOICES, default="ok")
+    failed_validations = models.IntegerField(default=0)
+    compression_events = models.IntegerField(default=0)
+    alert_count = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "ingest_session"
+        constraints = [models.UniqueConstraint(fields=["project", "session_id"], name="uniq_session_per_project")]
+        indexes = [
+            models.Index(fields=["project", "-last_seen"], name="session_recent_idx"),
+            models.Index(fields=["project", "agent", "-last_seen"], name="session_agent_idx"),
+            models.Index(fields=["project", "-max_watermark"], name="session_watermark_idx"),
+        ]
+
+
+class Snapshot(models.Model):
+    """One model call as the agent assembled it. The payload fields are write-once;
+    `change`/`prev_turn` are derived and recomputed when an earlier turn arrives late."""
+
+    pk = models.CompositePrimaryKey("project_id", "id")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    id = models.BigIntegerField(db_default=next_id("ingest_snapshot_id_seq"))
+    snapshot_id = models.UUIDField()
+    session_ref = models.BigIntegerField()  # AgentSession.id within the same project
+    session_id = models.CharField(max_length=256)
+    turn = models.IntegerField()
+    agent = models.CharField(max_length=256, default="", blank=True)
+    ts = models.DateTimeField()
+    received_at = models.DateTimeField()
+    model_name = models.CharField(max_length=256)
+    context_window = models.IntegerField()
+    reserve_tokens = models.IntegerField()
+    encoding = models.CharField(max_length=64, default="", blank=True)
+    counts_estimated = models.BooleanField(default=False)
+    params = models.JSONField(default=dict)
+    tags = models.JSONField(default=dict)
+    total_tokens = models.IntegerField()
+    watermark = models.FloatField()
+    tier = models.CharField(max_length=10, choices=TIER_CHOICES)
+    kind_tokens = models.JSONField(default=dict)  # {kind: tokens}, for the timeline
+    n_blocks = models.IntegerField(default=0)
+    n_compression = models.IntegerField(default=0)
+    n_recall = models.IntegerField(default=0)
+    n_recall_injected = models.IntegerField(default=0)
+    n_validation = models.IntegerField(default=0)
+    n_validation_failed = models.IntegerField(default=0)
+    retries = models.IntegerField(default=0)
+    fallback_used = models.BooleanField(default=False)
+    output = models.JSONField(null=True, blank=True)
+    prompt_tokens_reported = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    cached_tokens = models.IntegerField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    # (our prompt count - provider's prompt count) / provider's; None when unreported.
+    count_drift = models.FloatField(null=True, blank=True)
+    prev_turn = models.IntegerField(null=True, blank=True)
+    change = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "snapshot_id"], name="uniq_snapshot_id")]
+        indexes = [
+            models.Index(fields=["project", "session_ref", "turn"], name="snapshot_session_turn_idx"),
+            models.Index(fields=["project", "ts"], name="snapshot_ts_idx"),
+        ]
+
+
+class BlockContent(models.Model):
+    """A block's messages, stored once per project under their content hash."""
+
+    pk = models.CompositePrimaryKey("project_id", "hash")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    hash = models.CharField(max_length=64)
+    messages = models.JSONField()
+    chars = models.IntegerField()
+    tokens = models.IntegerField(null=True)
+    encoding = models.CharField(max_length=64, default="", blank=True)
+    created_at = models.DateTimeField()
+
+
+class SnapshotBlock(models.Model):
+    pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    snapshot_ref = models.BigIntegerField()
+    position = models.SmallIntegerField()
+    key = models.CharField(max_length=128)
+    kind = models.CharField(max_length=20)
+    content_hash = models.CharField(max_length=64)
+    tokens = models.IntegerField()
+    estimated = models.BooleanField(default=False)
+    pinned = models.BooleanField(default=False)
+    compressed = models.BooleanField(default=False)
+    refs = models.JSONField(default=list)
+
+
+class CompressionEvent(models.Model):
+    pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    snapshot_ref = models.BigIntegerField()
+    position = models.SmallIntegerField()
+    ts = models.DateTimeField()
+    strategy = models.CharField(max_length=64)
+    block = models.CharField(max_length=128, default="", blank=True)
+    tokens_before = models.IntegerField(null=True)
+    tokens_after = models.IntegerField(null=True)
+    watermark = models.FloatField(null=True)
+    items = models.JSONField(default=list)
+    ref = models.TextField(default="", blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "ts"], name="compression_ts_idx")]
+
+
+class RecallItem(models.Model):
+    pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    snapshot_ref = models.BigIntegerField()
+    position = models.SmallIntegerField()
+    memory_id = models.CharField(max_length=256)
+    channel = models.CharField(max_length=20)
+    score = models.FloatField(null=True)
+    rank = models.IntegerField(null=True)
+    injected = models.BooleanField(default=False)
+    stale = models.BooleanField(default=False)
+    conflicting = models.BooleanField(default=False)
+    block = models.CharField(max_length=128, default="", blank=True)
+    preview = models.TextField(default="", blank=True)
+
+
+class ValidationOutcome(models.Model):
+    pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    snapshot_ref = models.BigIntegerField()
+    position = models.SmallIntegerField()
+    layer = models.CharField(max_length=20)
+    check_name = models.CharField(max_length=128, default="", blank=True, db_column="check")
+    passed = models.BooleanField()
+    code = models.CharField(max_length=128, default="", blank=True)
+    message = models.TextField(default="", blank=True)
+    attempt = models.IntegerField(default=1)

@@ -1,0 +1,233 @@
+"""Reads of the ingest app. Other apps read snapshots only through these functions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from ingest.models import (
+    AgentSession,
+    BlockContent,
+    CompressionEvent,
+    Project,
+    RecallItem,
+    Snapshot,
+    SnapshotBlock,
+    ValidationOutcome,
+)
+
+SESSION_SORTS = {
+    "last_seen": "-last_seen",
+    "-last_seen": "-last_seen",
+    "first_seen": "first_seen",
+    "watermark": "-max_watermark",
+    "turns": "-turn_count",
+    "session_id": "session_id",
+    "alerts": "-alert_count",
+}
+
+
+def sessions_filter(
+    *,
+    project: Project,
+    q: str | None = None,
+    agent: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    min_watermark: float | None = None,
+    tier: str | None = None,
+    has_alerts: bool | None = None,
+    has_failures: bool | None = None,
+    sort: str = "last_seen",
+) -> QuerySet[AgentSession]:
+    """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first)."""
+    qs = AgentSession.objects.filter(project=project)
+    if q:
+        qs = qs.filter(session_id__icontains=q)
+    if agent:
+        qs = qs.filter(agent=agent)
+    if model:
+        qs = qs.filter(model=model)
+    if since:
+        qs = qs.filter(last_seen__gte=since)
+    if until:
+        qs = qs.filter(first_seen__lte=until)
+    if min_watermark is not None:
+        qs = qs.filter(max_watermark__gte=min_watermark)
+    if tier:
+        qs = qs.filter(max_tier=tier)
+    if has_alerts is not None:
+        qs = qs.filter(alert_count__gt=0) if has_alerts else qs.filter(alert_count=0)
+    if has_failures is not None:
+        qs = qs.filter(failed_validations__gt=0) if has_failures else qs.filter(failed_validations=0)
+    order = SESSION_SORTS.get(sort, "-last_seen")
+    return qs.order_by(order, "id")
+
+
+def session_get(*, project: Project, session_id: str) -> AgentSession | None:
+    return AgentSession.objects.filter(project=project, session_id=session_id).first()
+
+
+TIMELINE_FIELDS = (
+    "id", "snapshot_id", "turn", "ts", "total_tokens", "watermark", "tier", "kind_tokens", "n_compression",
+    "n_recall", "n_recall_injected", "n_validation_failed", "count_drift", "prev_turn", "context_window",
+    "reserve_tokens", "model_name", "latency_ms", "counts_estimated", "prompt_tokens_reported",
+)
+
+
+def session_timeline(*, project: Project, session: AgentSession) -> list[dict[str, Any]]:
+    """Per turn, in order: tokens per block kind, watermark, tier and event counts (one query)."""
+    rows = (
+        Snapshot.objects.filter(project=project, session_ref=session.id)
+        .order_by("turn", "ts", "snapshot_id")
+        .values(*TIMELINE_FIELDS)
+    )
+    return list(rows)
+
+
+def snapshot_by_uuid(*, project: Project, snapshot_id: str | uuid.UUID) -> Snapshot | None:
+    try:
+        sid = uuid.UUID(str(snapshot_id))
+    except ValueError:
+        return None
+    return Snapshot.objects.filter(project=project, snapshot_id=sid).first()
+
+
+def snapshot_by_turn(*, project: Project, session: AgentSession, turn: int) -> Snapshot | None:
+    return (
+        Snapshot.objects.filter(project=project, session_ref=session.id, turn=turn)
+        .order_by("ts", "snapshot_id")
+        .first()
+    )
+
+
+def snapshot_neighbours(*, project: Project, snapshot: Snapshot) -> tuple[int | None, int | None]:
+    """Turn numbers before and after SNAPSHOT in its session."""
+    base = Snapshot.objects.filter(project=project, session_ref=snapshot.session_ref)
+    prev = base.filter(turn__lt=snapshot.turn).order_by("-turn").values_list("turn", flat=True).first()
+    nxt = base.filter(turn__gt=snapshot.turn).order_by("turn").values_list("turn", flat=True).first()
+    return prev, nxt
+
+
+def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
+    """The blocks of a snapshot in order, each with its messages exactly as sent (two queries)."""
+    blocks = list(
+        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref)
+        .order_by("position")
+        .values("position", "key", "kind", "content_hash", "tokens", "estimated", "pinned", "compressed", "refs")
+    )
+    hashes = {b["content_hash"] for b in blocks}
+    contents = {
+        c["hash"]: c
+        for c in BlockContent.objects.filter(project_id=project_id, hash__in=hashes).values("hash", "messages", "chars")
+    }
+    for b in blocks:
+        c = contents.get(b["content_hash"], {})
+        b["messages"] = c.get("messages", [])
+        b["chars"] = c.get("chars", 0)
+    return blocks
+
+
+def snapshots_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Blocks (with messages) of many snapshots at once: two queries whatever their number."""
+    out: dict[int, list[dict[str, Any]]] = {r: [] for r in snapshot_refs}
+    rows = list(
+        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref__in=snapshot_refs)
+        .order_by("snapshot_ref", "position")
+        .values("snapshot_ref", "position", "key", "kind", "content_hash", "tokens", "estimated", "pinned",
+                "compressed", "refs")
+    )
+    hashes = {b["content_hash"] for b in rows}
+    contents = {
+        c["hash"]: c
+        for c in BlockContent.objects.filter(project_id=project_id, hash__in=hashes).values("hash", "messages", "chars")
+    }
+    for b in rows:
+        c = contents.get(b["content_hash"], {})
+        b["messages"] = c.get("messages", [])
+        b["chars"] = c.get("chars", 0)
+        out[b["snapshot_ref"]].append(b)
+    return out
+
+
+def snapshot_events(*, project_id: int, snapshot_ref: int) -> dict[str, list[dict[str, Any]]]:
+    """Compression events, recall items and validation outcomes of one snapshot, in order."""
+    flt = {"project_id": project_id, "snapshot_ref": snapshot_ref}
+    validation = [
+        {"layer": v["layer"], "check": v["check_name"], "passed": v["passed"], "code": v["code"],
+         "message": v["message"], "attempt": v["attempt"]}
+        for v in ValidationOutcome.objects.filter(**flt).order_by("position").values(
+            "layer", "check_name", "passed", "code", "message", "attempt")
+    ]
+    return {
+        "compression": list(
+            CompressionEvent.objects.filter(**flt).order_by("position").values(
+                "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref")
+        ),
+        "recall": list(
+            RecallItem.objects.filter(**flt).order_by("position").values(
+                "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block", "preview")
+        ),
+        "validation": validation,
+    }
+
+
+def snapshot_full(*, snapshot: Snapshot) -> dict[str, Any]:
+    """One snapshot in its wire form (as the SDK sent it) plus everything derived at ingest."""
+    blocks = snapshot_blocks(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
+    events = snapshot_events(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
+    total = snapshot.total_tokens or 0
+    usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
+    return {
+        "snapshot_id": str(snapshot.snapshot_id),
+        "session_id": snapshot.session_id,
+        "turn": snapshot.turn,
+        "agent": snapshot.agent,
+        "ts": snapshot.ts,
+        "model": {
+            "name": snapshot.model_name,
+            "context_window": snapshot.context_window,
+            "reserve_tokens": snapshot.reserve_tokens,
+            "encoding": snapshot.encoding,
+            "counts": "estimated" if snapshot.counts_estimated else "exact",
+        },
+        "params": snapshot.params,
+        "blocks": [
+            {
+                "key": b["key"],
+                "kind": b["kind"],
+                "messages": b["messages"],
+                "tokens": b["tokens"],
+                "estimated": b["estimated"],
+                "pinned": b["pinned"],
+                "compressed": b["compressed"],
+                "refs": b["refs"],
+                "hash": b["content_hash"],
+                "chars": b["chars"],
+                "share": (b["tokens"] / total) if total else 0.0,
+                "window_share": b["tokens"] / usable,
+            }
+            for b in blocks
+        ],
+        **events,
+        "output": snapshot.output,
+        "tags": snapshot.tags,
+        "retries": snapshot.retries,
+        "fallback_used": snapshot.fallback_used,
+        "derived": {
+            "total_tokens": total,
+            "usable_tokens": usable,
+            "watermark": snapshot.watermark,
+            "tier": snapshot.tier,
+            "kind_tokens": snapshot.kind_tokens,
+            "count_drift": snapshot.count_drift,
+            "prompt_tokens_reported": snapshot.prompt_tokens_reported,
+            "prev_turn": snapshot.prev_turn,
+            "change": snapshot.change,
+            "received_at": snapshot.received_at,
+        },
+    }

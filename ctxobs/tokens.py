@@ -46,11 +46,15 @@ _MODEL_PREFIXES: tuple[tuple[str, str], ...] = (
 
 def encoding_for_model(model: str) -> str:
     """The tiktoken encoding OpenAI uses for MODEL; cl100k_base for unknown models."""
+    return _known_encoding(model) or "cl100k_base"
+
+
+def _known_encoding(model: str) -> str | None:
     name = (model or "").lower().split("/")[-1]
     for prefix, enc in _MODEL_PREFIXES:
         if name.startswith(prefix):
             return enc
-    return "cl100k_base"
+    return None
 
 
 def _cached_locally(encoding: str) -> bool:
@@ -98,7 +102,12 @@ def _load(name: str) -> Any:
 
 def get_counter(encoding: str | None = None, model: str | None = None) -> Counter:
     """A counter for ENCODING (or MODEL's encoding), falling back to cl100k_base, estimated."""
-    requested = encoding or encoding_for_model(model or "")
+    if encoding:
+        requested = encoding
+    else:
+        known = _known_encoding(model or "")
+        # A model OpenAI does not tokenize (Llama, Gemma, Qwen...) gets an estimate, never "exact".
+        requested = known or "estimate:cl100k_base"
     with _lock:
         hit = _counters.get(requested)
         if hit is not None:

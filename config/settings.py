@@ -74,6 +74,7 @@ LOGOUT_REDIRECT_URL = "/login/"
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("CTXOBS_STATIC_ROOT") or (BASE_DIR / "staticfiles"))
+CTXOBS_SERVE_STATIC = env_bool("CTXOBS_SERVE_STATIC", True)
 
 # Ingest bodies are read and size-checked by the API itself (see ctxobs.wire.LIMITS).
 DATA_UPLOAD_MAX_MEMORY_SIZE = None

@@ -1,0 +1,224 @@
+"""`manage.py ctxobs_up`: the whole product on one machine, with embedded defaults.
+
+This process owns the embedded PostgreSQL and Redis (started by config.settings when
+DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
+the web server, a Celery worker and the local model server. Ctrl-C stops them all.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from ingest.models import AgentSession, Membership, Project
+from ingest.services import ingest_key_create, project_create
+
+DEMO_PROJECT = "demo"
+DEMO_USER = "demo"
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_http(url: str, timeout: float) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def _secret_file(path: Path, make: Any) -> str:
+    """A local secret for the demo (key, password) kept 0600 under CTXOBS_HOME, reused on rerun."""
+    if path.exists():
+        return path.read_text().strip()
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(value + "\n")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Start ctxobs (web, worker, local model, demo data) with embedded PostgreSQL and Redis."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("CTXOBS_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("CTXOBS_PORT", "8000")))
+        parser.add_argument("--workers", type=int, default=int(os.environ.get("CTXOBS_WEB_WORKERS", "2")))
+        parser.add_argument("--no-model", action="store_true", help="do not start the local model server")
+        parser.add_argument("--no-demo", action="store_true", help="do not run the example agent")
+        parser.add_argument("--demo-sessions", type=int, default=4)
+        parser.add_argument("--demo-turns", type=int, default=10)
+        parser.add_argument("--check", action="store_true",
+                            help="start everything, verify it answers, then stop (used by tests)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        home = Path(settings.CTXOBS_HOME)
+        home.mkdir(parents=True, exist_ok=True)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        logs = home / "logs"
+        logs.mkdir(exist_ok=True)
+
+        self.stdout.write(f"ctxobs: data under {home}")
+        call_command("migrate", interactive=False, verbosity=0)
+        project, key, password = self._demo_project(home)
+        env = dict(os.environ)
+        env["DATABASE_URL"] = settings.DATABASE_URL
+        env["REDIS_URL"] = settings.REDIS_URL
+        env.setdefault("CTXOBS_SERVE_STATIC", "1")
+
+        host, port = opts["host"], opts["port"]
+        if not _port_free(host, port):
+            self.stderr.write(f"ctxobs: port {port} on {host} is taken; pass --port or set CTXOBS_PORT")
+            sys.exit(2)
+        base_url = f"http://{host}:{port}"
+
+        model_base: str | None = None
+        if not opts["no_model"]:
+            model_base = self._start_model(project, env, logs)
+
+        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "config", "worker",
+                               "-Q", "default,replay,alerts", "-c", "2", "-l", "INFO"], env, logs)
+        self._spawn("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application",
+                            "-b", f"{host}:{port}", "-w", str(opts["workers"]), "--threads", "4",
+                            "--timeout", "60", "--access-logfile", "-"], env, logs)
+        if not _wait_http(f"{base_url}/healthz", 60):
+            self.stderr.write(f"ctxobs: the web server did not come up; see {logs / 'web.log'}")
+            self._stop()
+            sys.exit(1)
+
+        self.stdout.write("")
+        self.stdout.write(f"  ctxobs is running at {base_url}/")
+        self.stdout.write(f"  UI login:            {DEMO_USER} / {password}")
+        self.stdout.write(f"  demo ingest key:     {key}")
+        self.stdout.write(f"  API docs:            {base_url}/api/v1/docs")
+        if model_base:
+            self.stdout.write(f"  local model (OpenAI-compatible): {model_base}")
+        self.stdout.write(f"  logs:                {logs}")
+        self.stdout.write("")
+
+        demo_thread: threading.Thread | None = None
+        if not opts["no_demo"] and model_base and not AgentSession.objects.filter(project=project).exists():
+            demo_thread = threading.Thread(
+                target=self._run_demo_agent,
+                args=(model_base, base_url, key, opts["demo_sessions"], opts["demo_turns"], logs),
+                daemon=True,
+            )
+            demo_thread.start()
+
+        if opts["check"]:
+            if demo_thread is not None:
+                demo_thread.join(timeout=900)
+            self._stop()
+            return
+        signal.signal(signal.SIGTERM, lambda *_: (self._stop(), sys.exit(0)))
+        try:
+            while True:
+                for p in self.procs:
+                    if p.poll() is not None:
+                        self.stderr.write(f"ctxobs: a process exited ({p.args[2] if len(p.args) > 2 else p.args}); "
+                                          f"see {logs}")
+                        self._stop()
+                        sys.exit(1)
+                time.sleep(1)
+        except KeyboardInterrupt:
+            self.stdout.write("ctxobs: stopping")
+            self._stop()
+
+    # --- parts ----------------------------------------------------------------
+    def _demo_project(self, home: Path) -> tuple[Project, str, str]:
+        project = Project.objects.filter(name=DEMO_PROJECT).first()
+        key_file = home / "demo-ingest-key"
+        if project is None:
+            project, raw = project_create(name=DEMO_PROJECT)
+            key_file.unlink(missing_ok=True)
+            key = _secret_file(key_file, lambda: raw)
+        else:
+            key = _secret_file(key_file, lambda: ingest_key_create(project=project, name="demo")[1])
+        if not project.allow_private_endpoints:
+            # The embedded model server listens on loopback.
+            project.allow_private_endpoints = True
+            project.save(update_fields=["allow_private_endpoints"])
+        password = _secret_file(home / "demo-password", lambda: secrets.token_urlsafe(9))
+        user_model = get_user_model()
+        user = user_model.objects.filter(username=DEMO_USER).first()
+        if user is None:
+            user = user_model.objects.create_user(DEMO_USER, password=password)
+        elif not user.check_password(password):
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        Membership.objects.get_or_create(project=project, user=user, defaults={"role": Membership.Role.ADMIN})
+        return project, key, password
+
+    def _start_model(self, project: Project, env: dict[str, str], logs: Path) -> str | None:
+        try:
+            from replay import localmodel, services as replay_services
+        except ImportError as exc:
+            self.stderr.write(f"ctxobs: no local model ({exc}); replays need a configured endpoint")
+            return None
+        try:
+            server = localmodel.start(log_path=logs / "model.log")
+        except Exception as exc:  # noqa: BLE001 - the rest of the product still works
+            self.stderr.write(f"ctxobs: the local model server did not start: {exc}")
+            return None
+        self._model_server = server
+        replay_services.local_endpoint_register(project=project, base_url=server.base_url)
+        return server.base_url
+
+    def _run_demo_agent(self, model_base: str, base_url: str, key: str, sessions: int, turns: int,
+                        logs: Path) -> None:
+        root = Path(settings.BASE_DIR)
+        cmd = [sys.executable, str(root / "examples" / "agent_loop.py"), "--base-url", model_base,
+               "--sessions", str(sessions), "--turns", str(turns)]
+        env = dict(os.environ, CTXOBS_ENDPOINT=base_url, CTXOBS_API_KEY=key)
+        with (logs / "demo-agent.log").open("w") as fh:
+            rc = subprocess.call(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(root))
+        if rc == 0:
+            self.stdout.write(f"ctxobs: the example agent filled the demo project ({sessions} sessions)")
+        else:
+            self.stderr.write(f"ctxobs: the example agent failed (exit {rc}); see {logs / 'demo-agent.log'}")
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str], logs: Path) -> None:
+        fh = (logs / f"{name}.log").open("a")
+        self.procs.append(subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                           cwd=str(settings.BASE_DIR)))
+
+    def _stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        server = getattr(self, "_model_server", None)
+        if server is not None:
+            server.stop()

@@ -42,8 +42,9 @@ class CtxobsDeliveryError(Exception):
     """What `on_error` receives: why some snapshots did not (or not yet) reach the server.
 
     `kind` is one of: rejected (the API refused the item; not retried), auth (401/403),
-    unreachable (retries exhausted), too_large (one item over the body limit), prepare
-    (redaction or encoding failed; the item is dropped rather than sent unredacted).
+    unreachable (retries exhausted), too_large (one item over the body limit), invalid (the
+    wire validator refused it locally), prepare (redaction or encoding failed; the item is
+    dropped rather than sent unredacted).
     """
 
     def __init__(
@@ -328,21 +329,30 @@ class Transport:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
             body = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=str).encode()
         except Exception as exc:  # noqa: BLE001
-            log.warning("ctxobs.transport.prepare_failed snapshot_id=%s error=%s", sid, type(exc).__name__)
+            errors = getattr(exc, "errors", None)
+            kind = "invalid" if isinstance(errors, list) else "prepare"
+            log.warning("ctxobs.transport.prepare_failed snapshot_id=%s kind=%s", sid, kind)
             with self._cond:
                 self._stats.failed += 1
-            self._report(CtxobsDeliveryError(
-                "prepare", f"preparing the snapshot failed: {type(exc).__name__}", snapshot_ids=[sid]
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    kind,
+                    str(exc) if kind == "invalid" else f"preparing the snapshot failed: {type(exc).__name__}",
+                    snapshot_ids=[sid],
+                    errors=errors if isinstance(errors, list) else None,
+                )
+            )
             return None
         if len(body) + _BATCH_OVERHEAD > LIMITS.max_body_bytes:
             with self._cond:
                 self._stats.failed += 1
-            self._report(CtxobsDeliveryError(
-                "too_large",
-                f"snapshot is {len(body)} bytes, over the limit max_body_bytes={LIMITS.max_body_bytes}",
-                snapshot_ids=[sid],
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    "too_large",
+                    f"snapshot is {len(body)} bytes, over the limit max_body_bytes={LIMITS.max_body_bytes}",
+                    snapshot_ids=[sid],
+                )
+            )
             return None
         return _Item(sid, body)
 
@@ -352,6 +362,10 @@ class Transport:
         """POST ITEMS in body-size-bounded batches with retries; synchronous. Never raises."""
         report = DeliveryReport()
         for chunk in _chunks(items, self.batch_size, LIMITS.max_body_bytes):
+            if report.unsent:
+                # The server just proved unreachable: the rest waits for the next attempt.
+                report.unsent.extend(chunk)
+                continue
             self._deliver_chunk(chunk, report, interruptible)
         return report
 
@@ -371,7 +385,10 @@ class Transport:
                 retry_after = resp.retry_after
                 log.info(
                     "ctxobs.transport.retry status=%s attempt=%d items=%d detail=%s",
-                    resp.status, attempt + 1, len(chunk), resp.detail,
+                    resp.status,
+                    attempt + 1,
+                    len(chunk),
+                    resp.detail,
                 )
                 continue
             self._down = False
@@ -392,25 +409,37 @@ class Transport:
             self._deliver_chunk(chunk[half:], report, interruptible)
         elif resp.kind == "too_large":
             report.rejected.append(chunk[0].snapshot_id)
-            self._report(CtxobsDeliveryError(
-                "too_large", "the server refused the snapshot as too large (413)",
-                snapshot_ids=[chunk[0].snapshot_id], status=413,
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    "too_large",
+                    "the server refused the snapshot as too large (413)",
+                    snapshot_ids=[chunk[0].snapshot_id],
+                    status=413,
+                )
+            )
         elif resp.kind == "auth":
             log.warning("ctxobs.transport.auth_failed status=%s items=%d", resp.status, len(chunk))
-            self._report(CtxobsDeliveryError(
-                "auth", f"the server refused the API key ({resp.status})",
-                snapshot_ids=[i.snapshot_id for i in chunk], status=resp.status,
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    "auth",
+                    f"the server refused the API key ({resp.status})",
+                    snapshot_ids=[i.snapshot_id for i in chunk],
+                    status=resp.status,
+                )
+            )
             # Valid data sent with a wrong key: keep it (spool) for a later `ctxobs push`.
             report.refused.extend(chunk)
         else:
             report.rejected.extend(i.snapshot_id for i in chunk)
             log.warning("ctxobs.transport.batch_rejected status=%s items=%d", resp.status, len(chunk))
-            self._report(CtxobsDeliveryError(
-                "rejected", f"the server rejected the batch ({resp.status}): {resp.detail}",
-                snapshot_ids=[i.snapshot_id for i in chunk], status=resp.status,
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    "rejected",
+                    f"the server rejected the batch ({resp.status}): {resp.detail}",
+                    snapshot_ids=[i.snapshot_id for i in chunk],
+                    status=resp.status,
+                )
+            )
 
     def _apply_results(self, chunk: list[_Item], resp: _Response, report: DeliveryReport) -> None:
         by_index: dict[int, dict[str, Any]] = {}
@@ -431,10 +460,15 @@ class Transport:
                 summary = "; ".join(
                     f"{e.get('loc')}: {e.get('msg')}" for e in errors[:5] if isinstance(e, dict)
                 )
-                self._report(CtxobsDeliveryError(
-                    "rejected", summary or "rejected by the server",
-                    snapshot_ids=[item.snapshot_id], status=resp.status, errors=errors,
-                ))
+                self._report(
+                    CtxobsDeliveryError(
+                        "rejected",
+                        summary or "rejected by the server",
+                        snapshot_ids=[item.snapshot_id],
+                        status=resp.status,
+                        errors=errors,
+                    )
+                )
             else:
                 report.created.append(item.snapshot_id)
 
@@ -499,10 +533,13 @@ class Transport:
         with self._cond:
             self._stats.failed += len(items)
         if not already_reported:
-            self._report(CtxobsDeliveryError(
-                "unreachable", f"gave up on {len(items)} snapshots after retries",
-                snapshot_ids=[i.snapshot_id for i in items],
-            ))
+            self._report(
+                CtxobsDeliveryError(
+                    "unreachable",
+                    f"gave up on {len(items)} snapshots after retries",
+                    snapshot_ids=[i.snapshot_id for i in items],
+                )
+            )
 
     def _spool(self, items: list[_Item]) -> bool:
         assert self.spool_path is not None

@@ -263,7 +263,9 @@ def _block(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
     tokens = _opt_int(b, "tokens", loc, err)
     refs = _list(b, "refs", loc, err, LIMITS.max_list_items, "max_list_items")
     if any(not isinstance(r, str) for r in refs):
-        err.add((*loc, "refs"), "must be a list of strings", "send each externalised original's id as a string")
+        err.add(
+            (*loc, "refs"), "must be a list of strings", "send each externalised original's id as a string"
+        )
         refs = []
     return {
         "key": key,
@@ -336,7 +338,11 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
         return None
     channel = r.get("channel") or "other"
     if channel not in RECALL_CHANNELS:
-        err.add((*loc, "channel"), f"unknown channel {str(channel)[:40]!r}", f"use one of: {', '.join(RECALL_CHANNELS)}")
+        err.add(
+            (*loc, "channel"),
+            f"unknown channel {str(channel)[:40]!r}",
+            f"use one of: {', '.join(RECALL_CHANNELS)}",
+        )
         channel = "other"
     return {
         "memory_id": _req_str(r, "memory_id", loc, err, LIMITS.max_id_chars),
@@ -357,7 +363,11 @@ def _validation(v: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         return None
     layer = v.get("layer")
     if layer not in VALIDATION_LAYERS:
-        err.add((*loc, "layer"), f"unknown layer {str(layer)[:40]!r}", f"use one of: {', '.join(VALIDATION_LAYERS)}")
+        err.add(
+            (*loc, "layer"),
+            f"unknown layer {str(layer)[:40]!r}",
+            f"use one of: {', '.join(VALIDATION_LAYERS)}",
+        )
         layer = "structure"
     passed = v.get("passed")
     if not isinstance(passed, bool):
@@ -452,11 +462,14 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
     raw_blocks = item.get("blocks")
     blocks: list[dict[str, Any]] = []
     if not isinstance(raw_blocks, list) or not raw_blocks:
-        err.add((*loc, "blocks"), "field required: a non-empty list", "send the blocks of the prompt in order")
+        err.add(
+            (*loc, "blocks"), "field required: a non-empty list", "send the blocks of the prompt in order"
+        )
     elif len(raw_blocks) > LIMITS.max_blocks_per_snapshot:
         err.add(
             (*loc, "blocks"),
-            f"{len(raw_blocks)} blocks exceed the limit max_blocks_per_snapshot={LIMITS.max_blocks_per_snapshot}",
+            f"{len(raw_blocks)} blocks exceed the limit "
+            f"max_blocks_per_snapshot={LIMITS.max_blocks_per_snapshot}",
             "merge small blocks of the same kind",
         )
     else:
@@ -485,7 +498,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
         err.add((*loc, "tags"), "must be an object of string values", "send tags as {'env': 'prod'}")
         tags = {}
     elif len(tags) > LIMITS.max_tags:
-        err.add((*loc, "tags"), f"{len(tags)} tags exceed the limit max_tags={LIMITS.max_tags}", "send fewer tags")
+        err.add(
+            (*loc, "tags"), f"{len(tags)} tags exceed the limit max_tags={LIMITS.max_tags}", "send fewer tags"
+        )
         tags = {}
     else:
         tags = {str(k)[:128]: str(v)[: LIMITS.max_text_chars] for k, v in tags.items()}
@@ -512,7 +527,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
     }, []
 
 
-def tier_for(watermark: float, thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)) -> str:
+def tier_for(
+    watermark: float, thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)
+) -> str:
     """Tier of a watermark: ok < warn < compress < force < break (thresholds are fractions)."""
     warn, compress, force, brk = thresholds
     if watermark >= brk:

@@ -1,0 +1,489 @@
+"""`instrument_openai()`: record every `chat.completions.create` call of an openai client.
+
+The agent's code stays as it is. Each call's messages are split into blocks by a partitioner
+(default below; a message can name its block with `ctxobs_block` or `ctxobs.tag()`), the
+ctxobs fields and `ctxobs_*` keyword arguments are stripped before the request reaches the
+provider, and the snapshot is recorded after the reply — for a stream, after its last chunk,
+with the chunks passed through unchanged. The openai package is never imported here: the
+client is duck-typed, so the SDK keeps its dependencies.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
+from ctxobs.client import (
+    TAG_BLOCK,
+    TAG_KIND,
+    TAG_PINNED,
+    Client,
+    Message,
+    Turn,
+    clean_message,
+    current_session,
+    default_client,
+    kind_for_key,
+    output_from,
+    usage_from,
+)
+
+log = logging.getLogger("ctxobs.instrument")
+
+Partitioner = Callable[[list[Message]], list[dict[str, Any]]]
+
+# Request arguments that are transport details, not model parameters.
+_NOT_PARAMS = frozenset(
+    {"messages", "model", "tools", "functions", "extra_headers", "extra_query", "extra_body", "timeout"}
+)
+
+
+def _is_tool_exchange(m: Message) -> bool:
+    return m.get("role") in ("tool", "function") or (
+        m.get("role") == "assistant" and bool(m.get("tool_calls"))
+    )
+
+
+def default_partitioner(messages: list[Message]) -> list[dict[str, Any]]:
+    """Split a chat request into blocks.
+
+    Leading system/developer messages -> `system`; the last user message -> `user`; the tool
+    exchange after it (assistant tool calls and tool results of this turn) -> `tool_results`;
+    everything else, earlier tool results included, -> `history`. A message tagged with
+    `ctxobs_block` goes to that block. Consecutive messages of one key form one block; a key
+    that comes back later gets a suffix (`history.2`) because blocks are kept in send order.
+    """
+    n = len(messages)
+    untagged = [not m.get(TAG_BLOCK) for m in messages]
+    last_user = next(
+        (i for i in range(n - 1, -1, -1) if untagged[i] and messages[i].get("role") == "user"), -1
+    )
+    exchange_from = n
+    while exchange_from > last_user + 1 and _is_tool_exchange(messages[exchange_from - 1]):
+        exchange_from -= 1
+    keys: list[str] = []
+    leading = True
+    for i, m in enumerate(messages):
+        if not untagged[i]:
+            keys.append(str(m[TAG_BLOCK]))
+            continue
+        if leading and m.get("role") in ("system", "developer"):
+            keys.append("system")
+            continue
+        leading = False
+        if i == last_user:
+            keys.append("user")
+        elif i >= exchange_from:
+            keys.append("tool_results")
+        else:
+            keys.append("history")
+    blocks: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for key, m in zip(keys, messages, strict=True):
+        if blocks and blocks[-1]["_base"] == key:
+            blocks[-1]["messages"].append(m)
+            blocks[-1]["pinned"] = blocks[-1]["pinned"] or bool(m.get(TAG_PINNED))
+            continue
+        seen[key] = seen.get(key, 0) + 1
+        blocks.append(
+            {
+                "_base": key,
+                "key": key if seen[key] == 1 else f"{key}.{seen[key]}",
+                "kind": str(m.get(TAG_KIND) or kind_for_key(key)),
+                "messages": [m],
+                "pinned": bool(m.get(TAG_PINNED)),
+            }
+        )
+    for b in blocks:
+        del b["_base"]
+    return blocks
+
+
+def _has_tags(m: Any) -> bool:
+    return isinstance(m, dict) and any(isinstance(k, str) and k.startswith("ctxobs_") for k in m)
+
+
+def strip_request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(kwargs without any ctxobs field, the popped `ctxobs_*` options). Never mutates input."""
+    opts = {k: v for k, v in kwargs.items() if k.startswith("ctxobs_")}
+    clean = {k: v for k, v in kwargs.items() if not k.startswith("ctxobs_")}
+    msgs = clean.get("messages")
+    if isinstance(msgs, list) and any(_has_tags(m) for m in msgs):
+        clean["messages"] = [clean_message(m) if _has_tags(m) else m for m in msgs]
+    return clean, opts
+
+
+def _param_value(v: Any) -> bool:
+    # openai's NOT_GIVEN / Omit sentinels mean "not sent".
+    return type(v).__name__ not in ("NotGiven", "Omit")
+
+
+@dataclass
+class _Call:
+    session_id: str
+    turn: int
+    agent: str
+    model: str
+    context_window: int
+    tags: dict[str, str]
+    messages: list[Any]
+    tools: list[Any] | None
+    params: dict[str, Any]
+    ts: str
+    t0: float = field(default_factory=time.perf_counter)
+
+
+class _Instrumentation:
+    def __init__(
+        self,
+        obs: Client | None,
+        partitioner: Partitioner | None,
+        context_window: int | None,
+        agent: str | None,
+    ) -> None:
+        self._obs = obs
+        self.partitioner = partitioner or default_partitioner
+        self.context_window = context_window
+        self.agent = agent
+
+    @property
+    def obs(self) -> Client:
+        # Resolved lazily so instrumenting at import time does not read the environment early.
+        if self._obs is None:
+            self._obs = default_client()
+        return self._obs
+
+    def begin(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], _Call | None]:
+        clean, opts = strip_request(kwargs)
+        try:
+            return clean, self._call(clean, opts, kwargs.get("messages"))
+        except Exception:  # noqa: BLE001 - observing must never stop the request
+            log.exception("ctxobs.instrument.begin_failed")
+            return clean, None
+
+    def _call(self, clean: dict[str, Any], opts: dict[str, Any], messages: Any) -> _Call | None:
+        from ctxobs.client import now_iso
+
+        if not isinstance(messages, list):
+            return None
+        obs = self.obs
+        if obs.disabled:
+            return None
+        ctx = current_session()
+        sid = str(opts.get("ctxobs_session") or (ctx.session_id if ctx else obs.default_session_id))
+        if not obs.sampled(sid):
+            obs.transport.count_sampled_out()
+            return None
+        model = str(clean.get("model") or "")
+        tags = {
+            **obs.tags,
+            **(ctx.tags if ctx else {}),
+            **{k: str(v) for k, v in (opts.get("ctxobs_tags") or {}).items()},
+        }
+        window = opts.get("ctxobs_context_window") or self.context_window or context_window_for(model)
+        if not window:
+            window = DEFAULT_CONTEXT_WINDOW
+            tags.setdefault("ctxobs.window", "assumed")
+        explicit_turn = opts.get("ctxobs_turn")
+        tools = clean.get("tools") or clean.get("functions")
+        return _Call(
+            session_id=sid,
+            turn=obs.next_turn(sid, int(explicit_turn) if explicit_turn is not None else None),
+            agent=str(
+                opts.get("ctxobs_agent")
+                or (ctx.agent if ctx and ctx.agent else "")
+                or self.agent
+                or obs.agent
+            ),
+            model=model,
+            context_window=int(window),
+            tags=tags,
+            messages=list(messages),
+            tools=list(tools) if isinstance(tools, list | tuple) else None,
+            params={k: v for k, v in clean.items() if k not in _NOT_PARAMS and _param_value(v)},
+            ts=now_iso(),
+        )
+
+    def finish(
+        self, call: _Call | None, output: dict[str, Any] | None, error: BaseException | None = None
+    ) -> None:
+        if call is None:
+            return
+        try:
+            latency = (time.perf_counter() - call.t0) * 1000
+            if output is not None:
+                output["latency_ms"] = round(latency, 3)
+            turn = self._turn(call)
+            if error is not None:
+                turn.tags.setdefault("error", type(error).__name__)
+            turn._output = output
+            turn.record()
+        except Exception:  # noqa: BLE001
+            log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
+
+    def _turn(self, call: _Call) -> Turn:
+        obs = self.obs
+        turn = Turn(
+            obs,
+            session_id=call.session_id,
+            turn=call.turn,
+            agent=call.agent,
+            model=call.model,
+            context_window=call.context_window,
+            reserve_tokens=None,
+            encoding=None,
+            params=call.params,
+            tags=call.tags,
+        )
+        turn.ts = call.ts
+        normalized = [m if isinstance(m, dict) else clean_message(m) for m in call.messages]
+        blocks = self.partitioner(normalized)
+        # Tool definitions sit after the system prompt, where providers render them.
+        tools_at = -1
+        if call.tools:
+            tools_at = next((i for i, b in enumerate(blocks) if b.get("kind") != "system"), len(blocks))
+        seen: set[str] = {"tools"} if call.tools else set()
+        for i, b in enumerate(blocks):
+            if i == tools_at:
+                turn.tools(call.tools or [])
+            key = str(b.get("key") or "other")
+            while key in seen:
+                key += "+"
+            seen.add(key)
+            turn.block(key, list(b.get("messages") or []), kind=b.get("kind"), pinned=bool(b.get("pinned")))
+        if call.tools and tools_at == len(blocks):
+            turn.tools(call.tools)
+        return turn
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+class _StreamAccumulator:
+    """Rebuilds the reply (text, tool calls, finish reason, usage) from streamed chunks."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason = ""
+        self.usage: dict[str, int] = {}
+        self.chunks = 0
+
+    def feed(self, chunk: Any) -> None:
+        self.chunks += 1
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            self.usage = usage_from(usage)
+        for choice in _get(chunk, "choices") or []:
+            if (_get(choice, "index") or 0) != 0:
+                continue
+            delta = _get(choice, "delta")
+            if delta is not None:
+                content = _get(delta, "content")
+                if isinstance(content, str):
+                    self.text.append(content)
+                for tc in _get(delta, "tool_calls") or []:
+                    idx = _get(tc, "index") or 0
+                    call = self.calls.setdefault(
+                        idx, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
+                    if _get(tc, "id"):
+                        call["id"] = _get(tc, "id")
+                    fn = _get(tc, "function")
+                    if fn is not None:
+                        if _get(fn, "name"):
+                            call["function"]["name"] += _get(fn, "name")
+                        if _get(fn, "arguments"):
+                            call["function"]["arguments"] += _get(fn, "arguments")
+            if _get(choice, "finish_reason"):
+                self.finish_reason = str(_get(choice, "finish_reason"))
+
+    def output(self) -> dict[str, Any]:
+        return {
+            "text": "".join(self.text) if self.text or not self.calls else None,
+            "tool_calls": [self.calls[i] for i in sorted(self.calls)],
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+        }
+
+
+class _StreamBase:
+    def __init__(self, stream: Any, inst: _Instrumentation, call: _Call | None) -> None:
+        self._stream = stream
+        self._inst = inst
+        self._call = call
+        self._acc = _StreamAccumulator()
+        self._done = False
+
+    def _feed(self, chunk: Any) -> None:
+        if self._call is None:
+            return
+        try:
+            self._acc.feed(chunk)
+        except Exception:  # noqa: BLE001 - an unexpected chunk shape must not break the stream
+            log.debug("ctxobs.instrument.chunk_unreadable")
+
+    def _finish(self, *, complete: bool, error: BaseException | None = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._call is not None and not complete and error is None:
+            self._call.tags.setdefault("ctxobs.stream", "incomplete")
+        self._inst.finish(self._call, self._acc.output() if self._call is not None else None, error)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class InstrumentedStream(_StreamBase):
+    """Wraps an openai `Stream`: yields its chunks unchanged, records the snapshot at the end."""
+
+    def __iter__(self) -> InstrumentedStream:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            chunk = next(self._stream)
+        except StopIteration:
+            self._finish(complete=True)
+            raise
+        except BaseException as exc:
+            self._finish(complete=False, error=exc)
+            raise
+        self._feed(chunk)
+        return chunk
+
+    def __enter__(self) -> InstrumentedStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._stream, "close", None)
+            if callable(close):
+                close()
+        finally:
+            self._finish(complete=False)
+
+
+class AsyncInstrumentedStream(_StreamBase):
+    """Wraps an openai `AsyncStream` like `InstrumentedStream`."""
+
+    def __aiter__(self) -> AsyncInstrumentedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            chunk = await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._finish(complete=True)
+            raise
+        except BaseException as exc:
+            self._finish(complete=False, error=exc)
+            raise
+        self._feed(chunk)
+        return chunk
+
+    async def __aenter__(self) -> AsyncInstrumentedStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        try:
+            close = getattr(self._stream, "close", None)
+            if callable(close):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            self._finish(complete=False)
+
+    async def aclose(self) -> None:
+        await self.close()
+
+
+def instrument_openai(
+    client: Any,
+    obs: Client | None = None,
+    partitioner: Partitioner | None = None,
+    *,
+    context_window: int | None = None,
+    agent: str | None = None,
+) -> Any:
+    """Record every `client.chat.completions.create` call (openai.OpenAI or AsyncOpenAI).
+
+    Returns CLIENT, patched in place; instrumenting twice is a no-op. Per-call options go in
+    stripped keyword arguments: `ctxobs_session`, `ctxobs_turn`, `ctxobs_agent`,
+    `ctxobs_tags`, `ctxobs_context_window`; or use `with ctxobs.session(...)`.
+    """
+    completions = client.chat.completions
+    if getattr(completions, "_ctxobs_original_create", None) is not None:
+        return client
+    original = completions.create
+    inst = _Instrumentation(obs, partitioner, context_window, agent)
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def acreate(*args: Any, **kwargs: Any) -> Any:
+            clean, call = inst.begin(kwargs)
+            try:
+                resp = await original(*args, **clean)
+            except BaseException as exc:
+                inst.finish(call, None, exc)
+                raise
+            if clean.get("stream") is True:
+                return AsyncInstrumentedStream(resp, inst, call)
+            inst.finish(call, _safe_output(resp))
+            return resp
+
+        completions.create = acreate
+    else:
+
+        @functools.wraps(original)
+        def create(*args: Any, **kwargs: Any) -> Any:
+            clean, call = inst.begin(kwargs)
+            try:
+                resp = original(*args, **clean)
+            except BaseException as exc:
+                inst.finish(call, None, exc)
+                raise
+            if clean.get("stream") is True:
+                return InstrumentedStream(resp, inst, call)
+            inst.finish(call, _safe_output(resp))
+            return resp
+
+        completions.create = create
+    completions._ctxobs_original_create = original
+    return client
+
+
+def uninstrument_openai(client: Any) -> Any:
+    """Undo `instrument_openai(CLIENT)`."""
+    completions = client.chat.completions
+    original = getattr(completions, "_ctxobs_original_create", None)
+    if original is not None:
+        del completions.create
+        completions._ctxobs_original_create = None
+    return client
+
+
+def _safe_output(resp: Any) -> dict[str, Any] | None:
+    try:
+        return output_from(resp)
+    except Exception:  # noqa: BLE001
+        log.debug("ctxobs.instrument.output_unreadable type=%s", type(resp).__name__)
+        return None

@@ -1,0 +1,159 @@
+"""Token counting: OpenAI's per-message rule, exact vs estimated, and the content cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import ctxobs
+from ctxobs import tokens
+
+# The example from OpenAI's cookbook "How to count tokens with tiktoken": 129 prompt tokens
+# for gpt-3.5-turbo-0613 / gpt-4-0613 (cl100k_base).
+COOKBOOK = [
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that translates corporate "
+        "jargon into plain English.",
+    },
+    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Things working well together will increase revenue.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more bandwidth to touch "
+        "base on opportunities for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean for the client deliverable.",
+    },
+]
+
+
+class CountingEncoding:
+    """Wraps the real tiktoken encoding and counts how often text is actually tokenized."""
+
+    def __init__(self, enc: Any) -> None:
+        self.enc = enc
+        self.calls = 0
+
+    def encode(self, text: str, **kw: Any) -> list[int]:
+        self.calls += 1
+        return self.enc.encode(text, **kw)
+
+
+def counting_counter() -> tuple[tokens.Counter, CountingEncoding]:
+    real = tokens.get_counter("cl100k_base")
+    enc = CountingEncoding(real._enc)
+    return tokens.Counter("cl100k_base", "cl100k_base", True, enc), enc
+
+
+def test_cookbook_example_counts_129_prompt_tokens_under_cl100k() -> None:
+    counter = tokens.get_counter(model="gpt-3.5-turbo-0613")
+    assert counter.used == "cl100k_base" and counter.exact
+    assert tokens.prompt_tokens(COOKBOOK, counter) == 129
+    assert tokens.cached_messages_tokens(COOKBOOK, counter, tokens.TokenCache()) + tokens.REPLY_PRIMING == 129
+
+
+def test_turn_total_matches_the_cookbook_count_and_is_exact_for_an_openai_model() -> None:
+    obs = ctxobs.Client(disabled=True)
+    with obs.turn(session_id="s", model="gpt-3.5-turbo-0613") as t:
+        t.block("system", COOKBOOK[:5])
+        t.block("user", COOKBOOK[5:])
+    assert t.tokens() == 129
+    snap = t.snapshot()
+    assert snap["model"]["counts"] == "exact" and snap["model"]["encoding"] == "cl100k_base"
+    assert all("estimated" not in b for b in snap["blocks"])
+    assert sum(b["tokens"] for b in snap["blocks"]) + tokens.REPLY_PRIMING == 129
+
+
+@pytest.mark.parametrize(
+    "model", ["gemma-3-270m-it", "llama-3.1-8b", "my-own-model"], ids=["gemma", "llama", "unknown"]
+)
+def test_non_openai_models_are_counted_with_cl100k_and_marked_estimated(model: str) -> None:
+    obs = ctxobs.Client(disabled=True)
+    t = obs.turn(session_id="s", model=model)
+    t.block("user", [{"role": "user", "content": "hello"}])
+    snap = t.snapshot()
+    assert snap["model"]["counts"] == "estimated"
+    assert snap["blocks"][0]["estimated"] is True
+    assert ctxobs.validate_snapshot(snap)[1] == []
+
+
+def test_unchanged_message_is_tokenized_once_then_served_from_cache() -> None:
+    counter, enc = counting_counter()
+    cache = tokens.TokenCache()
+    system = [{"role": "system", "content": "You are a careful travel agent. " * 200}]
+    first = tokens.cached_messages_tokens(system, counter, cache)
+    calls_after_first = enc.calls
+    for _ in range(50):
+        # A fresh but equal dict and string each time: keyed by content, not identity.
+        again = [{"role": "system", "content": "You are a careful travel agent. " * 200}]
+        assert tokens.cached_messages_tokens(again, counter, cache) == first
+    assert enc.calls == calls_after_first
+    assert cache.hits == 50 and cache.misses == 1
+
+
+def test_changed_content_is_counted_again() -> None:
+    counter, enc = counting_counter()
+    cache = tokens.TokenCache()
+    a = tokens.cached_messages_tokens([{"role": "user", "content": "one two"}], counter, cache)
+    b = tokens.cached_messages_tokens([{"role": "user", "content": "one two three"}], counter, cache)
+    assert b == a + 1
+    assert cache.misses == 2
+
+
+def test_tool_definitions_are_counted_once_and_add_to_the_prompt() -> None:
+    counter, enc = counting_counter()
+    cache = tokens.TokenCache()
+    tools_list = [
+        {
+            "type": "function",
+            "function": {
+                "name": "search_flights",
+                "description": "Search flights",
+                "parameters": {"type": "object", "properties": {"day": {"type": "string"}}},
+            },
+        }
+    ]
+    n = tokens.cached_tools_tokens(tools_list, counter, cache)
+    assert n == tokens.tools_tokens(tools_list, counter) > 9
+    calls = enc.calls
+    assert tokens.cached_tools_tokens([dict(tools_list[0])], counter, cache) == n
+    assert enc.calls == calls
+
+
+def test_ctxobs_tag_fields_do_not_count() -> None:
+    counter = tokens.get_counter("cl100k_base")
+    plain = {"role": "user", "content": "hi there"}
+    tagged = ctxobs.tag(dict(plain), "memory", kind="memory")
+    assert tokens.message_tokens(tagged, counter) == tokens.message_tokens(plain, counter)
+
+
+def test_server_facing_functions_keep_their_behaviour() -> None:
+    assert tokens.encoding_for_model("gpt-4o-mini") == "o200k_base"
+    assert tokens.encoding_for_model("gpt-4-0613") == "cl100k_base"
+    assert tokens.encoding_for_model("anything-else") == "cl100k_base"
+    c = tokens.get_counter(model="gpt-4-0613")
+    assert tokens.messages_tokens(COOKBOOK, c) == 126
+    assert tokens.message_tokens({"role": "user", "content": ""}, c) == 4
+
+
+def test_turn_watermark_uses_window_minus_reserve() -> None:
+    obs = ctxobs.Client(disabled=True)
+    t = obs.turn(session_id="s", model="gemma-3-270m", context_window=1000)
+    t.block("user", [{"role": "user", "content": "word " * 400}])
+    assert t.reserve_tokens == 150
+    assert t.watermark() == pytest.approx(t.tokens() / 850)
+    assert t.tier() in ("ok", "warn", "compress", "force", "break")

@@ -15,6 +15,8 @@ from typing import Any
 from config.env import ctxobs_home
 
 logger = logging.getLogger(__name__)
+# pgserver logs every postgres command it runs, with a format string that breaks logging.
+logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 _pg_server: Any = None
 _redis_server: Any = None

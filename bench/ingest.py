@@ -1,0 +1,309 @@
+"""Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
+
+    python bench/ingest.py [--batches 200] [--concurrency 4] [--web-workers 2]
+
+Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
+port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
+previous turn of their 50-turn session) in batches of 100, then COPYs the same rows straight
+into the same tables. The last line printed is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import httpx  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from ctxobs.wire import content_hash  # noqa: E402
+from ingest.models import Project  # noqa: E402
+from ingest.services import project_create  # noqa: E402
+
+WORDS = ("context window token memory recall summary history tool result flight hotel booking "
+         "refund order status customer constraint budget seat window aisle guangzhou friday").split()
+TURNS_PER_SESSION = 50
+BATCH = 100
+
+
+def text(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+class SessionGen:
+    """One agent session: stable blocks repeat, history/tool results/user input change per turn."""
+
+    def __init__(self, rng: random.Random, sid: str) -> None:
+        self.rng, self.sid, self.turn = rng, sid, 0
+        # ~0.75 words per token: block sizes add up to about 6k tokens.
+        self.stable = {
+            "system": text(rng, 300), "tools": text(rng, 600), "constraints": text(rng, 80),
+            "memory": text(rng, 220), "retrieval_1": text(rng, 450), "retrieval_2": text(rng, 450),
+            "retrieval_3": text(rng, 450), "other": text(rng, 40),
+        }
+        self.summary = text(rng, 350)
+        self.history: list[str] = []
+        self.t0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def next(self) -> dict[str, Any]:
+        rng, t = self.rng, self.turn
+        self.turn += 1
+        self.history.append(text(rng, 25))
+        if len(self.history) > 30:  # a rolling summary every so often
+            self.history = self.history[-10:]
+            self.summary = text(rng, 350)
+        kinds = [("system", "system"), ("tools", "tools"), ("constraints", "constraints"), ("memory", "memory"),
+                 ("summary", "summary"), ("history", "history"), ("retrieval_1", "retrieval"),
+                 ("retrieval_2", "retrieval"), ("retrieval_3", "retrieval"), ("tool_results", "tool_results"),
+                 ("other", "other"), ("user", "user")]
+        blocks = []
+        for key, kind in kinds:
+            if key == "summary":
+                msgs = [{"role": "system", "content": self.summary}]
+            elif key == "history":
+                msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": h}
+                        for i, h in enumerate(self.history[-12:])]
+            elif key == "tool_results":
+                msgs = [{"role": "tool", "tool_call_id": f"c{t}", "content": text(rng, 600)}]
+            elif key == "user":
+                msgs = [{"role": "user", "content": text(rng, 20)}]
+            else:
+                msgs = [{"role": "system", "content": self.stable[key]}]
+            words = sum(len((m["content"] or "").split()) for m in msgs)
+            blocks.append({"key": key, "kind": kind, "messages": msgs, "tokens": int(words * 1.33) + 3 * len(msgs)})
+        return {
+            "snapshot_id": str(uuid.uuid4()), "session_id": self.sid, "turn": t, "agent": "bench-agent",
+            "ts": (self.t0 + timedelta(seconds=t)).isoformat(),
+            "model": {"name": "gpt-4o", "context_window": 128000, "encoding": "o200k_base"},
+            "params": {"temperature": 0}, "blocks": blocks,
+            "output": {"text": text(rng, 30), "finish_reason": "stop",
+                       "usage": {"prompt_tokens": sum(b["tokens"] for b in blocks), "completion_tokens": 40},
+                       "latency_ms": 800},
+        }
+
+
+def make_batches(n_batches: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Batches of 100 snapshots: 100 sessions advance one turn per batch, 50 turns each."""
+    rng = random.Random(seed)
+    sessions: list[SessionGen] = []
+    batches = []
+    for b in range(n_batches):
+        if b % TURNS_PER_SESSION == 0:
+            sessions = [SessionGen(rng, f"bench-{seed}-{b}-{i}") for i in range(BATCH)]
+        batches.append([s.next() for s in sessions])
+    return batches
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REDIS_URL=settings.REDIS_URL,
+               CTXOBS_INGEST_RATE_LIMIT="0", CTXOBS_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+         "--timeout", "120", "--log-level", "warning"],
+        cwd=str(ROOT), env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("gunicorn did not start")
+
+
+def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: list[int] = []
+    lock = threading.Lock()
+    it = iter(bodies)
+
+    def worker() -> None:
+        with httpx.Client(base_url=base, timeout=120,
+                          headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}) as c:
+            while True:
+                with lock:
+                    body = next(it, None)
+                if body is None:
+                    return
+                t0 = time.perf_counter()
+                r = c.post("/api/v1/snapshots", content=body)
+                dt = time.perf_counter() - t0
+                with lock:
+                    latencies.append(dt)
+                    if r.status_code != 200:
+                        errors.append(r.status_code)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    lat = sorted(latencies)
+    return {
+        "elapsed_s": elapsed,
+        "snapshots_per_s": len(bodies) * BATCH / elapsed,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "errors": len(errors),
+    }
+
+
+def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
+    """The same rows COPYed straight into the same tables: the store's physical limit."""
+    pid = project.pk
+    now = datetime.now(UTC)
+    t0 = time.perf_counter()
+    with connection.cursor() as cur:
+        raw = cur.cursor
+        cur.execute("SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s)",
+                    [sum(len(b) for b in batches)])
+        ids = iter([r[0] for r in cur.fetchall()])
+        seen: set[str] = set()
+        with raw.copy("COPY ingest_snapshot (project_id, id, snapshot_id, session_ref, session_id, turn, agent, ts,"
+                      " received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params,"
+                      " tags, total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall,"
+                      " n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,"
+                      " change) FROM STDIN") as snap_copy:
+            block_rows = []
+            content_rows = []
+            for batch in batches:
+                for s in batch:
+                    sid = next(ids)
+                    total = sum(b["tokens"] for b in s["blocks"])
+                    snap_copy.write_row((pid, sid, s["snapshot_id"], 0, s["session_id"], s["turn"], s["agent"],
+                                         s["ts"], now, "gpt-4o", 128000, 19200, "o200k_base", False, "{}", "{}",
+                                         total, total / 108800, "ok", "{}", 12, 0, 0, 0, 0, 0, 0, False,
+                                         json.dumps(s["output"]), "{}"))
+                    for pos, b in enumerate(s["blocks"]):
+                        h = content_hash(b["messages"])
+                        block_rows.append((pid, sid, pos, b["key"], b["kind"], h, b["tokens"], False, False, False, "[]"))
+                        if h not in seen:
+                            seen.add(h)
+                            content_rows.append((pid, h, json.dumps(b["messages"]), 0, b["tokens"], "o200k_base", now))
+        with raw.copy("COPY ingest_snapshotblock (project_id, snapshot_ref, position, key, kind, content_hash, tokens,"
+                      " estimated, pinned, compressed, refs) FROM STDIN") as c:
+            for row in block_rows:
+                c.write_row(row)
+        with raw.copy("COPY ingest_blockcontent (project_id, hash, messages, chars, tokens, encoding, created_at)"
+                      " FROM STDIN") as c:
+            for row in content_rows:
+                c.write_row(row)
+    connection.commit() if not connection.get_autocommit() else None
+    elapsed = time.perf_counter() - t0
+    return sum(len(b) for b in batches) / elapsed
+
+
+def stored_bytes(project: Project) -> tuple[float, float]:
+    """(bytes stored per snapshot, bytes per snapshot if every block's text were stored every turn)."""
+    pid = project.pk
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT
+              (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM ingest_snapshot s WHERE s.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(b.*)), 0) FROM ingest_snapshotblock b WHERE b.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM ingest_blockcontent c WHERE c.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(c.messages)), 0) FROM ingest_snapshotblock b
+                 JOIN ingest_blockcontent c ON c.project_id = b.project_id AND c.hash = b.content_hash
+                 WHERE b.project_id = %(p)s),
+              (SELECT count(*) FROM ingest_snapshot s WHERE s.project_id = %(p)s)
+            """,
+            {"p": pid},
+        )
+        snap_b, block_b, content_b, naive_text_b, n = cur.fetchone()
+    n = max(1, n)
+    actual = (snap_b + block_b + content_b) / n
+    naive = (snap_b + block_b + naive_text_b) / n
+    return actual, naive
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=200, help="batches of 100 snapshots (multiple of 50)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--web-workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
+    http_project, key = project_create(name=f"bench-http-{stamp}")
+    copy_project, _ = project_create(name=f"bench-copy-{stamp}")
+
+    print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
+    batches = make_batches(args.batches, args.seed)
+    bodies = [json.dumps({"snapshots": b}).encode() for b in batches]
+    avg_tokens = statistics.mean(sum(bl["tokens"] for bl in s["blocks"]) for s in batches[0])
+    print(f"body size {len(bodies[0]) / 1e6:.2f} MB per batch, ~{avg_tokens:.0f} tokens per snapshot", flush=True)
+
+    proc, base = start_server(args.web_workers)
+    try:
+        # Warm-up (connections, caches), not counted.
+        warm_batches = make_batches(2, args.seed + 1)
+        http_ingest(base, key, [json.dumps({"snapshots": b}).encode() for b in warm_batches], 2)
+        http = http_ingest(base, key, bodies, args.concurrency)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(f"http: {http}", flush=True)
+
+    copy_rate = raw_copy(copy_project, batches)
+    print(f"raw COPY: {copy_rate:.0f} snapshots/s", flush=True)
+    actual, naive = stored_bytes(http_project)
+    result = {
+        "bench": "ingest",
+        "snapshots": args.batches * BATCH,
+        "batch_size": BATCH,
+        "concurrency": args.concurrency,
+        "web_workers": args.web_workers,
+        "tokens_per_snapshot": round(avg_tokens),
+        "http_snapshots_per_s": round(http["snapshots_per_s"]),
+        "raw_copy_snapshots_per_s": round(copy_rate),
+        "http_vs_copy": round(http["snapshots_per_s"] / copy_rate, 3),
+        "p50_request_ms": round(http["p50_ms"], 1),
+        "p99_request_ms": round(http["p99_ms"], 1),
+        "http_errors": http["errors"],
+        "stored_bytes_per_snapshot": round(actual),
+        "naive_bytes_per_snapshot": round(naive),
+        "stored_vs_naive": round(actual / naive, 3),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Replay API: preview, start, read and cancel jobs. Thin handlers over services/selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
+from ninja import Router
+
+from ingest.auth import Caller, bearer_token
+from ingest.errors import AuthError
+from ingest.errors import NotFound as IngestNotFound
+from ingest.models import Membership
+from ingest.services import ingest_key_authenticate
+from replay import selectors, services
+from replay.errors import Forbidden, NotFound
+from replay.models import ReplayJob, ReplayRun
+from replay.schemas import Detail, JobOut, PreviewOut, ReplayIn
+
+router = Router(tags=["replays"])
+
+
+def _csrf_ok(request: HttpRequest) -> bool:
+    # A session cookie rides along on cross-site requests: unsafe methods need the CSRF token.
+    reason = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
+    return reason is None
+
+
+class ReplayAuth:
+    """An ingest key of the project, or a logged-in member with at least ROLE (the project
+    from `?project=<id>` when the user belongs to several)."""
+
+    def __init__(self, role: str = "viewer") -> None:
+        self.role = role
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        token = bearer_token(request)
+        if token is not None or not request.user.is_authenticated:
+            key = ingest_key_authenticate(raw=token)
+            return Caller(project=key.project, key=key)
+        memberships = Membership.objects.select_related("project").filter(user=request.user)
+        wanted = request.GET.get("project")
+        if wanted:
+            if not wanted.isdigit():
+                raise IngestNotFound("no such project")
+            memberships = memberships.filter(project_id=int(wanted))
+        found = list(memberships[:2])
+        if not found:
+            raise IngestNotFound("no such project")
+        if len(found) > 1:
+            raise AuthError("you belong to several projects: pass ?project=<id>")
+        m = found[0]
+        if not m.at_least(self.role):
+            raise Forbidden(f"this needs the {self.role} role")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not _csrf_ok(request):
+            raise Forbidden("CSRF check failed: send the X-CSRFToken header")
+        return Caller(project=m.project, membership=m)
+
+
+def _spec(payload: ReplayIn) -> dict[str, Any]:
+    spec = payload.dict(exclude_none=True, exclude={"endpoint_id"})
+    if "operations" in spec:
+        spec["operations"] = [{k: v for k, v in op.items() if v is not None} for op in spec["operations"]]
+    if "filter" in spec:
+        spec["filter"] = {k: v for k, v in spec["filter"].items() if v is not None}
+    return spec
+
+
+def _endpoint(caller: Caller, endpoint_id: int | None) -> Any:
+    if endpoint_id is None:
+        return None
+    ep = selectors.endpoint_get(project=caller.project, endpoint_id=endpoint_id)
+    if ep is None:
+        raise NotFound("no such endpoint in this project")
+    return ep
+
+
+def _run_out(r: ReplayRun) -> dict[str, Any]:
+    return {
+        "id": r.pk,
+        "sample": r.sample,
+        "status": r.status,
+        "attempts": r.attempts,
+        "error": r.error,
+        "output_text": r.output_text,
+        "tool_calls": r.tool_calls,
+        "finish_reason": r.finish_reason,
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "latency_ms": r.latency_ms,
+    }
+
+
+def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": job.pk,
+        "kind": job.kind,
+        "title": job.title,
+        "status": job.status,
+        "endpoint": job.endpoint.name,
+        "samples": job.samples,
+        "estimate": job.estimate,
+        "n_runs": job.n_runs,
+        "n_done": job.n_done,
+        "n_failed": job.n_failed,
+        "n_cancelled": job.n_cancelled,
+        "progress": job.progress,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "url": reverse("replay:detail", kwargs={"project_id": job.project_id, "job_id": job.pk}),
+    }
+    if full:
+        res = selectors.job_results(job=job)
+        turns = []
+        for t in res["turns"]:
+            variants = []
+            entries = ([t["baseline"]] if t["baseline"] else []) + t["variants"]
+            for e in entries:
+                v = e["variant"]
+                variants.append(
+                    {
+                        "id": v.pk,
+                        "snapshot_id": str(v.snapshot_uuid),
+                        "session_id": v.session_id,
+                        "turn": v.turn,
+                        "label": v.label,
+                        "operations": v.operations,
+                        "is_baseline": v.is_baseline,
+                        "target_key": v.target_key,
+                        "runs": [_run_out(r) for r in e["runs"]],
+                        "effect": e.get("effect"),
+                        "changed": e.get("changed"),
+                        "tool_calls_match": e.get("tool_calls_match"),
+                        "prompt_tokens_delta": e.get("prompt_tokens_delta"),
+                    }
+                )
+            turns.append(
+                {
+                    "snapshot_id": str(t["snapshot_uuid"]),
+                    "session_id": t["session_id"],
+                    "turn": t["turn"],
+                    "noise": t["noise"],
+                    "variants": variants,
+                }
+            )
+        out["turns"] = turns
+        out["summary"] = res["summary"]
+    return out
+
+
+@router.post(
+    "/replays/preview",
+    auth=ReplayAuth("editor"),
+    response={200: PreviewOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
+    summary="What a replay job would run and cost, without starting it",
+)
+def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    plan = services.replay_job_plan(project=caller.project, spec=_spec(payload))
+    return {
+        "kind": plan.kind,
+        "title": plan.title,
+        "estimate": plan.estimate,
+        "skipped": plan.skipped,
+        "variants": [
+            {
+                "snapshot_id": str(s.snapshot_uuid),
+                "session_id": s.session_id,
+                "turn": s.turn,
+                "label": p.label,
+                "operations": p.operations,
+                "is_baseline": p.is_baseline,
+                "samples": p.samples,
+            }
+            for s in plan.snapshots
+            for p in s.plans
+        ],
+    }
+
+
+@router.post(
+    "/replays",
+    auth=ReplayAuth("editor"),
+    response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
+    summary="Start a replay job (one model call per variant and sample)",
+)
+def replay_create(request: HttpRequest, payload: ReplayIn) -> tuple[int, dict[str, Any]]:
+    caller = request.auth  # type: ignore[attr-defined]
+    job = services.replay_job_create(
+        project=caller.project,
+        spec=_spec(payload),
+        endpoint=_endpoint(caller, payload.endpoint_id),
+        user=caller.membership.user if caller.membership else None,
+    )
+    return 201, _job_out(job, full=False)
+
+
+@router.get(
+    "/replays/{job_id}",
+    auth=ReplayAuth("viewer"),
+    response={200: JobOut, 401: Detail, 404: Detail},
+    summary="A replay job: progress, runs, and each variant's effect against the noise floor",
+)
+def replay_get(request: HttpRequest, job_id: int) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    job = selectors.job_get(project=caller.project, job_id=job_id)
+    if job is None:
+        raise NotFound("no such replay job")
+    return _job_out(job, full=True)
+
+
+@router.post(
+    "/replays/{job_id}/cancel",
+    auth=ReplayAuth("editor"),
+    response={200: JobOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Cancel a replay job",
+)
+def replay_cancel(request: HttpRequest, job_id: int) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    job = selectors.job_get(project=caller.project, job_id=job_id)
+    if job is None:
+        raise NotFound("no such replay job")
+    return _job_out(services.replay_job_cancel(job=job), full=False)

@@ -1,0 +1,162 @@
+"""Comparison of model outputs (ORM-free): similarity, word diff, tool calls, noise floor."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from difflib import SequenceMatcher
+from itertools import combinations
+from typing import Any
+
+_WORDS = re.compile(r"\S+")
+_SPLIT = re.compile(r"(\s+)")
+# Distances are floats; an effect equal to the baseline's largest spread is still noise.
+NOISE_EPS = 1e-9
+
+
+def words(text: str | None) -> list[str]:
+    return _WORDS.findall(text or "")
+
+
+def similarity(a: str | None, b: str | None) -> float:
+    """Edit-distance based similarity of two texts on words: 1.0 same words, 0.0 nothing shared."""
+    wa, wb = words(a), words(b)
+    if not wa and not wb:
+        return 1.0
+    return SequenceMatcher(None, wa, wb, autojunk=False).ratio()
+
+
+def distance(a: str | None, b: str | None) -> float:
+    return 1.0 - similarity(a, b)
+
+
+def word_diff(a: str | None, b: str | None) -> list[dict[str, str]]:
+    """Segments turning A into B word by word: [{"op": "equal"|"delete"|"insert", "text": ...}].
+    Whitespace is kept with the word before it, so joining the segments of one side gives it back.
+    The text is raw: templates escape it."""
+    ta = [t for t in _SPLIT.split(a or "") if t]
+    tb = [t for t in _SPLIT.split(b or "") if t]
+    # Compare on words, carry the whitespace along.
+    ua = _units(ta)
+    ub = _units(tb)
+    sm = SequenceMatcher(None, [u.strip() for u in ua], [u.strip() for u in ub], autojunk=False)
+    out: list[dict[str, str]] = []
+
+    def add(op: str, text: str) -> None:
+        if not text:
+            return
+        if out and out[-1]["op"] == op:
+            out[-1]["text"] += text
+        else:
+            out.append({"op": op, "text": text})
+
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            add("equal", "".join(ub[j1:j2]))
+        else:
+            add("delete", "".join(ua[i1:i2]))
+            add("insert", "".join(ub[j1:j2]))
+    return out
+
+
+def _units(tokens: list[str]) -> list[str]:
+    units: list[str] = []
+    for t in tokens:
+        if t.isspace() and units:
+            units[-1] += t
+        else:
+            units.append(t)
+    return units
+
+
+def canonical_tool_calls(tool_calls: list[Any] | None) -> list[tuple[str, str]]:
+    """(name, arguments as canonical JSON) per call; arguments that are not JSON stay as text."""
+    out = []
+    for c in tool_calls or []:
+        fn = (c or {}).get("function") or {}
+        name = str(fn.get("name") or (c or {}).get("name") or "")
+        args = fn.get("arguments", (c or {}).get("arguments", ""))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                out.append((name, args))
+                continue
+        out.append((name, json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)))
+    return out
+
+
+def tool_calls_match(a: list[Any] | None, b: list[Any] | None) -> bool:
+    return canonical_tool_calls(a) == canonical_tool_calls(b)
+
+
+def cosine(a: list[float] | None, b: list[float] | None) -> float | None:
+    if not a or not b or len(a) != len(b):
+        return None
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    if na == 0 or nb == 0:
+        return None
+    return dot / (na * nb)
+
+
+def noise_floor(texts: list[str]) -> dict[str, Any]:
+    """The spread of the baseline samples: pairwise word distances, their max and mean
+    (0 with fewer than two samples or identical samples)."""
+    pairs = [distance(a, b) for a, b in combinations(texts, 2)]
+    return {
+        "samples": len(texts),
+        "pairwise": pairs,
+        "max": max(pairs) if pairs else 0.0,
+        "mean": sum(pairs) / len(pairs) if pairs else 0.0,
+        "exact_all": len(set(texts)) <= 1,
+    }
+
+
+def effect(text: str, baseline_texts: list[str], noise: dict[str, Any]) -> dict[str, Any]:
+    """How far TEXT is from the baseline samples, against their own spread."""
+    if not baseline_texts:
+        return {"distance": None, "min_distance": None, "within_noise": None, "exact_baseline": None}
+    dists = [distance(text, b) for b in baseline_texts]
+    mean = sum(dists) / len(dists)
+    return {
+        "distance": mean,
+        "min_distance": min(dists),
+        "within_noise": mean <= noise["max"] + NOISE_EPS,
+        "exact_baseline": any(text == b for b in baseline_texts),
+    }
+
+
+def compare(
+    *,
+    a_text: str | None,
+    b_text: str | None,
+    a_tool_calls: list[Any] | None = None,
+    b_tool_calls: list[Any] | None = None,
+    a_usage: dict[str, Any] | None = None,
+    b_usage: dict[str, Any] | None = None,
+    a_embedding: list[float] | None = None,
+    b_embedding: list[float] | None = None,
+) -> dict[str, Any]:
+    """Everything the side-by-side page shows about B against A."""
+    au, bu = a_usage or {}, b_usage or {}
+
+    def delta(key: str) -> float | None:
+        x, y = au.get(key), bu.get(key)
+        return None if x is None or y is None else y - x
+
+    return {
+        "exact": (a_text or "") == (b_text or "") and tool_calls_match(a_tool_calls, b_tool_calls),
+        "text_exact": (a_text or "") == (b_text or ""),
+        "similarity": similarity(a_text, b_text),
+        "embedding_similarity": cosine(a_embedding, b_embedding),
+        "tool_calls_match": tool_calls_match(a_tool_calls, b_tool_calls),
+        "a_tool_calls": canonical_tool_calls(a_tool_calls),
+        "b_tool_calls": canonical_tool_calls(b_tool_calls),
+        "prompt_tokens_delta": delta("prompt_tokens"),
+        "completion_tokens_delta": delta("completion_tokens"),
+        "latency_ms_delta": delta("latency_ms"),
+        "diff": word_diff(a_text, b_text),
+    }

@@ -1,0 +1,243 @@
+"""Talking to an OpenAI-compatible server: base URL checks and one model call (ORM-free).
+
+Errors are sorted into transient ones (429, 5xx, timeouts, refused connections), which the
+caller may retry after `retry_after` seconds, and permanent ones, which end the run.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+from replay.errors import EndpointError
+
+MAX_RETRY_AFTER_S = 120.0
+
+
+class CallError(Exception):
+    """A model call that failed; `transient` says whether a retry may succeed."""
+
+    def __init__(
+        self, reason: str, *, transient: bool, retry_after: float | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.transient = transient
+        self.retry_after = retry_after
+        self.status = status
+
+
+@dataclass
+class CallResult:
+    text: str
+    tool_calls: list[Any] = field(default_factory=list)
+    finish_reason: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+
+
+def _is_private(addr: str) -> bool:
+    ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def validate_base_url(base_url: str, *, allow_private: bool, resolve: bool = True) -> str:
+    """BASE_URL normalised (no trailing slash), or EndpointError: http/https only, a host, no
+    credentials in the URL, and — unless ALLOW_PRIVATE — no loopback, private, link-local or
+    otherwise non-public address (checked on every address the name resolves to)."""
+    url = (base_url or "").strip()
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https"):
+        raise EndpointError("the base URL must start with http:// or https://")
+    if not parsed.hostname:
+        raise EndpointError("the base URL needs a host name")
+    if parsed.username or parsed.password:
+        raise EndpointError("put the API key in its own field, not in the URL")
+    if parsed.query or parsed.fragment:
+        raise EndpointError("the base URL takes no query string or fragment")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise EndpointError("the base URL has an invalid port") from None
+    if not allow_private:
+        host = parsed.hostname
+        try:
+            addrs = (
+                [host]
+                if _literal_ip(host)
+                else (
+                    [ai[4][0] for ai in socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)]
+                    if resolve
+                    else []
+                )
+            )
+        except socket.gaierror:
+            raise EndpointError(f"the host {host[:100]!r} does not resolve") from None
+        if host.lower() in ("localhost", "localhost.localdomain") or any(_is_private(a) for a in addrs):
+            raise EndpointError(
+                "this address is loopback or private; the project must allow private endpoints to use it"
+            )
+    return url.rstrip("/")
+
+
+def _literal_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(raw)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return min(MAX_RETRY_AFTER_S, max(0.0, when.timestamp() - time.time()))
+
+
+def _headers(api_key: str) -> dict[str, str]:
+    h = {"Content-Type": "application/json"}
+    if api_key:
+        h["Authorization"] = f"Bearer {api_key}"
+    return h
+
+
+def post_json(
+    *,
+    base_url: str,
+    path: str,
+    body: dict[str, Any],
+    api_key: str,
+    timeout: float,
+    client: httpx.Client | None = None,
+) -> tuple[dict[str, Any], float]:
+    """POST BODY to BASE_URL+PATH; the JSON answer and the round trip in ms, or CallError."""
+    url = base_url.rstrip("/") + path
+    t0 = time.perf_counter()
+    try:
+        if client is not None:
+            resp = client.post(url, json=body, headers=_headers(api_key), timeout=timeout)
+        else:
+            resp = httpx.post(url, json=body, headers=_headers(api_key), timeout=timeout)
+    except httpx.TimeoutException:
+        raise CallError(f"timed out after {timeout:g}s", transient=True) from None
+    except httpx.TransportError as exc:
+        raise CallError(f"connection failed ({type(exc).__name__})", transient=True) from None
+    ms = (time.perf_counter() - t0) * 1000.0
+    if resp.status_code == 429 or resp.status_code >= 500:
+        raise CallError(
+            f"HTTP {resp.status_code} from the model server",
+            transient=True,
+            retry_after=_retry_after(resp.headers),
+            status=resp.status_code,
+        )
+    if resp.status_code >= 400:
+        raise CallError(
+            f"HTTP {resp.status_code} from the model server: {_error_detail(resp)}",
+            transient=False,
+            status=resp.status_code,
+        )
+    try:
+        data = resp.json()
+    except ValueError:
+        raise CallError("the model server did not answer with JSON", transient=False) from None
+    if not isinstance(data, dict):
+        raise CallError("the model server answered with unexpected JSON", transient=False)
+    return data, ms
+
+
+def _error_detail(resp: httpx.Response) -> str:
+    # The provider's own message, shortened; it never contains our key.
+    try:
+        data = resp.json()
+        err = data.get("error") if isinstance(data, dict) else None
+        msg = err.get("message") if isinstance(err, dict) else (err or data.get("detail"))
+        return str(msg)[:200] if msg else resp.reason_phrase
+    except ValueError:
+        return resp.reason_phrase
+
+
+def complete(
+    *,
+    base_url: str,
+    path: str,
+    body: dict[str, Any],
+    api_key: str,
+    timeout: float,
+    client: httpx.Client | None = None,
+) -> CallResult:
+    """One model call (chat or completions, by PATH) and its output, usage and latency."""
+    data, ms = post_json(
+        base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout, client=client
+    )
+    choices = data.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        raise CallError("the model server answered without choices", transient=False)
+    ch = choices[0]
+    usage = data.get("usage") or {}
+    if path == "/completions":
+        text = ch.get("text") or ""
+        tool_calls: list[Any] = []
+    else:
+        msg = ch.get("message") or {}
+        text = msg.get("content") or ""
+        tool_calls = msg.get("tool_calls") or []
+    return CallResult(
+        text=text if isinstance(text, str) else str(text),
+        tool_calls=tool_calls if isinstance(tool_calls, list) else [],
+        finish_reason=str(ch.get("finish_reason") or ""),
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        latency_ms=ms,
+    )
+
+
+def embed(*, base_url: str, model: str, text: str, api_key: str, timeout: float) -> list[float]:
+    data, _ = post_json(
+        base_url=base_url,
+        path="/embeddings",
+        body={"model": model, "input": text},
+        api_key=api_key,
+        timeout=timeout,
+    )
+    try:
+        vec = data["data"][0]["embedding"]
+    except (KeyError, IndexError, TypeError):
+        raise CallError("the embeddings answer has no vector", transient=False) from None
+    return [float(x) for x in vec]
+
+
+def connection_check(*, base_url: str, model: str, mode: str, api_key: str, timeout: float = 20.0) -> str:
+    """A one-token call; a short success description, or CallError."""
+    if mode == "completions":
+        path, body = "/completions", {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+    else:
+        path, body = (
+            "/chat/completions",
+            {
+                "model": model,
+                "max_tokens": 1,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "Hello"}],
+            },
+        )
+    res = complete(base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout)
+    return f"ok: answered in {res.latency_ms:.0f} ms"

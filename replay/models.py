@@ -1,0 +1,172 @@
+"""Replay storage: model endpoints, jobs, their variants and one run per (job, variant, sample).
+
+Snapshots are referenced by (project_id, snapshot_ref) like the ingest hot tables do; replay
+never writes ingest tables.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from ingest.models import Project
+
+
+class ModelEndpoint(models.Model):
+    """An OpenAI-compatible server a project replays against. The API key is stored encrypted
+    (replay.crypto) and never shown again."""
+
+    class Mode(models.TextChoices):
+        # The completions API with a transcript we render ourselves: every message reaches the
+        # model, whatever chat template the server would otherwise apply.
+        COMPLETIONS = "completions", "completions (transcript rendered by ctxobs)"
+        CHAT = "chat", "chat completions (messages sent as saved)"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_endpoints")
+    name = models.CharField(max_length=100)
+    base_url = models.CharField(max_length=500)
+    model = models.CharField(max_length=200)
+    mode = models.CharField(max_length=20, choices=Mode.choices, default=Mode.CHAT)
+    api_key_encrypted = models.TextField(blank=True, default="")
+    api_key_hint = models.CharField(max_length=12, blank=True, default="")
+    default_params = models.JSONField(default=dict, blank=True)
+    embeddings_model = models.CharField(max_length=200, blank=True, default="")
+    timeout_s = models.FloatField(default=60.0)
+    is_default = models.BooleanField(default=False)
+    is_local = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    last_test_at = models.DateTimeField(null=True, blank=True)
+    last_test_ok = models.BooleanField(null=True, blank=True)
+    last_test_detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["project", "-is_default", "name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_endpoint_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model})"
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key_encrypted)
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+JOB_FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class ReplayJob(models.Model):
+    class Kind(models.TextChoices):
+        PLAIN = "plain", "replay"
+        WITHOUT = "without", "without a block"
+        MOVE = "move", "move a block"
+        LEAVE_ONE_OUT = "loo", "leave-one-out"
+        BATCH = "batch", "one variant over many turns"
+        CUSTOM = "custom", "custom variant"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="replay_jobs")
+    endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="jobs")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    title = models.CharField(max_length=300, blank=True, default="")
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.PENDING)
+    spec = models.JSONField(default=dict)  # what was asked: snapshots, operations, filter
+    params = models.JSONField(default=dict)  # sampling overrides on top of snapshot + endpoint params
+    samples = models.PositiveSmallIntegerField(default=3)  # baseline replays for the noise floor
+    estimate = models.JSONField(default=dict)  # {"model_calls": n, "prompt_tokens": n}
+    n_runs = models.IntegerField(default=0)
+    n_done = models.IntegerField(default=0)
+    n_failed = models.IntegerField(default=0)
+    n_cancelled = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"], name="replay_job_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.kind}, {self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in JOB_FINISHED
+
+    @property
+    def progress(self) -> float:
+        return (self.n_done + self.n_failed + self.n_cancelled) / self.n_runs if self.n_runs else 1.0
+
+
+class ReplayVariant(models.Model):
+    """One context to send: a saved snapshot's blocks plus operations (none for the baseline)."""
+
+    job = models.ForeignKey(ReplayJob, on_delete=models.CASCADE, related_name="variants")
+    position = models.IntegerField()
+    snapshot_ref = models.BigIntegerField()  # ingest Snapshot.id within job.project
+    snapshot_uuid = models.UUIDField()
+    session_id = models.CharField(max_length=256, blank=True, default="")
+    turn = models.IntegerField(default=0)
+    label = models.CharField(max_length=300)
+    operations = models.JSONField(default=list)
+    is_baseline = models.BooleanField(default=False)
+    target_key = models.CharField(max_length=128, blank=True, default="")  # the block acted on, if one
+    samples = models.PositiveSmallIntegerField(default=1)
+    prompt_tokens_est = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "position"]
+        constraints = [models.UniqueConstraint(fields=["job", "position"], name="uniq_variant_position")]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class ReplayRun(models.Model):
+    """One model call: (job, variant, sample). pending -> running -> done | failed | cancelled."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    job = models.ForeignKey(ReplayJob, on_delete=models.CASCADE, related_name="runs")
+    variant = models.ForeignKey(ReplayVariant, on_delete=models.CASCADE, related_name="runs")
+    sample = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    claim = models.UUIDField(null=True, blank=True)  # the worker allowed to call the model
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    model_calls = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True, default="")
+    output_text = models.TextField(blank=True, default="")
+    tool_calls = models.JSONField(default=list, blank=True)
+    finish_reason = models.CharField(max_length=50, blank=True, default="")
+    prompt_tokens = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)  # the model's own time (HTTP round trip)
+    work_ms = models.FloatField(null=True, blank=True)  # the whole unit: render, call, store
+    embedding = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "variant", "sample"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "variant", "sample"], name="uniq_run_unit"),
+        ]
+        indexes = [models.Index(fields=["job", "status"], name="replay_run_status_idx")]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.status})"

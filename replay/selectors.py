@@ -1,0 +1,214 @@
+"""Reads of the replay app: endpoints, jobs, and a job's results against its noise floor."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import QuerySet
+
+from ingest import selectors as ingest_selectors
+from ingest.models import Project
+from replay import diff
+from replay.models import ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+
+
+def endpoints_list(*, project: Project) -> list[ModelEndpoint]:
+    return list(ModelEndpoint.objects.filter(project=project).order_by("-is_default", "name"))
+
+
+def endpoint_get(*, project: Project, endpoint_id: int) -> ModelEndpoint | None:
+    return ModelEndpoint.objects.filter(project=project, pk=endpoint_id).first()
+
+
+def endpoint_default(*, project: Project) -> ModelEndpoint | None:
+    return ModelEndpoint.objects.filter(project=project, is_default=True).first()
+
+
+def jobs_list(*, project: Project, limit: int = 100) -> QuerySet[ReplayJob]:
+    return (
+        ReplayJob.objects.filter(project=project)
+        .select_related("endpoint")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def jobs_for_snapshot(*, project: Project, snapshot_ref: int, limit: int = 10) -> list[ReplayJob]:
+    ids = (
+        ReplayVariant.objects.filter(job__project=project, snapshot_ref=snapshot_ref)
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
+    return list(ReplayJob.objects.filter(pk__in=ids).order_by("-created_at")[:limit])
+
+
+def job_get(*, project: Project, job_id: int) -> ReplayJob | None:
+    return ReplayJob.objects.select_related("endpoint").filter(project=project, pk=job_id).first()
+
+
+def _usage(run: ReplayRun | None) -> dict[str, Any]:
+    if run is None:
+        return {}
+    return {
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "latency_ms": run.latency_ms,
+    }
+
+
+def job_results(*, job: ReplayJob) -> dict[str, Any]:
+    """Per turn: the baseline samples and their spread (the noise floor), and each variant's
+    effect against it; plus the leave-one-out bars and the many-turn summary. Two queries."""
+    variants = list(ReplayVariant.objects.filter(job=job).order_by("position"))
+    runs = list(ReplayRun.objects.filter(job=job).order_by("variant_id", "sample"))
+    by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
+    for r in runs:
+        by_variant[r.variant_id].append(r)
+    turns: dict[int, dict[str, Any]] = {}
+    for v in variants:
+        t = turns.setdefault(
+            v.snapshot_ref,
+            {
+                "snapshot_ref": v.snapshot_ref,
+                "snapshot_uuid": v.snapshot_uuid,
+                "session_id": v.session_id,
+                "turn": v.turn,
+                "baseline": None,
+                "variants": [],
+            },
+        )
+        entry = {"variant": v, "runs": by_variant.get(v.pk, [])}
+        if v.is_baseline:
+            t["baseline"] = entry
+        else:
+            t["variants"].append(entry)
+    for t in turns.values():
+        base_runs = [r for r in (t["baseline"] or {}).get("runs", []) if r.status == ReplayRun.Status.DONE]
+        texts = [r.output_text for r in base_runs]
+        t["noise"] = diff.noise_floor(texts)
+        t["baseline_done"] = len(base_runs)
+        t["baseline_runs"] = base_runs
+        for e in t["variants"]:
+            done = [r for r in e["runs"] if r.status == ReplayRun.Status.DONE]
+            e["run"] = done[0] if done else (e["runs"][0] if e["runs"] else None)
+            if done and base_runs:
+                e["effect"] = diff.effect(done[0].output_text, texts, t["noise"])
+                e["tool_calls_match"] = diff.tool_calls_match(done[0].tool_calls, base_runs[0].tool_calls)
+                e["changed"] = not e["effect"]["within_noise"] or not e["tool_calls_match"]
+                e["prompt_tokens_delta"] = (
+                    None
+                    if done[0].prompt_tokens is None or base_runs[0].prompt_tokens is None
+                    else done[0].prompt_tokens - base_runs[0].prompt_tokens
+                )
+            else:
+                e["effect"] = None
+                e["changed"] = None
+                e["tool_calls_match"] = None
+                e["prompt_tokens_delta"] = None
+    ordered = sorted(turns.values(), key=lambda t: (t["session_id"], t["turn"]))
+    summary: dict[str, dict[str, Any]] = {}
+    for t in ordered:
+        for e in t["variants"]:
+            s = summary.setdefault(
+                e["variant"].label,
+                {"label": e["variant"].label, "turns": 0, "measured": 0, "changed": 0, "exact": 0},
+            )
+            s["turns"] += 1
+            if e["changed"] is not None:
+                s["measured"] += 1
+                s["changed"] += int(bool(e["changed"]))
+                s["exact"] += int(bool(e["effect"] and e["effect"]["exact_baseline"]))
+    failures = [r for r in runs if r.status == ReplayRun.Status.FAILED]
+    return {
+        "turns": ordered,
+        "summary": list(summary.values()),
+        "failures": failures,
+        "variants": variants,
+        "runs": runs,
+    }
+
+
+def loo_figure(*, turn: dict[str, Any]) -> dict[str, Any] | None:
+    """A plotly bar per block (distance of the answer without it from the baseline) with the
+    baseline's own spread as a band; None until something is measured."""
+    bars = [(e["variant"].target_key, e["effect"]["distance"]) for e in turn["variants"] if e.get("effect")]
+    if not bars:
+        return None
+    import plotly.graph_objects as go
+
+    noise = turn["noise"]
+    keys = [k for k, _ in bars]
+    fig = go.Figure()
+    fig.add_bar(
+        x=keys,
+        y=[d for _, d in bars],
+        name="distance from baseline",
+        marker_color=["#c0392b" if d > noise["max"] + diff.NOISE_EPS else "#95a5a6" for _, d in bars],
+    )
+    fig.add_hrect(
+        y0=0,
+        y1=max(noise["max"], 0.002),
+        fillcolor="#3498db",
+        opacity=0.2,
+        line_width=0,
+        annotation_text=f"noise (max {noise['max']:.3f}, mean {noise['mean']:.3f})",
+        annotation_position="top left",
+    )
+    fig.update_layout(
+        yaxis={"title": "1 - word similarity", "range": [0, 1.05]},
+        xaxis={"title": "block removed"},
+        margin={"l": 50, "r": 20, "t": 30, "b": 50},
+        height=360,
+        showlegend=False,
+    )
+    return fig.to_plotly_json()
+
+
+def run_compare(*, job: ReplayJob, run: ReplayRun) -> dict[str, Any]:
+    """RUN beside the original answer and beside the first baseline sample of its turn."""
+    variant = run.variant
+    snap = ingest_selectors.snapshot_by_uuid(project=job.project, snapshot_id=variant.snapshot_uuid)
+    original = (snap.output if snap else None) or {}
+    baseline = (
+        ReplayRun.objects.filter(
+            job=job,
+            variant__snapshot_ref=variant.snapshot_ref,
+            variant__is_baseline=True,
+            status=ReplayRun.Status.DONE,
+        )
+        .order_by("sample")
+        .first()
+    )
+    orig_usage = {**(original.get("usage") or {}), "latency_ms": original.get("latency_ms")}
+    vs_original = (
+        diff.compare(
+            a_text=original.get("text"),
+            b_text=run.output_text,
+            a_tool_calls=original.get("tool_calls"),
+            b_tool_calls=run.tool_calls,
+            a_usage=orig_usage,
+            b_usage=_usage(run),
+        )
+        if original
+        else None
+    )
+    vs_baseline = None
+    if baseline is not None and baseline.pk != run.pk:
+        vs_baseline = diff.compare(
+            a_text=baseline.output_text,
+            b_text=run.output_text,
+            a_tool_calls=baseline.tool_calls,
+            b_tool_calls=run.tool_calls,
+            a_usage=_usage(baseline),
+            b_usage=_usage(run),
+            a_embedding=baseline.embedding,
+            b_embedding=run.embedding,
+        )
+    return {
+        "snapshot": snap,
+        "original": original,
+        "baseline": baseline,
+        "vs_original": vs_original,
+        "vs_baseline": vs_baseline,
+        "variant": variant,
+    }

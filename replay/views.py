@@ -1,0 +1,257 @@
+"""Replay pages: jobs (confirm, progress, results, side-by-side) and the project's endpoints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from ingest.access import project_access
+from replay import selectors, services
+from replay.errors import ReplayError
+from replay.models import ModelEndpoint, ReplayRun
+
+SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
+
+
+def _spec_from_post(data: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {k: data.get(k) for k in SPEC_FIELDS if data.get(k)}
+    spec.setdefault("kind", "plain")
+    try:
+        spec["samples"] = int(data.get("samples") or 3)
+    except ValueError:
+        raise ReplayError("samples must be a whole number") from None
+    params: dict[str, Any] = {}
+    if data.get("max_tokens"):
+        try:
+            params["max_tokens"] = int(data["max_tokens"])
+        except ValueError:
+            raise ReplayError("max tokens must be a whole number") from None
+    if data.get("temperature"):
+        try:
+            params["temperature"] = float(data["temperature"])
+        except ValueError:
+            raise ReplayError("temperature must be a number") from None
+    if params:
+        spec["params"] = params
+    flt = {
+        k: data.get(f"filter_{k}")
+        for k in ("q", "agent", "model", "tier", "min_watermark")
+        if data.get(f"filter_{k}")
+    }
+    if flt:
+        if "min_watermark" in flt:
+            try:
+                flt["min_watermark"] = float(flt["min_watermark"])
+            except ValueError:
+                raise ReplayError("the minimum watermark must be a number") from None
+        spec["filter"] = flt
+    if data.get("operations"):
+        try:
+            spec["operations"] = json.loads(data["operations"])
+        except ValueError:
+            raise ReplayError("operations must be a JSON list") from None
+    return spec
+
+
+@require_GET
+def replay_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    return render(
+        request,
+        "replay/list.html",
+        {
+            "project": project,
+            "membership": membership,
+            "jobs": selectors.jobs_list(project=project),
+            "endpoints": selectors.endpoints_list(project=project),
+            "can_edit": membership.at_least("editor"),
+        },
+    )
+
+
+@require_POST
+def replay_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    """First POST: the confirm page with what the job will cost. POST with confirm=1: start it."""
+    project, membership = project_access(request, project_id, "editor")
+    endpoints = selectors.endpoints_list(project=project)
+    endpoint = None
+    if request.POST.get("endpoint"):
+        try:
+            endpoint = selectors.endpoint_get(project=project, endpoint_id=int(request.POST["endpoint"]))
+        except ValueError:
+            endpoint = None
+        if endpoint is None:
+            raise Http404("no such endpoint")
+    else:
+        endpoint = next((e for e in endpoints if e.is_default), None)
+    ctx: dict[str, Any] = {
+        "project": project,
+        "membership": membership,
+        "endpoints": endpoints,
+        "endpoint": endpoint,
+        "post": request.POST,
+    }
+    try:
+        spec = _spec_from_post(request.POST)
+        ctx["spec"] = spec
+        ctx["spec_json"] = json.dumps(spec.get("operations")) if spec.get("operations") else ""
+        plan = services.replay_job_plan(project=project, spec=spec)
+        ctx["plan"] = plan
+        ctx["estimate"] = plan.estimate
+        if endpoint is None:
+            raise ReplayError("this project has no model endpoint yet; an admin can add one")
+        if request.POST.get("confirm") == "1":
+            job = services.replay_job_create(project=project, spec=spec, endpoint=endpoint, user=request.user)
+            return redirect("replay:detail", project_id=project.pk, job_id=job.pk)
+    except ReplayError as exc:
+        ctx["error"] = exc.detail
+        return render(request, "replay/confirm.html", ctx, status=exc.status_code)
+    return render(request, "replay/confirm.html", ctx)
+
+
+def _job_or_404(project: Any, job_id: int) -> Any:
+    job = selectors.job_get(project=project, job_id=job_id)
+    if job is None:
+        raise Http404("no such replay job")
+    return job
+
+
+@require_GET
+def replay_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    job = _job_or_404(project, job_id)
+    results = selectors.job_results(job=job)
+    ctx = {
+        "project": project,
+        "membership": membership,
+        "job": job,
+        "results": results,
+        "can_edit": membership.at_least("editor"),
+    }
+    if getattr(request, "htmx", False):
+        return render(request, "replay/_progress.html", ctx)
+    figures = []
+    if job.kind == "loo":
+        for t in results["turns"]:
+            fig = selectors.loo_figure(turn=t)
+            if fig is not None:
+                figures.append(fig)
+    ctx["loo_figure"] = figures[0] if figures else None
+    return render(request, "replay/detail.html", ctx)
+
+
+@require_GET
+def replay_progress(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    job = _job_or_404(project, job_id)
+    results = selectors.job_results(job=job)
+    return render(
+        request,
+        "replay/_progress.html",
+        {
+            "project": project,
+            "membership": membership,
+            "job": job,
+            "results": results,
+            "can_edit": membership.at_least("editor"),
+        },
+    )
+
+
+@require_POST
+def replay_cancel(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "editor")
+    job = _job_or_404(project, job_id)
+    services.replay_job_cancel(job=job)
+    return redirect("replay:detail", project_id=project.pk, job_id=job.pk)
+
+
+@require_GET
+def replay_compare(request: HttpRequest, project_id: int, job_id: int, run_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    job = _job_or_404(project, job_id)
+    run = ReplayRun.objects.select_related("variant").filter(job=job, pk=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    cmp = selectors.run_compare(job=job, run=run)
+    return render(
+        request,
+        "replay/compare.html",
+        {
+            "project": project,
+            "membership": membership,
+            "job": job,
+            "run": run,
+            **cmp,
+        },
+    )
+
+
+# --- endpoints -----------------------------------------------------------------
+@require_http_methods(["GET", "POST"])
+def endpoint_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Admins list and add endpoints. API keys are write-only: the page never shows one."""
+    project, membership = project_access(request, project_id, "admin")
+    ctx: dict[str, Any] = {"project": project, "membership": membership, "modes": ModelEndpoint.Mode.choices}
+    status = 200
+    if request.method == "POST":
+        data = request.POST
+        try:
+            raw_params = (data.get("default_params") or "").strip()
+            params = json.loads(raw_params) if raw_params else {}
+            if not isinstance(params, dict):
+                raise ReplayError("default parameters must be a JSON object")
+            services.endpoint_create(
+                project=project,
+                name=data.get("name", ""),
+                base_url=data.get("base_url", ""),
+                model=data.get("model", ""),
+                api_key=data.get("api_key", ""),
+                mode=data.get("mode") or ModelEndpoint.Mode.CHAT,
+                default_params=params,
+                embeddings_model=data.get("embeddings_model", ""),
+                timeout_s=float(data.get("timeout_s") or 60),
+                is_default=data.get("is_default") == "on",
+            )
+            return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))
+        except ValueError:
+            ctx["error"] = "default parameters must be valid JSON and the timeout a number"
+            status = 400
+        except ReplayError as exc:
+            ctx["error"] = exc.detail
+            status = exc.status_code
+        # Everything typed comes back except the key.
+        ctx["form"] = {
+            k: data.get(k, "")
+            for k in ("name", "base_url", "model", "mode", "default_params", "embeddings_model", "timeout_s")
+        }
+    ctx["endpoints"] = selectors.endpoints_list(project=project)
+    return render(request, "replay/endpoints.html", ctx, status=status)
+
+
+@require_POST
+def endpoint_test(request: HttpRequest, project_id: int, endpoint_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    ep = selectors.endpoint_get(project=project, endpoint_id=endpoint_id)
+    if ep is None:
+        raise Http404("no such endpoint")
+    ok, detail = services.endpoint_test(endpoint=ep)
+    ep.refresh_from_db()
+    if getattr(request, "htmx", False):
+        return render(request, "replay/_endpoint_row.html", {"project": project, "ep": ep})
+    return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))
+
+
+@require_POST
+def endpoint_default(request: HttpRequest, project_id: int, endpoint_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    ep = selectors.endpoint_get(project=project, endpoint_id=endpoint_id)
+    if ep is None:
+        raise Http404("no such endpoint")
+    services.endpoint_set_default(endpoint=ep)
+    return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))

@@ -1,0 +1,38 @@
+from django.contrib import admin
+
+from alerts.models import Alert, AlertRule, Channel, Delivery
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "name", "kind", "severity", "enabled", "agent", "model")
+    list_filter = ("kind", "severity", "enabled")
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "rule", "severity", "title", "session_id", "turn", "state", "created_at")
+    list_filter = ("state", "severity", "rule_kind")
+    raw_id_fields = ("rule", "acknowledged_by", "resolved_by")
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "name", "kind", "enabled", "min_severity")
+    exclude = ("secret_encrypted",)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "channel",
+        "alert",
+        "is_test",
+        "status",
+        "attempts",
+        "last_status_code",
+        "created_at",
+    )
+    list_filter = ("status", "is_test")
+    raw_id_fields = ("alert",)

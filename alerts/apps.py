@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class AlertsConfig(AppConfig):
+    name = "alerts"
+    verbose_name = "Alerts"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_save
+
+        from alerts import receivers
+        from ingest.models import Project
+        from ingest.signals import snapshots_committed
+
+        snapshots_committed.connect(receivers.on_snapshots_committed, dispatch_uid="alerts.evaluate")
+        post_save.connect(receivers.on_project_saved, sender=Project, dispatch_uid="alerts.default_rules")

@@ -1,0 +1,256 @@
+"""Where alerts go: webhook (signed JSON) and e-mail. Transport, signing and secret storage;
+the delivery state (attempts, retries, log) lives in alerts.services.
+
+Webhook signature: the receiver gets `X-Ctxobs-Timestamp: <unix seconds>` and
+`X-Ctxobs-Signature: sha256=<hex>`, the HMAC-SHA256 with the channel's secret of
+`<timestamp>.<raw body>`. `signature_verify` is the reference check.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import smtplib
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+from cryptography.fernet import Fernet, InvalidToken
+from django.conf import settings
+from django.core.mail import EmailMessage
+
+SIGNATURE_HEADER = "X-Ctxobs-Signature"
+TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
+EVENT_HEADER = "X-Ctxobs-Event"
+DELIVERY_HEADER = "X-Ctxobs-Delivery"
+USER_AGENT = "ctxobs-alerts/1"
+MAX_ERROR_CHARS = 500
+
+
+# --- secrets -----------------------------------------------------------------
+def _fernet() -> Fernet:
+    configured = getattr(settings, "CTXOBS_ENCRYPTION_KEY", None)
+    if configured:
+        try:
+            return Fernet(configured.encode() if isinstance(configured, str) else configured)
+        except (ValueError, TypeError):
+            material = f"ctxobs-encryption:{configured}"
+    else:
+        material = f"ctxobs-alerts-channel:{settings.SECRET_KEY}"
+    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(material.encode()).digest()))
+
+
+def secret_new() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def secret_encrypt(raw: str) -> str:
+    return _fernet().encrypt(raw.encode()).decode()
+
+
+def secret_decrypt(token: str) -> str:
+    """The raw secret; ValueError when it cannot be decrypted (the encryption key changed)."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise ValueError("the channel secret cannot be decrypted with the current encryption key") from None
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def signature_verify(
+    secret: str,
+    timestamp: str,
+    body: bytes,
+    header: str,
+    *,
+    tolerance: float | None = 300,
+    now: float | None = None,
+) -> bool:
+    """Whether HEADER signs BODY at TIMESTAMP with SECRET (and the timestamp is recent)."""
+    if tolerance is not None:
+        try:
+            age = abs((now if now is not None else time.time()) - float(timestamp))
+        except ValueError:
+            return False
+        if age > tolerance:
+            return False
+    return hmac.compare_digest(signature(secret, timestamp, body), header)
+
+
+# --- webhook URLs ------------------------------------------------------------
+def webhook_url_problem(url: str, *, allow_private: bool) -> str | None:
+    """Why URL is not an acceptable webhook target, or None. Private, loopback and link-local
+    addresses are refused unless the project allows private endpoints."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "has no host"
+    if parts.username or parts.password:
+        return "must not carry credentials; sign with the channel secret instead"
+    if allow_private:
+        return None
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    except (socket.gaierror, UnicodeError):
+        return f"host {parts.hostname!r} does not resolve"
+    for info in infos:
+        ip = ipaddress.ip_address(info[4][0])
+        if not ip.is_global:
+            return (
+                f"host {parts.hostname!r} is a private or local address ({ip}); "
+                "allow private endpoints on the project to use it"
+            )
+    return None
+
+
+# --- sending -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    ok: bool
+    retryable: bool
+    status_code: int | None = None
+    error: str = ""
+    duration_ms: float = 0.0
+    retry_after: float | None = None
+
+
+RETRY_STATUSES = frozenset({408, 425, 429})
+
+
+def webhook_send(
+    *, url: str, secret: str, payload: dict[str, Any], event: str, delivery_id: int, timeout: float
+) -> SendResult:
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+    ts = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        EVENT_HEADER: event,
+        DELIVERY_HEADER: str(delivery_id),
+        TIMESTAMP_HEADER: ts,
+        SIGNATURE_HEADER: signature(secret, ts, body),
+    }
+    started = time.perf_counter()
+    try:
+        # No redirects: a redirect could point the signed body at a host the check never saw.
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+            resp = client.post(url, content=body, headers=headers)
+    except httpx.TimeoutException:
+        return SendResult(False, True, None, f"timed out after {timeout:g}s", _ms(started))
+    except httpx.HTTPError as exc:
+        return SendResult(False, True, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], _ms(started))
+    ms = _ms(started)
+    code = resp.status_code
+    if 200 <= code < 300:
+        return SendResult(True, False, code, "", ms)
+    retry_after = None
+    ra = resp.headers.get("Retry-After", "")
+    if ra.strip().isdigit():
+        retry_after = float(ra.strip())
+    retryable = code >= 500 or code in RETRY_STATUSES
+    return SendResult(False, retryable, code, f"HTTP {code}", ms, retry_after)
+
+
+def email_send(*, recipients: list[str], subject: str, text: str) -> SendResult:
+    started = time.perf_counter()
+    try:
+        n = EmailMessage(
+            subject=subject, body=text, from_email=settings.DEFAULT_FROM_EMAIL, to=recipients
+        ).send()
+    except smtplib.SMTPRecipientsRefused as exc:
+        return SendResult(
+            False,
+            False,
+            None,
+            f"recipients refused: {', '.join(exc.recipients)}"[:MAX_ERROR_CHARS],
+            _ms(started),
+        )
+    except (smtplib.SMTPException, OSError) as exc:
+        return SendResult(False, True, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], _ms(started))
+    if n != 1:
+        return SendResult(False, True, None, "the e-mail backend sent nothing", _ms(started))
+    return SendResult(True, False, None, "", _ms(started))
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+# --- what is sent ------------------------------------------------------------
+def base_url() -> str:
+    return str(getattr(settings, "CTXOBS_BASE_URL", "") or "http://localhost:8000").rstrip("/")
+
+
+def turn_path(project_id: int, session_id: str, turn: int) -> str:
+    return f"/p/{project_id}/s/{quote(session_id, safe='')}/t/{turn}/"
+
+
+def alert_payload(alert: Any, *, project_name: str) -> dict[str, Any]:
+    """The JSON an alert is sent as. Block keys and ids only — never prompt text."""
+    root = base_url()
+    return {
+        "event": "alert.opened",
+        "alert": {
+            "id": alert.pk,
+            "project": {"id": alert.project_id, "name": project_name},
+            "rule": {"id": alert.rule_id, "name": alert.rule.name, "kind": alert.rule_kind},
+            "severity": alert.severity,
+            "title": alert.title,
+            "state": alert.state,
+            "session_id": alert.session_id,
+            "agent": alert.agent,
+            "model": alert.model,
+            "turn": alert.turn,
+            "last_turn": alert.last_turn,
+            "value": alert.value,
+            "threshold": alert.threshold,
+            "unit": alert.unit,
+            "contributors": alert.contributors,
+            "created_at": alert.created_at.isoformat(),
+            "turn_url": root + turn_path(alert.project_id, alert.session_id, alert.turn),
+            "alert_url": f"{root}/p/{alert.project_id}/alerts/{alert.pk}/",
+        },
+    }
+
+
+def test_payload(channel: Any, *, project_name: str) -> dict[str, Any]:
+    return {
+        "event": "test",
+        "channel": {"id": channel.pk, "name": channel.name},
+        "project": {"id": channel.project_id, "name": project_name},
+        "message": "This is a test delivery from ctxobs.",
+    }
+
+
+def alert_email(alert: Any, *, project_name: str) -> tuple[str, str]:
+    p = alert_payload(alert, project_name=project_name)["alert"]
+    subject = " ".join(f"[ctxobs {project_name}] {alert.severity}: {alert.title}".split())[:250]
+    lines = [
+        alert.title,
+        "",
+        f"Rule: {p['rule']['name']} ({alert.rule_kind})",
+        f"Session: {alert.session_id}  turn {alert.turn}",
+        f"Value: {alert.value:.4g}{alert.unit}  threshold {alert.threshold:.4g}{alert.unit}",
+        "",
+        "Top contributing blocks:",
+        *[
+            f"  - {c['key']} ({c['kind']}): {c['tokens']} tokens, {c['share'] * 100:.0f}% of the window"
+            for c in alert.contributors
+        ],
+        "",
+        f"Turn: {p['turn_url']}",
+        f"Alert: {p['alert_url']}",
+    ]
+    return subject, "\n".join(lines)

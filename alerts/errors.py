@@ -1,0 +1,35 @@
+from config.errors import ApplicationError
+
+
+class AlertsError(ApplicationError):
+    pass
+
+
+class InvalidRule(AlertsError):
+    """Field errors of a rule; `errors` maps each field to what is wrong with it."""
+
+    status_code = 422
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(
+            "invalid rule: " + "; ".join(f"{k}: {v}" for k, v in errors.items()), extra={"errors": errors}
+        )
+        self.errors = errors
+
+
+class InvalidChannel(AlertsError):
+    status_code = 422
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(
+            "invalid channel: " + "; ".join(f"{k}: {v}" for k, v in errors.items()), extra={"errors": errors}
+        )
+        self.errors = errors
+
+
+class NotFound(AlertsError):
+    status_code = 404
+
+
+class Forbidden(AlertsError):
+    status_code = 403

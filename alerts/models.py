@@ -1,0 +1,169 @@
+"""Alert rules, the alerts they raise, and where alerts are sent.
+
+Alerts point at sessions and snapshots by (project_id, *_ref) like the ingest hot tables do.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from alerts.rules import KINDS, SEVERITIES
+
+KIND_CHOICES = list(KINDS.items())
+SEVERITY_CHOICES = [(s, s) for s in SEVERITIES]
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+class AlertRule(models.Model):
+    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alert_rules")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, choices=KIND_CHOICES)
+    severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES, default="warning")
+    enabled = models.BooleanField(default=True)
+    params = models.JSONField(default=dict)
+    # Narrowing: blank matches any agent / model.
+    agent = models.CharField(max_length=256, blank=True, default="")
+    model = models.CharField(max_length=256, blank=True, default="")
+    # A finding within this many turns (or seconds) of an alert of the same rule and session
+    # extends that alert instead of raising a new one.
+    cooldown_turns = models.IntegerField(default=20)
+    cooldown_seconds = models.IntegerField(default=1800)
+    is_default = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project_id", "id"]
+        indexes = [models.Index(fields=["project", "enabled"], name="alertrule_project_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class Alert(models.Model):
+    class State(models.TextChoices):
+        OPEN = "open", "open"
+        ACKNOWLEDGED = "acknowledged", "acknowledged"
+        RESOLVED = "resolved", "resolved"
+
+    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alerts")
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
+    rule_kind = models.CharField(max_length=32, choices=KIND_CHOICES)
+    severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES)
+    title = models.CharField(max_length=500)
+    session_ref = models.BigIntegerField()  # AgentSession.id within the project
+    session_id = models.CharField(max_length=256)
+    agent = models.CharField(max_length=256, blank=True, default="")
+    model = models.CharField(max_length=256, blank=True, default="")
+    # The anchor: the first turn of the condition episode, and the span the episode covers.
+    turn = models.IntegerField()
+    snapshot_ref = models.BigIntegerField()
+    ts = models.DateTimeField()
+    last_turn = models.IntegerField()
+    last_ts = models.DateTimeField()
+    value = models.FloatField()
+    threshold = models.FloatField()
+    peak_value = models.FloatField()
+    unit = models.CharField(max_length=16, default="%")
+    contributors = models.JSONField(default=list)  # top blocks: position, key, kind, tokens, share, delta
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    # "<rule>:<session_ref>:<first turn of the episode>", unique per project.
+    dedup_key = models.CharField(max_length=100)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["project", "dedup_key"], name="uniq_alert_dedup_key")]
+        indexes = [
+            models.Index(fields=["project", "-created_at"], name="alert_recent_idx"),
+            models.Index(fields=["project", "state", "-created_at"], name="alert_state_idx"),
+            models.Index(fields=["project", "session_ref", "rule", "turn"], name="alert_session_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+
+class Channel(models.Model):
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", "webhook"
+        EMAIL = "email", "e-mail"
+
+    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alert_channels")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    enabled = models.BooleanField(default=True)
+    min_severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES, default="info")
+    url = models.URLField(max_length=2000, blank=True, default="")
+    # The HMAC secret, Fernet-encrypted (the receiver needs the same secret to verify).
+    secret_encrypted = models.TextField(blank=True, default="")
+    timeout_seconds = models.FloatField(default=5.0)
+    max_attempts = models.IntegerField(default=5)
+    recipients = models.JSONField(default=list, blank=True)  # e-mail addresses
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class Delivery(models.Model):
+    """One alert (or a test message) to one channel; at most one per (alert, channel)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        RETRYING = "retrying", "retrying"
+        SENT = "sent", "sent"
+        FAILED = "failed", "failed"
+
+    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="+")
+    alert = models.ForeignKey(
+        Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
+    is_test = models.BooleanField(default=False)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.IntegerField(default=0)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["alert", "channel"], name="uniq_delivery_alert_channel")
+        ]
+        indexes = [models.Index(fields=["channel", "-created_at"], name="delivery_channel_idx")]
+
+    def __str__(self) -> str:
+        return f"delivery #{self.pk} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="log")
+    number = models.IntegerField()
+    at = models.DateTimeField()
+    status_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    duration_ms = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["delivery_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="uniq_delivery_attempt")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery #{self.delivery_id}"

@@ -1,0 +1,582 @@
+"""Alert rule evaluation, ORM-free.
+
+A rule looks at one turn and the turns before it in the same session (by turn order, at most
+`window_turns(rule)` of them) and either finds nothing or returns a `Finding`. Findings of one
+rule in one session are grouped into *episodes* (`episode_join`): a finding within the cooldown
+of an existing episode extends it instead of raising a new alert, so a session that sits above a
+threshold for many turns raises one alert. The same functions serve the post-ingest evaluation
+and the rule editor's preview.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ctxobs.wire import BLOCK_KINDS, TIERS
+
+TIER_CROSSING = "tier_crossing"
+WATERMARK_SPIKE = "watermark_spike"
+BLOCK_SHARE = "block_share"
+COMPRESSION_STORM = "compression_storm"
+VALIDATION_FAILURE_RATE = "validation_failure_rate"
+RECALL_MISS_RATE = "recall_miss_rate"
+COUNT_DRIFT = "count_drift"
+
+KINDS: dict[str, str] = {
+    TIER_CROSSING: "Tier crossing",
+    WATERMARK_SPIKE: "Watermark spike",
+    BLOCK_SHARE: "One huge block",
+    COMPRESSION_STORM: "Compression storm",
+    VALIDATION_FAILURE_RATE: "Validation failure rate",
+    RECALL_MISS_RATE: "Recall misses",
+    COUNT_DRIFT: "Count drift",
+}
+
+SEVERITIES = ("info", "warning", "critical")
+ALERT_TIERS = TIERS[1:]  # warn, compress, force, break
+MAX_WINDOW_TURNS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    name: str
+    label: str
+    type: type  # int, float, str (one of choices) or list (a subset of choices; empty = any)
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+PARAMS: dict[str, tuple[ParamSpec, ...]] = {
+    TIER_CROSSING: (
+        ParamSpec(
+            "tier",
+            "Tier entered",
+            str,
+            "force",
+            choices=ALERT_TIERS,
+            help="fires when the previous turn was below this tier and this turn is at or above it",
+        ),
+    ),
+    WATERMARK_SPIKE: (
+        ParamSpec(
+            "rise_points",
+            "Rise (points)",
+            float,
+            20.0,
+            0.0,
+            200.0,
+            help="watermark rise from the previous turn, in percentage points; 0 turns this test off",
+        ),
+        ParamSpec(
+            "median_ratio",
+            "Times the recent median",
+            float,
+            2.0,
+            0.0,
+            100.0,
+            help="watermark at least this many times the median of the recent turns; 0 turns this test off",
+        ),
+        ParamSpec(
+            "median_turns",
+            "Median over turns",
+            int,
+            10,
+            2,
+            MAX_WINDOW_TURNS,
+            help="how many previous turns the median is taken over (at least 3 must exist)",
+        ),
+        ParamSpec(
+            "min_watermark_pct",
+            "Ignore below (%)",
+            float,
+            30.0,
+            0.0,
+            200.0,
+            help="the median test only fires at or above this watermark, so small contexts stay quiet",
+        ),
+    ),
+    BLOCK_SHARE: (
+        ParamSpec(
+            "share_pct",
+            "Share of usable window (%)",
+            float,
+            30.0,
+            1.0,
+            200.0,
+            help="fires when a single block takes at least this share of the usable window",
+        ),
+        ParamSpec(
+            "block_kinds",
+            "Block kinds",
+            list,
+            ["tool_results", "retrieval", "other"],
+            choices=BLOCK_KINDS,
+            help="only blocks of these kinds count (comma-separated); empty means any block",
+        ),
+    ),
+    COMPRESSION_STORM: (
+        ParamSpec("events", "Compression events", int, 3, 1, 10_000),
+        ParamSpec(
+            "turns",
+            "Within turns",
+            int,
+            5,
+            1,
+            MAX_WINDOW_TURNS,
+            help="this turn and the turns just before it",
+        ),
+    ),
+    VALIDATION_FAILURE_RATE: (
+        ParamSpec("rate_pct", "Failure rate above (%)", float, 50.0, 0.0, 100.0),
+        ParamSpec("turns", "Over the last turns", int, 10, 1, MAX_WINDOW_TURNS),
+        ParamSpec(
+            "min_checks",
+            "Minimum checks",
+            int,
+            3,
+            1,
+            100_000,
+            help="no alert until at least this many validation outcomes are in the window",
+        ),
+    ),
+    RECALL_MISS_RATE: (
+        ParamSpec(
+            "rate_pct",
+            "Miss rate above (%)",
+            float,
+            50.0,
+            0.0,
+            100.0,
+            help="share of turns where recall ran but injected nothing",
+        ),
+        ParamSpec("turns", "Over the last turns", int, 10, 1, MAX_WINDOW_TURNS),
+        ParamSpec("min_recalls", "Minimum recall turns", int, 3, 1, MAX_WINDOW_TURNS),
+    ),
+    COUNT_DRIFT: (
+        ParamSpec(
+            "drift_pct",
+            "Drift above (%)",
+            float,
+            10.0,
+            0.0,
+            10_000.0,
+            help="|our prompt count - provider's| / provider's",
+        ),
+    ),
+}
+
+
+def default_params(kind: str) -> dict[str, Any]:
+    return {p.name: p.default for p in PARAMS[kind]}
+
+
+def validate_params(kind: str, raw: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Clean PARAMS of a rule of KIND: (values with defaults filled in, {param: error})."""
+    if kind not in PARAMS:
+        return {}, {"kind": f"unknown rule kind {kind!r}; one of {', '.join(KINDS)}"}
+    raw = raw or {}
+    clean: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    known = {p.name for p in PARAMS[kind]}
+    for name in raw:
+        if name not in known:
+            errors[name] = f"unknown parameter for {kind}; known: {', '.join(sorted(known))}"
+    for p in PARAMS[kind]:
+        value = raw.get(p.name, p.default)
+        if value is None or value == "":
+            value = p.default
+        if p.type is list:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list | tuple):
+                errors[p.name] = "must be a list"
+                continue
+            picked = [str(x).strip() for x in items if str(x).strip()]
+            bad = [x for x in picked if x not in p.choices]
+            if bad:
+                errors[p.name] = f"unknown {', '.join(bad)}; choose from {', '.join(p.choices)}"
+                continue
+            clean[p.name] = sorted(set(picked), key=p.choices.index)
+            continue
+        if p.type is str:
+            if value not in p.choices:
+                errors[p.name] = f"must be one of {', '.join(p.choices)}"
+                continue
+            clean[p.name] = value
+            continue
+        try:
+            num = p.type(float(value)) if p.type is int else float(value)
+        except (TypeError, ValueError):
+            errors[p.name] = f"must be a number ({p.type.__name__})"
+            continue
+        if p.type is int and float(value) != int(float(value)):
+            errors[p.name] = "must be a whole number"
+            continue
+        if p.minimum is not None and num < p.minimum:
+            errors[p.name] = f"must be at least {p.minimum:g}"
+            continue
+        if p.maximum is not None and num > p.maximum:
+            errors[p.name] = f"must be at most {p.maximum:g}"
+            continue
+        clean[p.name] = num
+    return clean, errors
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What rules need of one stored snapshot."""
+
+    ref: int
+    turn: int
+    ts: datetime
+    watermark: float
+    tier: str
+    usable_tokens: int
+    total_tokens: int = 0
+    n_compression: int = 0
+    n_validation: int = 0
+    n_validation_failed: int = 0
+    n_recall: int = 0
+    n_recall_injected: int = 0
+    count_drift: float | None = None
+    agent: str = ""
+    model: str = ""
+    # The biggest block of each kind: (kind, tokens, key); loaded only when a rule needs it.
+    kind_max: tuple[tuple[str, int, str], ...] = ()
+
+    def biggest_block(self, kinds: Sequence[str] = ()) -> tuple[int, str]:
+        best = (0, "")
+        for kind, tokens, key in self.kind_max:
+            if (not kinds or kind in kinds) and tokens > best[0]:
+                best = (tokens, key)
+        return best
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec:
+    id: int
+    kind: str
+    params: dict[str, Any]
+    agent: str = ""
+    model: str = ""
+    cooldown_turns: int = 20
+    cooldown_seconds: float = 0.0
+    # The project's tier thresholds (warn, compress, force, break), for the value shown.
+    thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)
+
+    def applies(self, turn: Turn) -> bool:
+        return (not self.agent or self.agent == turn.agent) and (not self.model or self.model == turn.model)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule_id: int
+    kind: str
+    turn: Turn
+    value: float
+    threshold: float
+    title: str
+    unit: str = "%"
+
+
+def window_turns(rule: RuleSpec) -> int:
+    """How many turns before the evaluated one the rule looks at."""
+    p = rule.params
+    if rule.kind in (TIER_CROSSING,):
+        return 1
+    if rule.kind == WATERMARK_SPIKE:
+        return max(1, int(p.get("median_turns", 10)))
+    if rule.kind in (COMPRESSION_STORM, VALIDATION_FAILURE_RATE, RECALL_MISS_RATE):
+        return max(0, int(p.get("turns", 1)) - 1)
+    return 0
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def evaluate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    """The finding of RULE on CURRENT, given HISTORY: the turns before it, oldest first
+    (only the last `window_turns(rule)` are read)."""
+    if not rule.applies(current):
+        return None
+    p = rule.params
+    kind = rule.kind
+    prev = history[-1] if history else None
+
+    def found(value: float, threshold: float, title: str, unit: str = "%") -> Finding:
+        return Finding(rule.id, kind, current, value, threshold, title, unit)
+
+    if kind == TIER_CROSSING:
+        target = TIERS.index(p["tier"])
+        prev_rank = TIERS.index(prev.tier) if prev is not None else 0
+        cur_rank = TIERS.index(current.tier)
+        if prev_rank < target <= cur_rank:
+            return found(
+                current.watermark * 100,
+                rule.thresholds[target - 1] * 100,
+                f"Entered the {p['tier']} tier (watermark {_pct(current.watermark)})",
+            )
+        return None
+
+    if kind == WATERMARK_SPIKE:
+        rise = float(p["rise_points"]) / 100
+        if prev is not None and rise > 0:
+            jump = current.watermark - prev.watermark
+            if jump >= rise:
+                return found(
+                    jump * 100,
+                    float(p["rise_points"]),
+                    f"Watermark jumped +{jump * 100:.0f} points "
+                    f"({_pct(prev.watermark)} → {_pct(current.watermark)})",
+                    "points",
+                )
+        ratio = float(p["median_ratio"])
+        recent = history[-int(p["median_turns"]) :]
+        if ratio > 0 and len(recent) >= 3 and current.watermark >= float(p["min_watermark_pct"]) / 100:
+            median = statistics.median(t.watermark for t in recent)
+            if median > 0 and current.watermark >= ratio * median:
+                return found(
+                    current.watermark / median,
+                    ratio,
+                    f"Watermark {_pct(current.watermark)} is {current.watermark / median:.1f}× "
+                    f"the recent median ({_pct(median)})",
+                    "×",
+                )
+        return None
+
+    if kind == BLOCK_SHARE:
+        tokens, key = current.biggest_block(p.get("block_kinds") or ())
+        share = tokens / max(1, current.usable_tokens)
+        limit = float(p["share_pct"]) / 100
+        if tokens and share >= limit:
+            return found(
+                share * 100, float(p["share_pct"]), f"Block '{key}' takes {_pct(share)} of the usable window"
+            )
+        return None
+
+    if kind == COMPRESSION_STORM:
+        n_turns = int(p["turns"])
+        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
+        events = sum(t.n_compression for t in window)
+        if current.n_compression and events >= int(p["events"]):
+            return found(
+                events, int(p["events"]), f"{events} compression events within {len(window)} turns", "events"
+            )
+        return None
+
+    if kind == VALIDATION_FAILURE_RATE:
+        n_turns = int(p["turns"])
+        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
+        checks = sum(t.n_validation for t in window)
+        failed = sum(t.n_validation_failed for t in window)
+        if current.n_validation_failed and checks >= int(p["min_checks"]):
+            rate = failed / checks
+            if rate > float(p["rate_pct"]) / 100:
+                return found(
+                    rate * 100,
+                    float(p["rate_pct"]),
+                    f"Validation failure rate {_pct(rate)} over the last {len(window)} turns "
+                    f"({failed} of {checks} checks)",
+                )
+        return None
+
+    if kind == RECALL_MISS_RATE:
+        n_turns = int(p["turns"])
+        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
+        ran = [t for t in window if t.n_recall > 0]
+        missed = sum(1 for t in ran if t.n_recall_injected == 0)
+        is_miss = current.n_recall > 0 and current.n_recall_injected == 0
+        if is_miss and len(ran) >= int(p["min_recalls"]):
+            rate = missed / len(ran)
+            if rate > float(p["rate_pct"]) / 100:
+                return found(
+                    rate * 100,
+                    float(p["rate_pct"]),
+                    f"Recall injected nothing in {missed} of {len(ran)} recall turns "
+                    f"(last {len(window)} turns)",
+                )
+        return None
+
+    if kind == COUNT_DRIFT:
+        if current.count_drift is None:
+            return None
+        drift = abs(current.count_drift)
+        if drift * 100 > float(p["drift_pct"]):
+            return found(
+                current.count_drift * 100,
+                float(p["drift_pct"]),
+                f"Token count drift {current.count_drift * 100:+.0f}% against the provider's count",
+            )
+        return None
+
+    raise ValueError(f"unknown rule kind {kind!r}")
+
+
+def evaluate_line(
+    rules: Sequence[RuleSpec], line: Sequence[Turn], targets: Iterable[int] | None = None
+) -> list[Finding]:
+    """Findings of RULES on the turns of LINE (one session, in turn order) whose refs are in
+    TARGETS (all when None). Each target sees only the turns before it in LINE."""
+    wanted = None if targets is None else set(targets)
+    window = max((window_turns(r) for r in rules), default=0)
+    out: list[Finding] = []
+    for i, cur in enumerate(line):
+        if wanted is not None and cur.ref not in wanted:
+            continue
+        history = line[max(0, i - window) : i]
+        for rule in rules:
+            f = evaluate(rule, cur, history)
+            if f is not None:
+                out.append(f)
+    return out
+
+
+# --- episodes ----------------------------------------------------------------
+@dataclass(slots=True)
+class Episode:
+    """One alert of a rule in a session: the span of turns it covers and its anchor (first) turn."""
+
+    rule_id: int
+    first_turn: int
+    last_turn: int
+    first_ts: datetime
+    last_ts: datetime
+    value: float
+    threshold: float
+    peak_value: float
+    title: str
+    snapshot_ref: int
+    unit: str = "%"
+    alert_id: int | None = None
+    created: bool = False
+    changed: bool = False
+    anchor_moved: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_finding(cls, f: Finding) -> Episode:
+        t = f.turn
+        return cls(
+            rule_id=f.rule_id,
+            first_turn=t.turn,
+            last_turn=t.turn,
+            first_ts=t.ts,
+            last_ts=t.ts,
+            value=f.value,
+            threshold=f.threshold,
+            peak_value=f.value,
+            title=f.title,
+            snapshot_ref=t.ref,
+            unit=f.unit,
+            created=True,
+        )
+
+    def covers(self, f: Finding, cooldown_turns: int, cooldown_seconds: float) -> bool:
+        t = f.turn
+        if self.first_turn - cooldown_turns <= t.turn <= self.last_turn + cooldown_turns:
+            return True
+        if cooldown_seconds > 0:
+            cd = timedelta(seconds=cooldown_seconds)
+            return self.first_ts - cd <= t.ts <= self.last_ts + cd
+        return False
+
+
+def _peak(a: float, b: float) -> float:
+    return a if abs(a) >= abs(b) else b
+
+
+def episode_join(episodes: list[Episode], f: Finding, rule: RuleSpec) -> Episode:
+    """Add finding F to the EPISODES of its rule and session (mutated): it extends the episode
+    whose cooldown covers it, or starts a new one. An earlier turn that arrives late becomes the
+    anchor of the episode it falls into, so the alert points at the turn that started it."""
+    t = f.turn
+    for ep in episodes:
+        if ep.covers(f, rule.cooldown_turns, rule.cooldown_seconds):
+            if t.turn < ep.first_turn:
+                ep.first_turn, ep.first_ts, ep.snapshot_ref = t.turn, t.ts, t.ref
+                ep.value, ep.threshold, ep.title, ep.unit = f.value, f.threshold, f.title, f.unit
+                ep.anchor_moved = ep.changed = True
+            if t.turn > ep.last_turn:
+                ep.last_turn, ep.last_ts = t.turn, max(ep.last_ts, t.ts)
+                ep.changed = True
+            peak = _peak(ep.peak_value, f.value)
+            if peak != ep.peak_value:
+                ep.peak_value, ep.changed = peak, True
+            return ep
+    ep = Episode.from_finding(f)
+    episodes.append(ep)
+    return ep
+
+
+def episodes_for(
+    findings: Iterable[Finding], rules: dict[int, RuleSpec], existing: dict[int, list[Episode]] | None = None
+) -> dict[int, list[Episode]]:
+    """Group FINDINGS of one session into episodes per rule id, starting from EXISTING."""
+    out: dict[int, list[Episode]] = existing if existing is not None else {}
+    for f in sorted(findings, key=lambda f: (f.turn.turn, f.turn.ts, f.rule_id)):
+        episode_join(out.setdefault(f.rule_id, []), f, rules[f.rule_id])
+    return out
+
+
+# --- contributing blocks -----------------------------------------------------
+def _occurrence_keys(blocks: Sequence[dict[str, Any]]) -> list[str]:
+    # The same key numbering as the turn-to-turn change: the n-th repeat of a key is "key#n".
+    seen: dict[str, int] = {}
+    out = []
+    for b in blocks:
+        n = seen.get(b["key"], 0)
+        seen[b["key"]] = n + 1
+        out.append(b["key"] if n == 0 else f"{b['key']}#{n + 1}")
+    return out
+
+
+def contributors(
+    kind: str,
+    *,
+    blocks: Sequence[dict[str, Any]],
+    usable_tokens: int,
+    change: dict[str, Any] | None = None,
+    compressed_tokens: dict[str, int] | None = None,
+    block_kinds: Sequence[str] = (),
+    limit: int = 3,
+) -> list[dict[str, Any]]:
+    """The blocks that contributed most to a finding of KIND on a turn with BLOCKS (dicts with
+    position, key, kind, tokens): growth since the previous turn for tier crossings and spikes,
+    tokens removed for compression storms, size otherwise."""
+    keyed = _occurrence_keys(blocks)
+    usable = max(1, usable_tokens)
+    delta: dict[str, int] = {}
+    if change:
+        for e in change.get("entered") or []:
+            delta[e["key"]] = int(e.get("tokens") or 0)
+        for g in change.get("grew") or []:
+            delta[g["key"]] = int(g.get("after") or 0) - int(g.get("before") or 0)
+    rows = []
+    for okey, b in zip(keyed, blocks, strict=True):
+        rows.append(
+            {
+                "position": b["position"],
+                "key": b["key"],
+                "kind": b["kind"],
+                "tokens": int(b["tokens"]),
+                "share": round(int(b["tokens"]) / usable, 4),
+                "delta": delta.get(okey, 0),
+                "compressed_tokens": (compressed_tokens or {}).get(b["key"], 0),
+            }
+        )
+    if kind in (TIER_CROSSING, WATERMARK_SPIKE):
+        rows.sort(key=lambda r: (-r["delta"], -r["tokens"], r["position"]))
+    elif kind == COMPRESSION_STORM:
+        rows.sort(key=lambda r: (-r["compressed_tokens"], -r["tokens"], r["position"]))
+    elif kind == BLOCK_SHARE and block_kinds:
+        rows.sort(key=lambda r: (r["kind"] not in block_kinds, -r["tokens"], r["position"]))
+    else:
+        rows.sort(key=lambda r: (-r["tokens"], r["position"]))
+    return rows[:limit]

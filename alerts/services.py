@@ -1,0 +1,791 @@
+"""Writes of the alerts app: rules, evaluation after ingest, alert states, channels, deliveries."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from alerts import channels as ch
+from alerts import rules as R
+from alerts import selectors
+from alerts.errors import InvalidChannel, InvalidRule
+from alerts.models import SEVERITY_RANK, Alert, AlertRule, Channel, Delivery, DeliveryAttempt
+from ingest.models import Project, Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+# --- rules -------------------------------------------------------------------
+DEFAULT_RULES: tuple[dict[str, Any], ...] = (
+    {
+        "name": "Entered the warn tier",
+        "kind": R.TIER_CROSSING,
+        "severity": "info",
+        "params": {"tier": "warn"},
+        "enabled": False,
+    },
+    {
+        "name": "Entered the compress tier",
+        "kind": R.TIER_CROSSING,
+        "severity": "info",
+        "params": {"tier": "compress"},
+    },
+    {
+        "name": "Entered the force tier",
+        "kind": R.TIER_CROSSING,
+        "severity": "warning",
+        "params": {"tier": "force"},
+    },
+    {"name": "Circuit break", "kind": R.TIER_CROSSING, "severity": "critical", "params": {"tier": "break"}},
+    {"name": "Watermark spike", "kind": R.WATERMARK_SPIKE, "severity": "warning", "params": {}},
+    {"name": "One huge block", "kind": R.BLOCK_SHARE, "severity": "warning", "params": {}},
+    {"name": "Compression storm", "kind": R.COMPRESSION_STORM, "severity": "warning", "params": {}},
+    {"name": "Validation failing", "kind": R.VALIDATION_FAILURE_RATE, "severity": "warning", "params": {}},
+    {"name": "Recall misses", "kind": R.RECALL_MISS_RATE, "severity": "info", "params": {}},
+    {"name": "Count drift", "kind": R.COUNT_DRIFT, "severity": "info", "params": {}},
+)
+
+
+def default_rules_create(*, project: Project) -> list[AlertRule]:
+    """The default rules of a new project (once: a project that has rules gets none)."""
+    if AlertRule.objects.filter(project=project).exists():
+        return []
+    objs = []
+    for d in DEFAULT_RULES:
+        params, _ = R.validate_params(d["kind"], d["params"])
+        objs.append(
+            AlertRule(
+                project=project,
+                name=d["name"],
+                kind=d["kind"],
+                severity=d["severity"],
+                params=params,
+                enabled=d.get("enabled", True),
+                is_default=True,
+            )
+        )
+    return AlertRule.objects.bulk_create(objs)
+
+
+RULE_FIELDS = (
+    "name",
+    "kind",
+    "severity",
+    "enabled",
+    "params",
+    "agent",
+    "model",
+    "cooldown_turns",
+    "cooldown_seconds",
+)
+
+
+def _rule_clean(data: dict[str, Any]) -> dict[str, Any]:
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    name = str(data.get("name") or "").strip()
+    if not name:
+        errors["name"] = "required"
+    elif len(name) > 100:
+        errors["name"] = "at most 100 characters"
+    out["name"] = name
+    kind = data.get("kind")
+    if kind not in R.KINDS:
+        errors["kind"] = f"one of {', '.join(R.KINDS)}"
+    else:
+        params, perrs = R.validate_params(kind, data.get("params") or {})
+        errors.update({f"params.{k}": v for k, v in perrs.items()})
+        out["params"] = params
+    out["kind"] = kind
+    sev = data.get("severity") or "warning"
+    if sev not in R.SEVERITIES:
+        errors["severity"] = f"one of {', '.join(R.SEVERITIES)}"
+    out["severity"] = sev
+    out["enabled"] = bool(data.get("enabled", True))
+    for f in ("agent", "model"):
+        v = str(data.get(f) or "").strip()
+        if len(v) > 256:
+            errors[f] = "at most 256 characters"
+        out[f] = v
+    for f, default, hi in (("cooldown_turns", 20, 100_000), ("cooldown_seconds", 1800, 30 * 86400)):
+        v = data.get(f, default)
+        try:
+            n = int(v if v not in (None, "") else default)
+        except (TypeError, ValueError):
+            errors[f] = "must be a whole number"
+            continue
+        if not 0 <= n <= hi:
+            errors[f] = f"between 0 and {hi}"
+        out[f] = n
+    if errors:
+        raise InvalidRule(errors)
+    return out
+
+
+def rule_create(*, project: Project, data: dict[str, Any]) -> AlertRule:
+    clean = _rule_clean(data)
+    rule = AlertRule.objects.create(project=project, **clean)
+    logger.info("alerts.rule_created project_id=%s rule_id=%s kind=%s", project.pk, rule.pk, rule.kind)
+    return rule
+
+
+def rule_update(*, rule: AlertRule, data: dict[str, Any]) -> AlertRule:
+    """Update RULE with the fields given in DATA (the others keep their values)."""
+    current = {f: getattr(rule, f) for f in RULE_FIELDS}
+    merged = {**current, **{k: v for k, v in data.items() if k in RULE_FIELDS}}
+    if "kind" in data and data["kind"] != rule.kind and "params" not in data:
+        merged["params"] = {}
+    clean = _rule_clean(merged)
+    for f, v in clean.items():
+        setattr(rule, f, v)
+    rule.save()
+    logger.info("alerts.rule_updated project_id=%s rule_id=%s", rule.project_id, rule.pk)
+    return rule
+
+
+def rule_delete(*, rule: AlertRule) -> None:
+    logger.info("alerts.rule_deleted project_id=%s rule_id=%s", rule.project_id, rule.pk)
+    with transaction.atomic():
+        sessions = list(Alert.objects.filter(rule=rule).values_list("session_ref", flat=True).distinct())
+        project_id = rule.project_id
+        rule.delete()
+        _session_alert_counts_refresh(project_id=project_id, session_refs=sessions)
+
+
+PREVIEW_DAYS = 7
+PREVIEW_MAX_SNAPSHOTS = 20_000
+
+
+def rule_preview(
+    *,
+    project: Project,
+    data: dict[str, Any],
+    days: int = PREVIEW_DAYS,
+    max_snapshots: int = PREVIEW_MAX_SNAPSHOTS,
+) -> dict[str, Any]:
+    """How many alerts the rule in DATA would have raised over the stored snapshots of the last
+    DAYS days (at most MAX_SNAPSHOTS, the most recent), with the same evaluation and cooldown
+    as live evaluation. Writes nothing."""
+    clean = _rule_clean({**data, "name": data.get("name") or "preview"})
+    started = time.perf_counter()
+    spec = R.RuleSpec(
+        id=0,
+        kind=clean["kind"],
+        params=clean["params"],
+        agent=clean["agent"],
+        model=clean["model"],
+        cooldown_turns=clean["cooldown_turns"],
+        cooldown_seconds=float(clean["cooldown_seconds"]),
+        thresholds=project.thresholds,
+    )
+    since = timezone.now() - timedelta(days=days)
+    lines, truncated = selectors.recent_lines(project_id=project.pk, since=since, limit=max_snapshots)
+    maxb: dict[int, tuple[tuple[str, int, str], ...]] = {}
+    if spec.kind == R.BLOCK_SHARE:
+        maxb = selectors.max_blocks(
+            project_id=project.pk, snapshot_refs=[r["id"] for ln in lines.values() for r in ln]
+        )
+    fired = 0
+    sessions = 0
+    examples: list[dict[str, Any]] = []
+    n_snapshots = 0
+    for rows in lines.values():
+        n_snapshots += len(rows)
+        turns = selectors.turns_from_rows(rows, maxb)
+        eps = R.episodes_for(R.evaluate_line([spec], turns), {0: spec}).get(0, [])
+        if eps:
+            sessions += 1
+            fired += len(eps)
+            for ep in eps[: max(0, 10 - len(examples))]:
+                examples.append(
+                    {"session_id": rows[0]["session_id"], "turn": ep.first_turn, "title": ep.title}
+                )
+    return {
+        "fired": fired,
+        "sessions": sessions,
+        "snapshots": n_snapshots,
+        "truncated": truncated,
+        "days": days,
+        "examples": examples,
+        "ms": round((time.perf_counter() - started) * 1000, 1),
+    }
+
+
+# --- evaluation --------------------------------------------------------------
+def _lock_key(project_id: int, session_ref: int) -> int:
+    digest = hashlib.blake2b(f"alerts:{project_id}:{session_ref}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass
+class EvaluateResult:
+    created: list[int]
+    updated: int = 0
+    findings: int = 0
+    evaluated: int = 0
+
+
+def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateResult:
+    """Evaluate the enabled rules of the project on the snapshots SNAPSHOT_REFS (and on the
+    turns that follow them within the rules' windows, whose neighbourhood a late turn changes).
+
+    Safe to run twice and in any order: evaluation of a session is serialised by an advisory
+    lock, and a finding within the cooldown of an existing alert of its rule extends that alert.
+    Cost per snapshot is bounded by the rules' windows, not by the session's length.
+    """
+    started = time.perf_counter()
+    refs = sorted({int(r) for r in snapshot_refs})
+    res = EvaluateResult(created=[])
+    if not refs:
+        return res
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        return res
+    rules = list(AlertRule.objects.filter(project_id=project_id, enabled=True).order_by("id"))
+    if not rules:
+        return res
+    specs = selectors.rule_specs(rules=rules, thresholds=project.thresholds)
+    by_id = {s.id: s for s in specs}
+    rule_objs = {r.pk: r for r in rules}
+    window = min(R.MAX_WINDOW_TURNS, max(R.window_turns(s) for s in specs))
+    new_deliveries: list[int] = []
+
+    with transaction.atomic():
+        session_refs = sorted(
+            set(
+                Snapshot.objects.filter(project_id=project_id, id__in=refs).values_list(
+                    "session_ref", flat=True
+                )
+            )
+        )
+        if not session_refs:
+            return res
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(k)"
+                " FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
+                [sorted(_lock_key(project_id, s) for s in session_refs)],
+            )
+        lines = selectors.snapshot_neighbourhoods(project_id=project_id, snapshot_refs=refs, window=window)
+
+        # Targets: the new snapshots and, for a late one, the turns after it within the window.
+        wanted = set(refs)
+        targets: dict[int, set[int]] = {}
+        for sref, line in lines.items():
+            t: set[int] = set()
+            for i, row in enumerate(line):
+                if row["id"] in wanted:
+                    t.update(r["id"] for r in line[i : i + window + 1])
+            targets[sref] = t
+        all_targets = [r for t in targets.values() for r in t]
+        res.evaluated = len(all_targets)
+        need_blocks = any(s.kind == R.BLOCK_SHARE for s in specs)
+        maxb = selectors.max_blocks(project_id=project_id, snapshot_refs=all_targets) if need_blocks else {}
+
+        findings: dict[int, list[R.Finding]] = {}
+        turn_lines: dict[int, list[R.Turn]] = {}
+        for sref, line in lines.items():
+            turns = selectors.turns_from_rows(line, maxb)
+            turn_lines[sref] = turns
+            findings[sref] = R.evaluate_line(specs, turns, targets[sref])
+            res.findings += len(findings[sref])
+        fired = {sref: f for sref, f in findings.items() if f}
+        if not fired:
+            _log_eval(project_id, refs, res, started)
+            return res
+
+        # Existing episodes that the findings may extend: alerts of the fired rules whose span,
+        # widened by the largest cooldown, reaches the findings' turns or times.
+        max_cd_turns = max(s.cooldown_turns for s in specs)
+        max_cd_secs = max(s.cooldown_seconds for s in specs)
+        q = Q()
+        for sref, fs in fired.items():
+            lo, hi = min(f.turn.turn for f in fs), max(f.turn.turn for f in fs)
+            lo_ts, hi_ts = min(f.turn.ts for f in fs), max(f.turn.ts for f in fs)
+            near = Q(turn__lte=hi + max_cd_turns, last_turn__gte=lo - max_cd_turns)
+            if max_cd_secs > 0:
+                cd = timedelta(seconds=max_cd_secs)
+                near |= Q(ts__lte=hi_ts + cd, last_ts__gte=lo_ts - cd)
+            q |= Q(session_ref=sref) & near
+        existing_rows = list(
+            selectors.episodes_near(
+                project_id=project_id,
+                session_refs=list(fired),
+                rule_ids=sorted({f.rule_id for fs in fired.values() for f in fs}),
+            ).filter(q)
+        )
+        rows_by_id = {a.pk: a for a in existing_rows}
+        existing: dict[int, dict[int, list[R.Episode]]] = defaultdict(dict)
+        for a in existing_rows:
+            existing[a.session_ref].setdefault(a.rule_id, []).append(
+                R.Episode(
+                    rule_id=a.rule_id,
+                    first_turn=a.turn,
+                    last_turn=a.last_turn,
+                    first_ts=a.ts,
+                    last_ts=a.last_ts,
+                    value=a.value,
+                    threshold=a.threshold,
+                    peak_value=a.peak_value,
+                    title=a.title,
+                    snapshot_ref=a.snapshot_ref,
+                    unit=a.unit,
+                    alert_id=a.pk,
+                )
+            )
+
+        episodes: dict[int, dict[int, list[R.Episode]]] = {}
+        for sref, fs in fired.items():
+            episodes[sref] = R.episodes_for(fs, by_id, existing[sref])
+
+        # Contributing blocks for new alerts and for alerts whose anchor moved to an earlier turn.
+        anchored = [
+            (sref, ep)
+            for sref, per_rule in episodes.items()
+            for eps in per_rule.values()
+            for ep in eps
+            if ep.created or ep.anchor_moved
+        ]
+        anchor_refs = sorted({ep.snapshot_ref for _, ep in anchored})
+        blocks = selectors.blocks_of(project_id=project_id, snapshot_refs=anchor_refs)
+        changes = selectors.changes_of(project_id=project_id, snapshot_refs=anchor_refs)
+        storm_windows: dict[int, list[int]] = {}
+        for sref, ep in anchored:
+            if by_id[ep.rule_id].kind == R.COMPRESSION_STORM:
+                line = turn_lines[sref]
+                idx = next(i for i, t in enumerate(line) if t.ref == ep.snapshot_ref)
+                n = int(by_id[ep.rule_id].params["turns"])
+                storm_windows[ep.snapshot_ref] = [t.ref for t in line[max(0, idx - n + 1) : idx + 1]]
+        compressed: dict[int, dict[str, int]] = {}
+        if storm_windows:
+            all_refs = sorted({r for w in storm_windows.values() for r in w})
+            per = selectors.compressed_tokens_by_block_per_snapshot(
+                project_id=project_id, snapshot_refs=all_refs
+            )
+            for anchor, wrefs in storm_windows.items():
+                acc: dict[str, int] = defaultdict(int)
+                for r in wrefs:
+                    for k, v in per.get(r, {}).items():
+                        acc[k] += v
+                compressed[anchor] = dict(acc)
+        usable = {t.ref: t.usable_tokens for line in turn_lines.values() for t in line}
+        session_ids = {
+            row["session_ref"]: (row["session_id"], row["agent"], row["model_name"])
+            for line in lines.values()
+            for row in line[-1:]
+        }
+
+        def contrib(ep: R.Episode) -> list[dict[str, Any]]:
+            return R.contributors(
+                by_id[ep.rule_id].kind,
+                blocks=blocks.get(ep.snapshot_ref, []),
+                usable_tokens=usable.get(ep.snapshot_ref, 1),
+                change=changes.get(ep.snapshot_ref),
+                compressed_tokens=compressed.get(ep.snapshot_ref),
+                block_kinds=by_id[ep.rule_id].params.get("block_kinds") or (),
+            )
+
+        to_create: list[Alert] = []
+        to_update: list[Alert] = []
+        for sref, per_rule in episodes.items():
+            sid, agent, model = session_ids[sref]
+            for rule_id, eps in per_rule.items():
+                rule = rule_objs[rule_id]
+                for ep in eps:
+                    key = f"{rule_id}:{sref}:{ep.first_turn}"
+                    if ep.created:
+                        to_create.append(
+                            Alert(
+                                project_id=project_id,
+                                rule=rule,
+                                rule_kind=rule.kind,
+                                severity=rule.severity,
+                                title=ep.title[:500],
+                                session_ref=sref,
+                                session_id=sid,
+                                agent=agent,
+                                model=model,
+                                turn=ep.first_turn,
+                                snapshot_ref=ep.snapshot_ref,
+                                ts=ep.first_ts,
+                                last_turn=ep.last_turn,
+                                last_ts=ep.last_ts,
+                                value=ep.value,
+                                threshold=ep.threshold,
+                                peak_value=ep.peak_value,
+                                unit=ep.unit,
+                                contributors=contrib(ep),
+                                dedup_key=key,
+                            )
+                        )
+                    elif ep.changed and ep.alert_id is not None:
+                        a = rows_by_id[ep.alert_id]
+                        a.last_turn, a.last_ts, a.peak_value = ep.last_turn, ep.last_ts, ep.peak_value
+                        if ep.anchor_moved:
+                            a.turn, a.ts, a.snapshot_ref = ep.first_turn, ep.first_ts, ep.snapshot_ref
+                            a.value, a.threshold, a.title, a.unit = (
+                                ep.value,
+                                ep.threshold,
+                                ep.title[:500],
+                                ep.unit,
+                            )
+                            a.contributors, a.dedup_key = contrib(ep), key
+                        to_update.append(a)
+        if to_create:
+            Alert.objects.bulk_create(to_create)
+            res.created = [a.pk for a in to_create]
+        if to_update:
+            now = timezone.now()
+            for a in to_update:
+                a.updated_at = now
+            Alert.objects.bulk_update(
+                to_update,
+                [
+                    "turn",
+                    "ts",
+                    "snapshot_ref",
+                    "last_turn",
+                    "last_ts",
+                    "value",
+                    "threshold",
+                    "peak_value",
+                    "title",
+                    "unit",
+                    "contributors",
+                    "dedup_key",
+                    "updated_at",
+                ],
+            )
+            res.updated = len(to_update)
+        if to_create:
+            _session_alert_counts_refresh(
+                project_id=project_id, session_refs=sorted({a.session_ref for a in to_create})
+            )
+            new_deliveries = _deliveries_create(project_id=project_id, alerts=to_create)
+    if new_deliveries:
+        transaction.on_commit(lambda: _deliveries_enqueue(new_deliveries))
+    _log_eval(project_id, refs, res, started)
+    return res
+
+
+def _log_eval(project_id: int, refs: list[int], res: EvaluateResult, started: float) -> None:
+    logger.info(
+        "alerts.evaluated project_id=%s snapshots=%d evaluated=%d findings=%d created=%d updated=%d ms=%.1f",
+        project_id,
+        len(refs),
+        res.evaluated,
+        res.findings,
+        len(res.created),
+        res.updated,
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+def _session_alert_counts_refresh(*, project_id: int, session_refs: list[int]) -> None:
+    """Recount AgentSession.alert_count (the one ingest field this app owns) for SESSION_REFS."""
+    if not session_refs:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE ingest_session s SET alert_count = (
+                SELECT count(*) FROM alerts_alert a
+                WHERE a.project_id = s.project_id AND a.session_ref = s.id)
+            WHERE s.project_id = %s AND s.id = ANY(%s::bigint[])
+            """,
+            [project_id, list(session_refs)],
+        )
+
+
+# --- alert states ------------------------------------------------------------
+def alert_acknowledge(*, alert: Alert, user: Any) -> Alert:
+    """open -> acknowledged (an acknowledged or resolved alert is left as it is)."""
+    with transaction.atomic():
+        a = Alert.objects.select_for_update().get(pk=alert.pk)
+        if a.state == Alert.State.OPEN:
+            a.state = Alert.State.ACKNOWLEDGED
+            a.acknowledged_at = timezone.now()
+            a.acknowledged_by = user if getattr(user, "pk", None) else None
+            a.save(update_fields=["state", "acknowledged_at", "acknowledged_by", "updated_at"])
+            logger.info("alerts.acknowledged project_id=%s alert_id=%s", a.project_id, a.pk)
+    return a
+
+
+def alert_resolve(*, alert: Alert, user: Any) -> Alert:
+    """open or acknowledged -> resolved."""
+    with transaction.atomic():
+        a = Alert.objects.select_for_update().get(pk=alert.pk)
+        if a.state != Alert.State.RESOLVED:
+            now = timezone.now()
+            if a.acknowledged_at is None:
+                a.acknowledged_at = now
+                a.acknowledged_by = user if getattr(user, "pk", None) else None
+            a.state = Alert.State.RESOLVED
+            a.resolved_at = now
+            a.resolved_by = user if getattr(user, "pk", None) else None
+            a.save(
+                update_fields=[
+                    "state",
+                    "acknowledged_at",
+                    "acknowledged_by",
+                    "resolved_at",
+                    "resolved_by",
+                    "updated_at",
+                ]
+            )
+            logger.info("alerts.resolved project_id=%s alert_id=%s", a.project_id, a.pk)
+    return a
+
+
+# --- channels ----------------------------------------------------------------
+def _channel_clean(project: Project, data: dict[str, Any], *, kind: str) -> dict[str, Any]:
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    name = str(data.get("name") or "").strip()
+    if not name or len(name) > 100:
+        errors["name"] = "required, at most 100 characters"
+    out["name"] = name
+    sev = data.get("min_severity") or "info"
+    if sev not in R.SEVERITIES:
+        errors["min_severity"] = f"one of {', '.join(R.SEVERITIES)}"
+    out["min_severity"] = sev
+    out["enabled"] = bool(data.get("enabled", True))
+    if kind == Channel.Kind.WEBHOOK:
+        url = str(data.get("url") or "").strip()
+        problem = (
+            ch.webhook_url_problem(url, allow_private=project.allow_private_endpoints) if url else "required"
+        )
+        if problem:
+            errors["url"] = problem
+        out["url"] = url
+        try:
+            timeout = float(data.get("timeout_seconds") or 5.0)
+            if not 0.1 <= timeout <= 30:
+                raise ValueError
+            out["timeout_seconds"] = timeout
+        except (TypeError, ValueError):
+            errors["timeout_seconds"] = "a number of seconds between 0.1 and 30"
+        try:
+            attempts = int(data.get("max_attempts") or 5)
+            if not 1 <= attempts <= 10:
+                raise ValueError
+            out["max_attempts"] = attempts
+        except (TypeError, ValueError):
+            errors["max_attempts"] = "a whole number between 1 and 10"
+    elif kind == Channel.Kind.EMAIL:
+        raw = data.get("recipients") or []
+        if isinstance(raw, str):
+            raw = list(raw.replace(";", ",").replace("\n", ",").split(","))
+        recips = [str(r).strip() for r in raw if str(r).strip()]
+        from django.core.exceptions import ValidationError
+        from django.core.validators import validate_email
+
+        bad = []
+        for r in recips:
+            try:
+                validate_email(r)
+            except ValidationError:
+                bad.append(r)
+        if not recips:
+            errors["recipients"] = "at least one address"
+        elif bad:
+            errors["recipients"] = "not an e-mail address: " + ", ".join(bad[:3])
+        elif len(recips) > 50:
+            errors["recipients"] = "at most 50 addresses"
+        out["recipients"] = recips
+        try:
+            attempts = int(data.get("max_attempts") or 3)
+            if not 1 <= attempts <= 10:
+                raise ValueError
+            out["max_attempts"] = attempts
+        except (TypeError, ValueError):
+            errors["max_attempts"] = "a whole number between 1 and 10"
+    else:
+        errors["kind"] = "webhook or email"
+    if errors:
+        raise InvalidChannel(errors)
+    return out
+
+
+def channel_create(*, project: Project, kind: str, data: dict[str, Any]) -> tuple[Channel, str | None]:
+    """A new channel; for a webhook also its signing secret, returned in clear this once."""
+    clean = _channel_clean(project, data, kind=kind)
+    secret = ch.secret_new() if kind == Channel.Kind.WEBHOOK else None
+    channel = Channel.objects.create(
+        project=project, kind=kind, secret_encrypted=ch.secret_encrypt(secret) if secret else "", **clean
+    )
+    logger.info("alerts.channel_created project_id=%s channel_id=%s kind=%s", project.pk, channel.pk, kind)
+    return channel, secret
+
+
+def channel_update(*, channel: Channel, data: dict[str, Any]) -> Channel:
+    fields = ["name", "min_severity", "enabled", "url", "timeout_seconds", "max_attempts", "recipients"]
+    current = {f: getattr(channel, f) for f in fields}
+    clean = _channel_clean(
+        channel.project, {**current, **{k: v for k, v in data.items() if k in fields}}, kind=channel.kind
+    )
+    for f, v in clean.items():
+        setattr(channel, f, v)
+    channel.save()
+    return channel
+
+
+def channel_secret_rotate(*, channel: Channel) -> str:
+    secret = ch.secret_new()
+    channel.secret_encrypted = ch.secret_encrypt(secret)
+    channel.save(update_fields=["secret_encrypted"])
+    logger.info("alerts.channel_secret_rotated project_id=%s channel_id=%s", channel.project_id, channel.pk)
+    return secret
+
+
+def channel_delete(*, channel: Channel) -> None:
+    logger.info("alerts.channel_deleted project_id=%s channel_id=%s", channel.project_id, channel.pk)
+    channel.delete()
+
+
+def channel_test_send(*, channel: Channel) -> Delivery:
+    """Queue a test message to CHANNEL; its result shows in the channel's delivery log."""
+    d = Delivery.objects.create(project_id=channel.project_id, channel=channel, is_test=True)
+    transaction.on_commit(lambda: _deliveries_enqueue([d.pk]))
+    return d
+
+
+# --- deliveries --------------------------------------------------------------
+def _deliveries_create(*, project_id: int, alerts: list[Alert]) -> list[int]:
+    chans = list(Channel.objects.filter(project_id=project_id, enabled=True))
+    if not chans:
+        return []
+    objs = [
+        Delivery(project_id=project_id, alert=a, channel=c)
+        for a in alerts
+        for c in chans
+        if SEVERITY_RANK[a.severity] >= SEVERITY_RANK[c.min_severity]
+    ]
+    return [d.pk for d in Delivery.objects.bulk_create(objs)]
+
+
+def _deliveries_enqueue(delivery_ids: list[int]) -> None:
+    from alerts.tasks import alerts_deliver_task
+
+    for did in delivery_ids:
+        try:
+            alerts_deliver_task.apply_async(kwargs={"delivery_id": did})
+        except Exception:  # noqa: BLE001 - broker down: the delivery stays pending and visible
+            logger.exception("alerts.deliver_enqueue_failed delivery_id=%s", did)
+
+
+RETRY_BASE_SECONDS = 1.0
+RETRY_MAX_SECONDS = 300.0
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    base = float(getattr(settings, "CTXOBS_ALERT_RETRY_BASE_SECONDS", RETRY_BASE_SECONDS))
+    wait = base * (2 ** (attempt - 1))
+    if retry_after is not None:
+        wait = max(wait, retry_after)
+    return min(wait, RETRY_MAX_SECONDS)
+
+
+def delivery_attempt(*, delivery_id: int) -> float | None:
+    """Make the next attempt of a delivery, if it is due; the seconds until the next attempt
+    when one is needed, else None. Safe to run twice: a sent or failed delivery is left alone,
+    one being attempted elsewhere is skipped, and an early call only reports the wait."""
+    with transaction.atomic():
+        d = (
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("channel", "channel__project", "alert", "alert__rule")
+            .filter(pk=delivery_id)
+            .first()
+        )
+        if d is None or d.status in (Delivery.Status.SENT, Delivery.Status.FAILED):
+            return None
+        now = timezone.now()
+        if d.next_attempt_at is not None and d.next_attempt_at > now + timedelta(milliseconds=200):
+            return (d.next_attempt_at - now).total_seconds()
+        c = d.channel
+        number = d.attempts + 1
+        if not c.enabled:
+            result = ch.SendResult(False, False, None, "channel disabled")
+        elif d.alert is None and not d.is_test:
+            result = ch.SendResult(False, False, None, "alert deleted")
+        else:
+            result = _send(d, c)
+        DeliveryAttempt.objects.create(
+            delivery=d,
+            number=number,
+            at=now,
+            status_code=result.status_code,
+            error=result.error,
+            duration_ms=result.duration_ms,
+        )
+        d.attempts = number
+        d.last_status_code = result.status_code
+        d.last_error = result.error
+        retry_in = None
+        if result.ok:
+            d.status, d.sent_at, d.next_attempt_at = Delivery.Status.SENT, timezone.now(), None
+        elif result.retryable and number < c.max_attempts:
+            retry_in = _backoff(number, result.retry_after)
+            d.status, d.next_attempt_at = Delivery.Status.RETRYING, now + timedelta(seconds=retry_in)
+        else:
+            d.status, d.next_attempt_at = Delivery.Status.FAILED, None
+        d.save(
+            update_fields=[
+                "attempts",
+                "last_status_code",
+                "last_error",
+                "status",
+                "sent_at",
+                "next_attempt_at",
+            ]
+        )
+    logger.info(
+        "alerts.delivery delivery_id=%s channel_id=%s attempt=%d status=%s code=%s ms=%.0f",
+        d.pk,
+        c.pk,
+        number,
+        d.status,
+        result.status_code,
+        result.duration_ms,
+    )
+    return retry_in
+
+
+def _send(d: Delivery, c: Channel) -> ch.SendResult:
+    project_name = c.project.name
+    if c.kind == Channel.Kind.WEBHOOK:
+        problem = ch.webhook_url_problem(c.url, allow_private=c.project.allow_private_endpoints)
+        if problem:
+            return ch.SendResult(False, False, None, f"url {problem}")
+        try:
+            secret = ch.secret_decrypt(c.secret_encrypted)
+        except ValueError as exc:
+            return ch.SendResult(False, False, None, str(exc))
+        if d.is_test:
+            payload, event = ch.test_payload(c, project_name=project_name), "test"
+        else:
+            payload, event = ch.alert_payload(d.alert, project_name=project_name), "alert.opened"
+        payload["delivery_id"] = d.pk
+        return ch.webhook_send(
+            url=c.url,
+            secret=secret,
+            payload=payload,
+            event=event,
+            delivery_id=d.pk,
+            timeout=c.timeout_seconds,
+        )
+    if d.is_test:
+        subject, text = f"[ctxobs {project_name}] test message", "This is a test delivery from ctxobs."
+    else:
+        subject, text = ch.alert_email(d.alert, project_name=project_name)
+    return ch.email_send(recipients=list(c.recipients), subject=subject, text=text)

@@ -1,0 +1,19 @@
+"""Celery tasks of the alerts app: take ids, call one service, safe to run twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from alerts import services
+
+
+@shared_task(name="alerts.evaluate", acks_late=True)
+def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int]) -> int:
+    return len(services.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs).created)
+
+
+@shared_task(name="alerts.deliver", acks_late=True)
+def alerts_deliver_task(*, delivery_id: int) -> None:
+    retry_in = services.delivery_attempt(delivery_id=delivery_id)
+    if retry_in is not None:
+        alerts_deliver_task.apply_async(kwargs={"delivery_id": delivery_id}, countdown=retry_in)

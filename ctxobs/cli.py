@@ -22,7 +22,15 @@ def _push(args: argparse.Namespace) -> int:
     if not endpoint:
         print("ctxobs push: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
         return 2
-    total = {"files": 0, "items": 0, "created": 0, "duplicate": 0, "rejected": 0, "unsent": 0, "unreadable": 0}
+    total = {
+        "files": 0,
+        "items": 0,
+        "created": 0,
+        "duplicate": 0,
+        "rejected": 0,
+        "unsent": 0,
+        "unreadable": 0,
+    }
     worst = 0
     for path in args.files:
         try:

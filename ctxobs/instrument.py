@@ -289,7 +289,7 @@ class _StreamAccumulator:
             delta = _get(choice, "delta")
             if delta is not None:
                 content = _get(delta, "content")
-                if isinstance(content, str):
+                if isinstance(content, str) and content:
                     self.text.append(content)
                 for tc in _get(delta, "tool_calls") or []:
                     idx = _get(tc, "index") or 0
@@ -435,7 +435,13 @@ def instrument_openai(
     original = completions.create
     inst = _Instrumentation(obs, partitioner, context_window, agent)
 
-    if inspect.iscoroutinefunction(original):
+    # openai wraps `create` in decorators that can hide that the async one is a coroutine.
+    is_async = (
+        inspect.iscoroutinefunction(original)
+        or inspect.iscoroutinefunction(inspect.unwrap(original))
+        or type(completions).__name__.startswith("Async")
+    )
+    if is_async:
 
         @functools.wraps(original)
         async def acreate(*args: Any, **kwargs: Any) -> Any:

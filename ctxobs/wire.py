@@ -68,13 +68,33 @@ def default_reserve(context_window: int) -> int:
     return int(round(context_window * DEFAULT_RESERVE_FRACTION))
 
 
+# One shared encoder: json.dumps() with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+HASH_CHARS = 32  # 128 bits of sha256: content addresses are per project
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
+
+
+def message_hash(message: dict[str, Any]) -> str:
+    """Content address of one message: sha256 of its canonical JSON."""
+    return hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+
+
+def block_hashes(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """(content address of a block, content addresses of its messages in order).
+
+    A block is addressed by the sequence of its message addresses, so a history block that
+    gains one message per turn shares every earlier message with the previous turn.
+    """
+    mh = [message_hash(m) for m in messages]
+    return hashlib.sha256("".join(mh).encode("ascii")).hexdigest()[:HASH_CHARS], mh
 
 
 def content_hash(messages: list[dict[str, Any]]) -> str:
-    """Content address of a block: sha256 of its messages as canonical JSON."""
-    return hashlib.sha256(canonical_json(messages).encode("utf-8")).hexdigest()
+    """Content address of a block (see block_hashes)."""
+    return block_hashes(messages)[0]
 
 
 def block_chars(messages: list[dict[str, Any]]) -> int:

@@ -77,9 +77,30 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
+_SIMPLE_KEYS = frozenset(("role", "content", "name", "tool_call_id"))
+_hash_memo: dict[tuple[Any, ...], str] = {}
+_HASH_MEMO_MAX = 100_000
+
+
 def message_hash(message: dict[str, Any]) -> str:
-    """Content address of one message: sha256 of its canonical JSON."""
-    return hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+    """Content address of one message: sha256 of its canonical JSON.
+
+    Plain text messages (the system prompt, memory, documents) repeat on every turn; they are
+    memoised by value, which skips the JSON encoding that dominates hashing them.
+    """
+    memo_key: tuple[Any, ...] | None = None
+    if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):
+        memo_key = (message.get("role"), message.get("content"), message.get("name"), message.get("tool_call_id"),
+                    len(message))
+        hit = _hash_memo.get(memo_key)
+        if hit is not None:
+            return hit
+    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+    if memo_key is not None:
+        if len(_hash_memo) >= _HASH_MEMO_MAX:
+            _hash_memo.clear()
+        _hash_memo[memo_key] = h
+    return h
 
 
 def block_hashes(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:

@@ -12,6 +12,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from ctxobs.wire import TIERS
@@ -179,16 +180,26 @@ class Snapshot(models.Model):
 
 
 class BlockContent(models.Model):
-    """A block's messages, stored once per project under their content hash."""
+    """A block's content, stored once per project under its content hash: the sequence of
+    its messages' hashes (see ctxobs.wire.block_hashes)."""
 
     pk = models.CompositePrimaryKey("project_id", "hash")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
-    hash = models.CharField(max_length=64)
-    messages = models.JSONField()
+    hash = models.CharField(max_length=32)
+    message_hashes = ArrayField(models.CharField(max_length=32))
     chars = models.IntegerField()
     tokens = models.IntegerField(null=True)
     encoding = models.CharField(max_length=64, default="", blank=True)
     created_at = models.DateTimeField()
+
+
+class MessageContent(models.Model):
+    """One message exactly as sent, stored once per project under its content hash."""
+
+    pk = models.CompositePrimaryKey("project_id", "hash")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    hash = models.CharField(max_length=32)
+    message = models.JSONField()
 
 
 class SnapshotBlock(models.Model):
@@ -198,7 +209,7 @@ class SnapshotBlock(models.Model):
     position = models.SmallIntegerField()
     key = models.CharField(max_length=128)
     kind = models.CharField(max_length=20)
-    content_hash = models.CharField(max_length=64)
+    content_hash = models.CharField(max_length=32)
     tokens = models.IntegerField()
     estimated = models.BooleanField(default=False)
     pinned = models.BooleanField(default=False)

@@ -12,6 +12,7 @@ from ingest.models import (
     AgentSession,
     BlockContent,
     CompressionEvent,
+    MessageContent,
     Project,
     RecallItem,
     Snapshot,
@@ -113,43 +114,49 @@ def snapshot_neighbours(*, project: Project, snapshot: Snapshot) -> tuple[int | 
     return prev, nxt
 
 
-def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
-    """The blocks of a snapshot in order, each with its messages exactly as sent (two queries)."""
-    blocks = list(
-        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref)
-        .order_by("position")
-        .values("position", "key", "kind", "content_hash", "tokens", "estimated", "pinned", "compressed", "refs")
-    )
+_BLOCK_FIELDS = ("snapshot_ref", "position", "key", "kind", "content_hash", "tokens", "estimated", "pinned",
+                 "compressed", "refs")
+
+
+def _attach_messages(project_id: int, blocks: list[dict[str, Any]]) -> None:
+    """Give each block its messages, exactly as sent, in two queries whatever the number of blocks."""
     hashes = {b["content_hash"] for b in blocks}
     contents = {
         c["hash"]: c
-        for c in BlockContent.objects.filter(project_id=project_id, hash__in=hashes).values("hash", "messages", "chars")
+        for c in BlockContent.objects.filter(project_id=project_id, hash__in=hashes).values(
+            "hash", "message_hashes", "chars")
     }
+    wanted = {mh for c in contents.values() for mh in c["message_hashes"]}
+    messages = dict(
+        MessageContent.objects.filter(project_id=project_id, hash__in=wanted).values_list("hash", "message")
+    )
     for b in blocks:
-        c = contents.get(b["content_hash"], {})
-        b["messages"] = c.get("messages", [])
-        b["chars"] = c.get("chars", 0)
+        c = contents.get(b["content_hash"])
+        b["messages"] = [messages[mh] for mh in c["message_hashes"]] if c else []
+        b["chars"] = c["chars"] if c else 0
+
+
+def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
+    """The blocks of a snapshot in order, each with its messages exactly as sent (three queries)."""
+    blocks = list(
+        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref)
+        .order_by("position")
+        .values(*_BLOCK_FIELDS)
+    )
+    _attach_messages(project_id, blocks)
     return blocks
 
 
 def snapshots_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """Blocks (with messages) of many snapshots at once: two queries whatever their number."""
+    """Blocks (with messages) of many snapshots at once: three queries whatever their number."""
     out: dict[int, list[dict[str, Any]]] = {r: [] for r in snapshot_refs}
     rows = list(
         SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref__in=snapshot_refs)
         .order_by("snapshot_ref", "position")
-        .values("snapshot_ref", "position", "key", "kind", "content_hash", "tokens", "estimated", "pinned",
-                "compressed", "refs")
+        .values(*_BLOCK_FIELDS)
     )
-    hashes = {b["content_hash"] for b in rows}
-    contents = {
-        c["hash"]: c
-        for c in BlockContent.objects.filter(project_id=project_id, hash__in=hashes).values("hash", "messages", "chars")
-    }
+    _attach_messages(project_id, rows)
     for b in rows:
-        c = contents.get(b["content_hash"], {})
-        b["messages"] = c.get("messages", [])
-        b["chars"] = c.get("chars", 0)
         out[b["snapshot_ref"]].append(b)
     return out
 

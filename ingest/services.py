@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ctxobs import tokens as tok
-from ctxobs.wire import TIERS, content_hash, validate_snapshot
+from ctxobs.wire import TIERS, block_hashes, validate_snapshot
 from ingest import derive
 from ingest.errors import AuthError
 from ingest.models import KEY_PREFIX_LEN, IngestKey, Project, hash_key, new_raw_key
@@ -126,7 +126,7 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
     kind_tokens: dict[str, int] = defaultdict(int)
     total = 0
     for b in snap["blocks"]:
-        h = content_hash(b["messages"])
+        h, mh = block_hashes(b["messages"])
         n = b["tokens"]
         est = b["estimated"]
         if n is None:
@@ -135,7 +135,7 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
             n = _count_block(b["messages"], h, counter)
             est = not counter.exact
         estimated_any = estimated_any or est
-        blocks.append({**b, "hash": h, "tokens": n, "estimated": est})
+        blocks.append({**b, "hash": h, "message_hashes": mh, "tokens": n, "estimated": est})
         kind_tokens[b["kind"]] += n
         total += n
     wm = derive.watermark(total, model["context_window"], model["reserve_tokens"])
@@ -201,8 +201,11 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
     return res
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def _j(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
@@ -310,7 +313,7 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         if not fresh:
             return {}
 
-        # 5. Block contents, stored once per project under their hash.
+        # 5. Block contents and their messages, each stored once per project under its hash.
         contents: dict[str, tuple[dict[str, Any], str]] = {}
         for p in fresh:
             for b in p.blocks:
@@ -323,15 +326,33 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         known = {r[0] for r in cur.fetchall()}
         missing = [(h, b, enc) for h, (b, enc) in contents.items() if h not in known]
         if missing:
+            messages: dict[str, dict[str, Any]] = {}
+            for _h, b, _enc in missing:
+                for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
+                    messages.setdefault(mh, m)
+            cur.execute(
+                "SELECT hash FROM ingest_messagecontent WHERE project_id = %s AND hash = ANY(%s)",
+                [pid, list(messages)],
+            )
+            known_messages = {r[0] for r in cur.fetchall()}
+            new_messages = [{"hash": mh, "message": m} for mh, m in messages.items() if mh not in known_messages]
+            if new_messages:
+                cur.execute(
+                    """
+                    INSERT INTO ingest_messagecontent (project_id, hash, message)
+                    SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
+                    ON CONFLICT (project_id, hash) DO NOTHING
+                    """,
+                    [pid, _j(new_messages)],
+                )
             cur.execute(
                 """
-                INSERT INTO ingest_blockcontent (project_id, hash, messages, chars, tokens, encoding, created_at)
-                SELECT %s, x.hash, x.messages, x.chars, x.tokens, x.encoding, %s
-                FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, messages jsonb, chars int, tokens int,
-                    encoding text)
+                INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding, created_at)
+                SELECT %s, x.hash, ARRAY(SELECT jsonb_array_elements_text(x.mh)), x.chars, x.tokens, x.encoding, %s
+                FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, mh jsonb, chars int, tokens int, encoding text)
                 ON CONFLICT (project_id, hash) DO NOTHING
                 """,
-                [pid, now, _j([{"hash": h, "messages": b["messages"], "chars": b["chars"],
+                [pid, now, _j([{"hash": h, "mh": b["message_hashes"], "chars": b["chars"],
                                 "tokens": b["tokens"], "encoding": enc} for h, b, enc in missing])],
             )
 
@@ -344,7 +365,7 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 ref = created[p.snap["snapshot_id"]]
                 for pos, b in enumerate(p.blocks):
                     copy.write_row((pid, ref, pos, b["key"], b["kind"], b["hash"], b["tokens"], b["estimated"],
-                                    b["pinned"], b["compressed"], _j(b["refs"])))
+                                    b["pinned"], b["compressed"], _j(b["refs"]) if b["refs"] else "[]"))
         if any(p.snap["compression"] for p in fresh):
             with raw.copy(
                 "COPY ingest_compressionevent (project_id, snapshot_ref, position, ts, strategy, block,"

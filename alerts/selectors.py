@@ -142,6 +142,7 @@ TURN_COLUMNS = (
     "agent",
     "model_name",
     "session_id",
+    "received_at",
 )
 
 

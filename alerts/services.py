@@ -6,7 +6,7 @@ import hashlib
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -233,6 +233,16 @@ class EvaluateResult:
     updated: int = 0
     findings: int = 0
     evaluated: int = 0
+    # Snapshots whose earlier turns are missing, to evaluate again once these are due.
+    deferred: list[int] = field(default_factory=list)
+    retry_in: float | None = None
+
+
+LATENESS_SECONDS = 30.0
+
+
+def _lateness() -> float:
+    return float(getattr(settings, "CTXOBS_ALERT_LATENESS_SECONDS", LATENESS_SECONDS))
 
 
 def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateResult:
@@ -292,12 +302,34 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
         need_blocks = any(s.kind == R.BLOCK_SHARE for s in specs)
         maxb = selectors.max_blocks(project_id=project_id, snapshot_refs=all_targets) if need_blocks else {}
 
+        # A turn whose predecessor has not arrived (yet) is judged without its history for a
+        # while: rules that compare with earlier turns wait for the late turn, whose own
+        # evaluation re-evaluates this one, or for the lateness allowance to pass.
+        history_specs = [s for s in specs if R.window_turns(s) > 0]
+        local_specs = [s for s in specs if R.window_turns(s) == 0]
+        now = timezone.now()
+        lateness = timedelta(seconds=_lateness())
         findings: dict[int, list[R.Finding]] = {}
         turn_lines: dict[int, list[R.Turn]] = {}
         for sref, line in lines.items():
             turns = selectors.turns_from_rows(line, maxb)
             turn_lines[sref] = turns
-            findings[sref] = R.evaluate_line(specs, turns, targets[sref])
+            complete, waiting = set(), set()
+            for i, row in enumerate(line):
+                if row["id"] not in targets[sref]:
+                    continue
+                prev_turn = line[i - 1]["turn"] if i > 0 else None
+                has_history = row["turn"] == 0 if prev_turn is None else prev_turn >= row["turn"] - 1
+                if has_history or not history_specs or row["received_at"] + lateness <= now:
+                    complete.add(row["id"])
+                else:
+                    waiting.add(row["id"])
+                    due = (row["received_at"] + lateness - now).total_seconds()
+                    res.retry_in = max(res.retry_in or 0.0, due)
+            res.deferred.extend(waiting)
+            findings[sref] = R.evaluate_line(specs, turns, complete)
+            if waiting and local_specs:
+                findings[sref] += R.evaluate_line(local_specs, turns, waiting)
             res.findings += len(findings[sref])
         fired = {sref: f for sref, f in findings.items() if f}
         if not fired:
@@ -480,13 +512,15 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
 
 def _log_eval(project_id: int, refs: list[int], res: EvaluateResult, started: float) -> None:
     logger.info(
-        "alerts.evaluated project_id=%s snapshots=%d evaluated=%d findings=%d created=%d updated=%d ms=%.1f",
+        "alerts.evaluated project_id=%s snapshots=%d evaluated=%d findings=%d created=%d updated=%d"
+        " deferred=%d ms=%.1f",
         project_id,
         len(refs),
         res.evaluated,
         res.findings,
         len(res.created),
         res.updated,
+        len(res.deferred),
         (time.perf_counter() - started) * 1000,
     )
 

@@ -9,7 +9,12 @@ from alerts import services
 
 @shared_task(name="alerts.evaluate", acks_late=True)
 def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int]) -> int:
-    return len(services.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs).created)
+    res = services.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs)
+    if res.deferred and res.retry_in is not None:
+        alerts_evaluate_task.apply_async(
+            kwargs={"project_id": project_id, "snapshot_refs": res.deferred}, countdown=res.retry_in + 0.5
+        )
+    return len(res.created)
 
 
 @shared_task(name="alerts.deliver", acks_late=True)

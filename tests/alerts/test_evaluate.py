@@ -1,0 +1,258 @@
+"""Evaluation after ingest on sessions posted through the real ingest API, one test per rule
+kind plus out-of-order and repeated delivery, cooldown and the session's alert count."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from alerts import rules as R
+from alerts import selectors, services
+from alerts.models import Alert, AlertRule
+from ingest.models import AgentSession, Project, Snapshot
+from ingest.services import project_create
+from tests.alerts.conftest import sized_snapshot
+from tests.factories import block
+
+pytestmark = pytest.mark.django_db
+
+
+def alerts_of(project: Project, kind: str | None = None) -> list[Alert]:
+    qs = Alert.objects.filter(project=project).order_by("turn", "id")
+    if kind:
+        qs = qs.filter(rule_kind=kind)
+    return list(qs)
+
+
+def only_rule(project: Project, kind: str, **params: Any) -> AlertRule:
+    AlertRule.objects.filter(project=project).delete()
+    return services.rule_create(project=project, data={"name": kind, "kind": kind, "params": params})
+
+
+def test_new_project_gets_the_default_rules_of_every_kind(db):
+    project, _ = project_create(name="fresh")
+    kinds = set(AlertRule.objects.filter(project=project).values_list("kind", flat=True))
+    assert kinds == set(R.KINDS)
+    tiers = set(
+        AlertRule.objects.filter(project=project, kind=R.TIER_CROSSING).values_list("params__tier", flat=True)
+    )
+    assert tiers == {"warn", "compress", "force", "break"}
+
+
+def test_tier_crossing_alert_points_at_the_turn_and_its_growing_blocks(poster, project):
+    fills = [0.3, 0.5, 0.75, 0.9, 0.92, 0.91, 0.9]
+    for i, f in enumerate(fills):
+        poster.post([sized_snapshot(turn=i, fill=f)])
+    force = [a for a in alerts_of(project, R.TIER_CROSSING) if a.rule.params["tier"] == "force"]
+    assert len(force) == 1, "a session sitting in the force tier raises one alert"
+    a = force[0]
+    assert (a.turn, a.last_turn) == (3, 3)
+    assert a.value == pytest.approx(90, abs=0.5) and a.threshold == pytest.approx(85)
+    assert a.contributors[0]["key"] == "history" and a.contributors[0]["delta"] > 0
+    assert len(a.contributors) <= 3
+    assert a.session_id == "s-1" and a.state == "open"
+    compress = [a for a in alerts_of(project, R.TIER_CROSSING) if a.rule.params["tier"] == "compress"]
+    assert [x.turn for x in compress] == [2]
+
+
+def test_watermark_spike_from_one_big_tool_result(poster, project):
+    only_rule(project, R.WATERMARK_SPIKE, rise_points=20)
+    tool = block("search", "tool_results", "a very long search result", tokens=3000)
+    poster.post([sized_snapshot(turn=0, fill=0.2), sized_snapshot(turn=1, fill=0.22)])
+    poster.post([sized_snapshot(turn=2, fill=0.6, extra_blocks=[tool])])
+    (a,) = alerts_of(project)
+    assert a.turn == 2 and a.unit == "points"
+    assert a.value == pytest.approx(38, abs=1)
+    assert a.contributors[0]["key"] == "search" and a.contributors[0]["delta"] == 3000
+
+
+def test_one_block_above_a_share_of_the_window(poster, project):
+    only_rule(project, R.BLOCK_SHARE, share_pct=30, block_kinds="tool_results")
+    huge = block("search", "tool_results", "huge", tokens=3000)
+    poster.post([sized_snapshot(turn=0, fill=0.5), sized_snapshot(turn=1, fill=0.6, extra_blocks=[huge])])
+    (a,) = alerts_of(project)
+    assert a.turn == 1
+    assert "'search'" in a.title
+    assert a.value == pytest.approx(3000 / 8500 * 100)
+    assert a.contributors[0]["key"] == "search"
+
+
+def test_compression_storm(poster, project):
+    only_rule(project, R.COMPRESSION_STORM, events=3, turns=3)
+    ev = {
+        "strategy": "drop_tool_output",
+        "block": "history",
+        "tokens_before": 900,
+        "tokens_after": 100,
+        "watermark": 0.7,
+        "items": ["c1"],
+    }
+    snaps = [sized_snapshot(turn=i, fill=0.7, compression=[ev] if i >= 2 else []) for i in range(6)]
+    poster.post(snaps[:4])
+    assert alerts_of(project) == [], "two events within three turns are no storm"
+    poster.post(snaps[4:5])
+    (a,) = alerts_of(project)
+    assert (a.turn, a.value, a.threshold, a.unit) == (4, 3, 3, "events")
+    poster.post(snaps[5:])
+    (a,) = alerts_of(project)
+    assert a.last_turn == 5 and a.peak_value == 3
+    assert a.contributors[0]["key"] == "history" and a.contributors[0]["compressed_tokens"] > 0
+
+
+def test_validation_failure_rate(poster, project):
+    only_rule(project, R.VALIDATION_FAILURE_RATE, rate_pct=50, turns=5, min_checks=3)
+
+    def v(passed: bool) -> list[dict[str, Any]]:
+        return [
+            {
+                "layer": "structure",
+                "check": "json_schema",
+                "passed": passed,
+                "code": "" if passed else "E_JSON",
+            }
+        ]
+
+    results = [True, True, False, False, False, True]
+    poster.post([sized_snapshot(turn=i, fill=0.3, validation=v(p)) for i, p in enumerate(results)])
+    (a,) = alerts_of(project)
+    # Turn 3: 2 of 4 checks failed, 50% is not above the rate; turn 4: 3 of 5.
+    assert a.turn == 4 and a.value == pytest.approx(60) and a.last_turn == 4
+
+
+def test_recall_misses(poster, project):
+    only_rule(project, R.RECALL_MISS_RATE, rate_pct=50, turns=10, min_recalls=3)
+
+    def rc(injected: bool) -> list[dict[str, Any]]:
+        return [{"memory_id": "m-1", "channel": "vector", "score": 0.4, "rank": 1, "injected": injected}]
+
+    pattern = [True, False, False, False]
+    poster.post([sized_snapshot(turn=i, fill=0.3, recall=rc(p)) for i, p in enumerate(pattern)])
+    (a,) = alerts_of(project)
+    assert a.turn == 2 and a.value == pytest.approx(200 / 3)
+
+
+def test_count_drift(poster, project):
+    only_rule(project, R.COUNT_DRIFT, drift_pct=10)
+    out = {"text": "ok", "usage": {"prompt_tokens": 2000, "completion_tokens": 3}}
+    honest = {"text": "ok", "usage": {"prompt_tokens": 2550, "completion_tokens": 3}}
+    poster.post(
+        [sized_snapshot(turn=0, fill=0.3, output=honest), sized_snapshot(turn=1, fill=0.3, output=out)]
+    )
+    (a,) = alerts_of(project)
+    assert a.turn == 1 and a.value > 10
+
+
+def test_rule_narrowed_to_a_model_ignores_other_models(poster, project):
+    only_rule(project, R.COUNT_DRIFT, drift_pct=10)
+    AlertRule.objects.filter(project=project).update(model="gpt-4o-mini")
+    out = {"text": "ok", "usage": {"prompt_tokens": 1000}}
+    poster.post([sized_snapshot(turn=0, fill=0.3, output=out)])
+    assert alerts_of(project) == []
+    poster.post([sized_snapshot(turn=0, fill=0.3, output=out, session_id="s-2", model="gpt-4o-mini")])
+    assert [a.session_id for a in alerts_of(project)] == ["s-2"]
+
+
+PROFILE = [0.2, 0.3, 0.5, 0.65, 0.8, 0.9, 0.88, 0.97, 0.6, 0.4, 0.45, 0.9]
+
+
+def _signature(project: Project) -> list[tuple[str, str, int, int]]:
+    return sorted((a.rule.name, a.session_id, a.turn, a.last_turn) for a in alerts_of(project))
+
+
+def _post_profile(poster: Any, order: list[int], *, session_id: str = "s-1") -> None:
+    snaps = [sized_snapshot(turn=i, fill=f, session_id=session_id) for i, f in enumerate(PROFILE)]
+    for i in order:
+        poster.post([snaps[i]])
+
+
+def test_out_of_order_arrival_raises_the_same_alerts_as_in_order(poster, project):
+    _post_profile(poster, list(range(len(PROFILE))), session_id="in-order")
+    expected = [(r, t, lt) for r, _s, t, lt in _signature(project)]
+    assert expected, "the profile must raise alerts"
+    rng = random.Random(7)
+    for n in range(3):
+        order = list(range(len(PROFILE)))
+        rng.shuffle(order)
+        _post_profile(poster, order, session_id=f"shuffled-{n}")
+        # The lateness allowance has passed for everything: the deferred re-evaluation runs.
+        refs = list(
+            Snapshot.objects.filter(project=project, session_id=f"shuffled-{n}").values_list("id", flat=True)
+        )
+        with_past = timezone.now() + timedelta(seconds=services.LATENESS_SECONDS + 1)
+        Snapshot.objects.filter(project=project, id__in=refs).update(
+            received_at=with_past - timedelta(hours=1)
+        )
+        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+        got = [(r, t, lt) for r, s, t, lt in _signature(project) if s == f"shuffled-{n}"]
+        assert got == expected, f"order {order}"
+
+
+def test_a_turn_waits_for_its_missing_predecessor(poster, project):
+    only_rule(project, R.WATERMARK_SPIKE, rise_points=20, median_ratio=0)
+    snaps = [sized_snapshot(turn=i, fill=f) for i, f in enumerate([0.2, 0.5, 0.55])]
+    poster.post([snaps[0]])
+    refs = poster.post([snaps[2]], evaluate=False)
+    res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+    assert res.deferred == refs and 0 < res.retry_in <= services.LATENESS_SECONDS
+    assert alerts_of(project) == [], "0.2 -> 0.55 is not a spike of turn 2: turn 1 is missing"
+    poster.post([snaps[1]])
+    (a,) = alerts_of(project)
+    assert a.turn == 1
+
+
+def test_evaluating_twice_raises_nothing_new(poster, project):
+    refs: list[int] = []
+    for i, f in enumerate(PROFILE):
+        refs += poster.post([sized_snapshot(turn=i, fill=f)])
+    before = _signature(project)
+    res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+    assert res.created == []
+    assert _signature(project) == before
+    assert len({a.dedup_key for a in alerts_of(project)}) == len(before)
+
+
+def test_a_resent_batch_is_a_duplicate_and_raises_nothing(poster, project, api):
+    snaps = [sized_snapshot(turn=i, fill=f) for i, f in enumerate(PROFILE)]
+    poster.post(snaps)
+    before = _signature(project)
+    r = api.post_snapshots(snaps)
+    assert {x["status"] for x in r.json()["results"]} == {"duplicate"}
+    assert _signature(project) == before
+
+
+def test_cooldown_in_turns_separates_episodes(poster, project):
+    rule = only_rule(project, R.TIER_CROSSING, tier="force")
+    fills = [0.5, 0.9, 0.5, 0.9] + [0.5] * 6 + [0.9]
+    poster.post([sized_snapshot(turn=i, fill=f) for i, f in enumerate(fills)])
+    assert rule.cooldown_turns == 20
+    assert [(a.turn, a.last_turn) for a in alerts_of(project)] == [(1, 10)], "within the cooldown: one alert"
+    services.rule_update(rule=rule, data={"cooldown_turns": 3, "cooldown_seconds": 0})
+    poster.post([sized_snapshot(turn=i, fill=f, session_id="s-2") for i, f in enumerate(fills)])
+    assert [(a.turn, a.last_turn) for a in alerts_of(project) if a.session_id == "s-2"] == [(1, 3), (10, 10)]
+
+
+def test_session_alert_count_and_timeline_markers(poster, project):
+    for i, f in enumerate(PROFILE):
+        poster.post([sized_snapshot(turn=i, fill=f)])
+    session = AgentSession.objects.get(project=project, session_id="s-1")
+    alerts = alerts_of(project)
+    assert session.alert_count == len(alerts) > 0
+    markers = selectors.session_alert_markers(project_id=project.pk, session_ref=session.id)
+    assert [m["alert_id"] for m in markers] == [a.pk for a in sorted(alerts, key=lambda a: (a.turn, a.pk))]
+    assert set(markers[0]) >= {"turn", "rule_kind", "severity", "title", "alert_id"}
+    services.rule_delete(rule=alerts[0].rule)
+    session.refresh_from_db()
+    assert session.alert_count == Alert.objects.filter(project=project).count()
+
+
+def test_evaluation_cost_does_not_grow_with_the_session(poster, project, django_assert_max_num_queries):
+    snaps = [sized_snapshot(turn=i, fill=0.3 + 0.1 * (i % 2)) for i in range(300)]
+    refs = poster.post(snaps, evaluate=False)
+    with django_assert_max_num_queries(12):
+        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[-1:])
+    with django_assert_max_num_queries(12):
+        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[5:6])

@@ -5,17 +5,33 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ingest.access import project_access
+from ingest.access import project_access, user_projects
 from replay import selectors, services
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun
 
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
+
+
+def _page(request: HttpRequest, project: Any, membership: Any, **extra: Any) -> dict[str, Any]:
+    """The context the shared layout expects on every project page."""
+    return {
+        "project": project,
+        "membership": membership,
+        "memberships": user_projects(request.user),
+        "is_admin": membership.at_least("admin"),
+        "is_editor": membership.at_least("editor"),
+        "can_edit": membership.at_least("editor"),
+        "replay_enabled": True,
+        "alerts_enabled": "alerts" in settings.INSTALLED_APPS,
+        **extra,
+    }
 
 
 def _spec_from_post(data: Any) -> dict[str, Any]:
@@ -64,13 +80,13 @@ def replay_list(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(
         request,
         "replay/list.html",
-        {
-            "project": project,
-            "membership": membership,
-            "jobs": selectors.jobs_list(project=project),
-            "endpoints": selectors.endpoints_list(project=project),
-            "can_edit": membership.at_least("editor"),
-        },
+        _page(
+            request,
+            project,
+            membership,
+            jobs=selectors.jobs_list(project=project),
+            endpoints=selectors.endpoints_list(project=project),
+        ),
     )
 
 
@@ -89,13 +105,14 @@ def replay_create(request: HttpRequest, project_id: int) -> HttpResponse:
             raise Http404("no such endpoint")
     else:
         endpoint = next((e for e in endpoints if e.is_default), None)
-    ctx: dict[str, Any] = {
-        "project": project,
-        "membership": membership,
-        "endpoints": endpoints,
-        "endpoint": endpoint,
-        "post": request.POST,
-    }
+    ctx: dict[str, Any] = _page(
+        request,
+        project,
+        membership,
+        endpoints=endpoints,
+        endpoint=endpoint,
+        post=request.POST,
+    )
     try:
         spec = _spec_from_post(request.POST)
         ctx["spec"] = spec
@@ -126,13 +143,13 @@ def replay_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
     project, membership = project_access(request, project_id, "viewer")
     job = _job_or_404(project, job_id)
     results = selectors.job_results(job=job)
-    ctx = {
-        "project": project,
-        "membership": membership,
-        "job": job,
-        "results": results,
-        "can_edit": membership.at_least("editor"),
-    }
+    ctx = _page(
+        request,
+        project,
+        membership,
+        job=job,
+        results=results,
+    )
     if getattr(request, "htmx", False):
         return render(request, "replay/_progress.html", ctx)
     figures = []
@@ -147,20 +164,17 @@ def replay_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
 
 @require_GET
 def replay_progress(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    """The progress partial htmx polls; once a job that was running ends, the page reloads to
+    show its full results (charts included)."""
     project, membership = project_access(request, project_id, "viewer")
     job = _job_or_404(project, job_id)
     results = selectors.job_results(job=job)
-    return render(
-        request,
-        "replay/_progress.html",
-        {
-            "project": project,
-            "membership": membership,
-            "job": job,
-            "results": results,
-            "can_edit": membership.at_least("editor"),
-        },
+    resp = render(
+        request, "replay/_progress.html", _page(request, project, membership, job=job, results=results)
     )
+    if job.finished and request.GET.get("was_running"):
+        resp["HX-Refresh"] = "true"
+    return resp
 
 
 @require_POST
@@ -182,13 +196,14 @@ def replay_compare(request: HttpRequest, project_id: int, job_id: int, run_id: i
     return render(
         request,
         "replay/compare.html",
-        {
-            "project": project,
-            "membership": membership,
-            "job": job,
-            "run": run,
+        _page(
+            request,
+            project,
+            membership,
+            job=job,
+            run=run,
             **cmp,
-        },
+        ),
     )
 
 
@@ -197,7 +212,7 @@ def replay_compare(request: HttpRequest, project_id: int, job_id: int, run_id: i
 def endpoint_list(request: HttpRequest, project_id: int) -> HttpResponse:
     """Admins list and add endpoints. API keys are write-only: the page never shows one."""
     project, membership = project_access(request, project_id, "admin")
-    ctx: dict[str, Any] = {"project": project, "membership": membership, "modes": ModelEndpoint.Mode.choices}
+    ctx: dict[str, Any] = _page(request, project, membership, modes=ModelEndpoint.Mode.choices)
     status = 200
     if request.method == "POST":
         data = request.POST

@@ -1,8 +1,52 @@
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import path, register_converter
 
 from ingest import views
+
+
+class SessionIdConverter:
+    """Any session id, slashes included (an agent may name sessions `team/42`): the routes that
+    carry one end in a fixed suffix, so the greedy match backtracks to it."""
+
+    regex = ".+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(SessionIdConverter, "sid")
 
 app_name = "ingest"
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly_js"),
+    path("", views.home, name="home"),
+    path("p/<int:project_id>/", views.overview, name="overview"),
+    path("p/<int:project_id>/sessions/", views.sessions, name="sessions"),
+    path("p/<int:project_id>/settings/", views.project_settings, name="settings"),
+    path("p/<int:project_id>/settings/keys/", views.key_create, name="key_create"),
+    path("p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
+    path("p/<int:project_id>/settings/members/", views.member_add, name="member_add"),
+    path(
+        "p/<int:project_id>/settings/members/<int:membership_id>/role/", views.member_role, name="member_role"
+    ),
+    path(
+        "p/<int:project_id>/settings/members/<int:membership_id>/remove/",
+        views.member_remove,
+        name="member_remove",
+    ),
+    # Most specific first: a session id may contain slashes.
+    path(
+        "p/<int:project_id>/s/<sid:session_id>/t/<int:turn>/b/<int:position>/",
+        views.block_content,
+        name="block",
+    ),
+    path("p/<int:project_id>/s/<sid:session_id>/t/<int:turn>/", views.turn_detail, name="turn"),
+    path("p/<int:project_id>/s/<sid:session_id>/chart.json", views.chart_data, name="chart_data"),
+    path("p/<int:project_id>/s/<sid:session_id>/", views.timeline, name="timeline"),
 ]

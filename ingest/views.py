@@ -1,8 +1,500 @@
+"""Dashboard pages: projects, sessions, the session timeline, a turn, the overview and settings.
+
+Every page view resolves its project with ingest.access.project_access (404 for non-members,
+403 for a role too low) and reads through selectors, with a query count that does not depend
+on the number of sessions or turns shown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import plotly
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import http_date
+from django.views.decorators.http import require_GET, require_POST
+
+from config.errors import ApplicationError
+from ingest import charts, dashboard, members, selectors
+from ingest.access import project_access, user_projects
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
+from ingest.models import AgentSession, IngestKey, Membership, Project, Snapshot
+from ingest.services import ingest_key_create, ingest_key_revoke
+
+logger = logging.getLogger(__name__)
+
+SESSIONS_PER_PAGE = 50
+TURNS_PER_PAGE = 100
+PREVIEW_CHARS = 1500
+PREVIEW_MESSAGES = 12
+OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cur:
         cur.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+# --- plotly.js, served from the installed plotly package (no CDN, works offline) --------
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+PLOTLY_VERSION = plotly.__version__
+
+
+@require_GET
+def plotly_js(request: HttpRequest, version: str) -> HttpResponseBase:
+    """plotly.min.js of the installed plotly package; the URL carries the version, so it is cacheable
+    for a year."""
+    if not PLOTLY_JS.exists():
+        raise Http404("plotly.min.js is not in the installed plotly package")
+    etag = f'"plotly-{PLOTLY_VERSION}"'
+    if request.headers.get("If-None-Match") == etag:
+        resp: HttpResponseBase = HttpResponse(status=304)
+    else:
+        resp = FileResponse(PLOTLY_JS.open("rb"), content_type="text/javascript; charset=utf-8")
+    resp["ETag"] = etag
+    resp["Cache-Control"] = "public, max-age=31536000, immutable" if version == PLOTLY_VERSION else "no-cache"
+    resp["Last-Modified"] = http_date(PLOTLY_JS.stat().st_mtime)
+    return resp
+
+
+# --- helpers ------------------------------------------------------------------------
+def replay_enabled() -> bool:
+    return "replay" in settings.INSTALLED_APPS
+
+
+def _page(request: HttpRequest, project: Project, membership: Membership, **extra: Any) -> dict[str, Any]:
+    """Context every project page shares: the project, the caller's role, the project switcher."""
+    return {
+        "project": project,
+        "membership": membership,
+        "memberships": user_projects(request.user),
+        "is_admin": membership.at_least("admin"),
+        "is_editor": membership.at_least("editor"),
+        "replay_enabled": replay_enabled(),
+        "alerts_enabled": dashboard.alerts_enabled(),
+        "palette": charts.KIND_COLOURS,
+        **extra,
+    }
+
+
+def _session_or_404(project: Project, session_id: str) -> AgentSession:
+    session = selectors.session_get(project=project, session_id=session_id)
+    if session is None:
+        raise Http404("no such session")
+    return session
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except (TypeError, ValueError):
+        return default
+
+
+# --- projects -------------------------------------------------------------------------
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """The caller's projects; straight to the overview when there is only one."""
+    mships = user_projects(request.user)
+    if len(mships) == 1:
+        return redirect("ingest:overview", project_id=mships[0].project_id)
+    return render(request, "ingest/project_list.html", {"memberships": mships})
+
+
+@login_required
+def overview(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id)
+    days = request.GET.get("days", "30")
+    if days not in OVERVIEW_RANGES and days != "all":
+        days = "30"
+    since = None if days == "all" else timezone.now() - timedelta(days=OVERVIEW_RANGES[days])
+    stats = dashboard.project_overview(project=project, since=since)
+    th = project.thresholds
+    figures = {
+        "fig-activity": charts.activity_figure(
+            days=stats["days"], sessions=stats["sessions"], turns=stats["turns"]
+        ),
+        "fig-watermarks": charts.watermark_histogram_figure(
+            buckets=stats["wm_buckets"], thresholds=th, width=dashboard.WM_BUCKET
+        ),
+        "fig-tiers": charts.tier_time_figure(tiers=stats["tiers"]),
+        "fig-compression": charts.compression_figure(rows=stats["compression"]),
+        "fig-failures": charts.failure_rate_figure(bands=stats["bands"], thresholds=th, width=dashboard.BAND),
+        "fig-recall": charts.recall_figure(
+            days=stats["days"], recalled=stats["recalled"], injected=stats["injected"]
+        ),
+    }
+    t = stats["totals"]
+    return render(
+        request,
+        "ingest/overview.html",
+        _page(
+            request,
+            project,
+            membership,
+            stats=stats,
+            totals=t,
+            days=days,
+            day_choices=[
+                ("1", "24 h"),
+                ("7", "7 days"),
+                ("30", "30 days"),
+                ("90", "90 days"),
+                ("all", "all time"),
+            ],
+            figures={k: charts.figure_json(f) for k, f in figures.items()},
+            failure_rate=(t["failed"] / t["validated"]) if t["validated"] else None,
+            injection_rate=(t["injected"] / t["recalled"]) if t["recalled"] else None,
+        ),
+    )
+
+
+# --- sessions ---------------------------------------------------------------------------
+@login_required
+def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id)
+    form = SessionFilterForm(request.GET or None)
+    filters = form.filters() if request.GET else {}
+    qs = selectors.sessions_filter(project=project, **filters)
+    page = Paginator(qs, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    sparks = dashboard.sessions_sparklines(project_id=project.pk, sessions=rows)
+    th = project.thresholds
+    for s in rows:
+        values = sparks.get(s.id, [])
+        s.spark = {
+            "points": charts.sparkline_points(values),
+            "warn_y": charts.sparkline_y(th[1], values=values),
+            "colour": charts.TIER_COLOURS.get(s.max_tier, "#1b1f24"),
+        }
+    params = request.GET.copy()
+    params.pop("page", None)
+    ctx = _page(request, project, membership, form=form, page=page, rows=rows, query=params.urlencode())
+    template = "ingest/_sessions_table.html" if request.htmx else "ingest/sessions.html"
+    return render(request, template, ctx)
+
+
+# --- the session timeline -------------------------------------------------------------------
+def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[str, Any]:
+    usable = max(1, row["context_window"] - row["reserve_tokens"])
+    kinds = row["kind_tokens"] or {}
+    row["segments"] = [
+        {"kind": k, "tokens": kinds[k], "width": min(100.0, kinds[k] / usable * 100)}
+        for k in charts.ordered_kinds(kinds)
+    ]
+    row["alerts"] = alerts_by_turn.get(row["turn"], 0)
+    drift = row.get("count_drift")
+    row["drift_flag"] = drift is not None and abs(drift) > charts.DRIFT_WARN
+    return row
+
+
+@login_required
+def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResponse:
+    project, membership = project_access(request, project_id)
+    session = _session_or_404(project, session_id)
+    if "compare" in request.GET and "turn" in request.GET:
+        # The "compare turn A with turn B" form: B's page with the diff against A.
+        b, a = _int(request.GET["turn"], -1), _int(request.GET["compare"], -1)
+        if b >= 0 and a >= 0:
+            url = reverse(
+                "ingest:turn", kwargs={"project_id": project.pk, "session_id": session.session_id, "turn": b}
+            )
+            return redirect(f"{url}?compare={a}")
+    turns = dashboard.turns_page(
+        project=project, session=session, page=_int(request.GET.get("page"), 1), per_page=TURNS_PER_PAGE
+    )
+    markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
+    by_turn: dict[int, int] = {}
+    for m in markers:
+        by_turn[m["turn"]] = by_turn.get(m["turn"], 0) + 1
+    for row in turns["rows"]:
+        _decorate_turn(row, by_turn)
+    ctx = _page(
+        request,
+        project,
+        membership,
+        session=session,
+        turns=turns,
+        alerts=markers[:50],
+        n_alerts=len(markers),
+        turn_url_prefix=reverse(
+            "ingest:timeline", kwargs={"project_id": project.pk, "session_id": session.session_id}
+        )
+        + "t/",
+    )
+    template = "ingest/_turns_table.html" if request.htmx else "ingest/timeline.html"
+    return render(request, template, ctx)
+
+
+@login_required
+def chart_data(request: HttpRequest, project_id: int, session_id: str) -> JsonResponse:
+    """The timeline figure as plotly JSON (typed arrays), for Plotly.newPlot."""
+    project, _ = project_access(request, project_id)
+    session = _session_or_404(project, session_id)
+    rows = dashboard.timeline_rows(project=project, session=session)
+    markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
+    fig = charts.timeline_figure(rows=rows, thresholds=project.thresholds, alerts=markers)
+    return JsonResponse(charts.figure_json(fig))
+
+
+# --- one turn ---------------------------------------------------------------------------
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False, indent=1)
+
+
+def _present_messages(msgs: list[dict[str, Any]], *, full: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Messages ready for the template; cut (unless FULL) to PREVIEW_* with a flag saying so."""
+    cut = False
+    shown = msgs if full else msgs[:PREVIEW_MESSAGES]
+    if len(shown) < len(msgs):
+        cut = True
+    out = []
+    for m in shown:
+        text = _content_text(m.get("content"))
+        if not full and len(text) > PREVIEW_CHARS:
+            text, cut = text[:PREVIEW_CHARS], True
+        calls = json.dumps(m["tool_calls"], ensure_ascii=False, indent=1) if m.get("tool_calls") else ""
+        out.append(
+            {
+                "role": m.get("role", "?"),
+                "name": m.get("name") or "",
+                "tool_call_id": m.get("tool_call_id") or "",
+                "text": text,
+                "tool_calls": calls,
+            }
+        )
+    return out, cut
+
+
+def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot:
+    snap = selectors.snapshot_by_turn(project=project, session=session, turn=turn)
+    if snap is None:
+        raise Http404("no such turn")
+    return snap
+
+
+@login_required
+def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: int) -> HttpResponse:
+    project, membership = project_access(request, project_id)
+    session = _session_or_404(project, session_id)
+    snapshot = _turn_or_404(project, session, turn)
+    prev_turn, next_turn = selectors.snapshot_neighbours(project=project, snapshot=snapshot)
+
+    compare_arg = request.GET.get("compare", "").strip()
+    compare_error = ""
+    other: Snapshot | None = None
+    if compare_arg:
+        n = _int(compare_arg, -1)
+        if n < 0 or n == snapshot.turn:
+            compare_error = f"pick another turn of this session than {snapshot.turn}"
+        else:
+            other = selectors.snapshot_by_turn(project=project, session=session, turn=n)
+            if other is None:
+                compare_error = f"this session has no turn {n}"
+    elif snapshot.prev_turn is not None:
+        other = selectors.snapshot_by_turn(project=project, session=session, turn=snapshot.prev_turn)
+
+    blocks, change = dashboard.turn_comparison(project_id=project.pk, snapshot=snapshot, other=other)
+    events = selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id)
+    total = snapshot.total_tokens or 0
+    usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
+    shown = []
+    for b in blocks:
+        msgs, cut = _present_messages(b["messages"], full=False)
+        shown.append(
+            {
+                **b,
+                "shown": msgs,
+                "cut": cut,
+                "n_messages": len(b["messages"]),
+                "share": (b["tokens"] / total * 100) if total else 0.0,
+                "window_share": b["tokens"] / usable * 100,
+            }
+        )
+    layers: dict[str, list[dict[str, Any]]] = {}
+    for v in events["validation"]:
+        layers.setdefault(v["layer"], []).append(v)
+    markers = [
+        m
+        for m in dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
+        if m["turn"] == snapshot.turn
+    ]
+    out = snapshot.output or {}
+    drift = snapshot.count_drift
+    ctx = _page(
+        request,
+        project,
+        membership,
+        session=session,
+        snapshot=snapshot,
+        blocks=blocks,
+        shown_blocks=shown,
+        prev_turn=prev_turn,
+        next_turn=next_turn,
+        change=change,
+        compare_error=compare_error,
+        compare_arg=compare_arg,
+        events=events,
+        layers=layers,
+        alerts=markers,
+        output=out,
+        output_calls=json.dumps(out.get("tool_calls"), ensure_ascii=False, indent=1)
+        if out.get("tool_calls")
+        else "",
+        usable=usable,
+        drift_flag=drift is not None and abs(drift) > charts.DRIFT_WARN,
+        drift_pct=(drift * 100) if drift is not None else None,
+        kinds=[
+            {
+                "kind": k,
+                "tokens": (snapshot.kind_tokens or {})[k],
+                "width": (snapshot.kind_tokens or {})[k] / usable * 100,
+            }
+            for k in charts.ordered_kinds(snapshot.kind_tokens or {})
+        ],
+    )
+    if request.htmx and request.GET.get("part") == "diff":
+        return render(request, "ingest/_turn_diff.html", ctx)
+    return render(request, "ingest/turn.html", ctx)
+
+
+@login_required
+def block_content(
+    request: HttpRequest, project_id: int, session_id: str, turn: int, position: int
+) -> HttpResponse:
+    """All messages of one block, uncut (the 'show all' of the turn page)."""
+    project, membership = project_access(request, project_id)
+    session = _session_or_404(project, session_id)
+    snapshot = _turn_or_404(project, session, turn)
+    blocks = selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snapshot.id)
+    block = next((b for b in blocks if b["position"] == position), None)
+    if block is None:
+        raise Http404("no such block")
+    msgs, _ = _present_messages(block["messages"], full=True)
+    ctx = _page(request, project, membership, session=session, snapshot=snapshot, block=block, shown=msgs)
+    template = "ingest/_block_messages.html" if request.htmx else "ingest/block.html"
+    return render(request, template, ctx)
+
+
+# --- settings: ingest keys and members (admin) ----------------------------------------------
+def _settings_ctx(
+    request: HttpRequest, project: Project, membership: Membership, **extra: Any
+) -> dict[str, Any]:
+    keys = list(IngestKey.objects.filter(project=project).order_by("revoked_at", "-created_at"))
+    mships = list(
+        Membership.objects.filter(project=project).select_related("user").order_by("user__username")
+    )
+    return _page(
+        request,
+        project,
+        membership,
+        keys=keys,
+        members=mships,
+        key_form=KeyCreateForm(),
+        member_form=MemberAddForm(),
+        roles=Membership.Role.choices,
+        **extra,
+    )
+
+
+@login_required
+def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    return render(request, "ingest/settings.html", _settings_ctx(request, project, membership))
+
+
+@login_required
+@require_POST
+def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    form = KeyCreateForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request, "ingest/settings.html", _settings_ctx(request, project, membership), status=400
+        )
+    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"])
+    # The raw key is shown in this one response and never again; keep it out of every cache.
+    resp = render(
+        request,
+        "ingest/settings.html",
+        _settings_ctx(request, project, membership, new_key=key, new_raw_key=raw),
+    )
+    resp["Cache-Control"] = "no-store"
+    return resp
+
+
+@login_required
+@require_POST
+def key_revoke(request: HttpRequest, project_id: int, key_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    key = IngestKey.objects.filter(project=project, pk=key_id, revoked_at__isnull=True).first()
+    if key is None:
+        raise Http404("no such active key")
+    ingest_key_revoke(prefix=key.prefix, project=project)
+    messages.success(request, f"Key {key.prefix}… revoked.")
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            m = members.membership_add(
+                project=project, username=form.cleaned_data["username"], role=form.cleaned_data["role"]
+            )
+            messages.success(request, f"{m.user.get_username()} added as {m.role}.")
+        except ApplicationError as e:
+            messages.error(request, e.detail)
+    else:
+        messages.error(request, "Give a username and a role.")
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    form = MemberRoleForm(request.POST)
+    if form.is_valid():
+        try:
+            m = members.membership_set_role(
+                project=project, membership_id=membership_id, role=form.cleaned_data["role"]
+            )
+            messages.success(request, f"{m.user.get_username()} is now {m.role}.")
+        except ApplicationError as e:
+            messages.error(request, e.detail)
+    else:
+        messages.error(request, "Unknown role.")
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    try:
+        members.membership_remove(project=project, membership_id=membership_id)
+        messages.success(request, "Member removed.")
+    except ApplicationError as e:
+        messages.error(request, e.detail)
+    return redirect("ingest:settings", project_id=project.pk)

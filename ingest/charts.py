@@ -1,0 +1,446 @@
+"""Figures and colours of the dashboard, ORM-free: plain rows in, plotly figures / SVG points out.
+
+The one palette of the app lives here: a block kind and a tier have the same colour in the
+timeline chart, the tables, the turn page and the overview (CSS variables are generated from
+these dicts by the `palette_css` template tag).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ctxobs.wire import BLOCK_KINDS, TIERS
+
+KIND_COLOURS: dict[str, str] = {
+    "system": "#4c5b75",
+    "tools": "#7e57c2",
+    "constraints": "#c2185b",
+    "memory": "#00897b",
+    "summary": "#8d6e63",
+    "history": "#1e88e5",
+    "retrieval": "#f9a825",
+    "tool_results": "#ef6c00",
+    "user": "#43a047",
+    "other": "#9e9e9e",
+}
+TIER_COLOURS: dict[str, str] = {
+    "ok": "#2e7d32",
+    "warn": "#c99a00",
+    "compress": "#ef6c00",
+    "force": "#d84315",
+    "break": "#b71c1c",
+}
+EVENT_COLOURS: dict[str, str] = {
+    "watermark": "#1b1f24",
+    "compression": "#6a1b9a",
+    "validation": "#b71c1c",
+    "alert": "#d50000",
+}
+# Ours vs the provider's prompt tokens: beyond this relative difference the count is suspicious.
+DRIFT_WARN = 0.05
+
+FONT = "-apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+
+
+def kind_colour(kind: str) -> str:
+    return KIND_COLOURS.get(kind, KIND_COLOURS["other"])
+
+
+def ordered_kinds(kinds: Iterable[str]) -> list[str]:
+    """Kinds in the canonical order (most stable first), unknown kinds last."""
+    present = set(kinds)
+    known = [k for k in BLOCK_KINDS if k in present]
+    return known + sorted(present - set(known))
+
+
+def _text(value: Any) -> str:
+    # Plotly renders a subset of HTML in hover/labels; untrusted text goes in as entities.
+    return html.escape(str(value), quote=False)
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "template": "plotly_white",
+        "font": {"family": FONT, "size": 12, "color": "#1b1f24"},
+        "margin": {"l": 56, "r": 56, "t": 16, "b": 40},
+        "legend": {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 11}},
+        "hoverlabel": {"font": {"family": FONT, "size": 12}},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+    }
+    base.update(extra)
+    return base
+
+
+def figure_json(fig: go.Figure) -> dict[str, Any]:
+    """A figure as a JSON-ready dict (typed arrays stay base64-encoded, which keeps it compact)."""
+    return json.loads(fig.to_json(engine="json"))
+
+
+# --- the session timeline -------------------------------------------------------
+def timeline_figure(
+    *,
+    rows: Sequence[dict[str, Any]],
+    thresholds: tuple[float, float, float, float],
+    alerts: Sequence[dict[str, Any]] = (),
+) -> go.Figure:
+    """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
+    the tier bands; markers for compression events, validation failures and alerts.
+
+    ROWS are timeline rows (turn, total_tokens, watermark, tier, kind_tokens, n_compression,
+    n_validation_failed); ALERTS are markers with turn, severity, title.
+    """
+    turns = np.fromiter((r["turn"] for r in rows), dtype=np.int64, count=len(rows))
+    wm = np.fromiter((round(r["watermark"] * 100, 2) for r in rows), dtype=np.float64, count=len(rows))
+    kinds = ordered_kinds(k for r in rows for k in (r["kind_tokens"] or {}))
+    fig = go.Figure()
+    for kind in kinds:
+        ys = np.fromiter(
+            ((r["kind_tokens"] or {}).get(kind, 0) for r in rows), dtype=np.int64, count=len(rows)
+        )
+        fig.add_trace(
+            go.Bar(
+                x=turns,
+                y=ys,
+                name=kind,
+                marker={"color": kind_colour(kind), "line": {"width": 0}},
+                hovertemplate="%{y:,} tokens<extra>" + kind + "</extra>",
+                legendgroup="kinds",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=turns,
+            y=wm,
+            name="watermark %",
+            yaxis="y2",
+            mode="lines",
+            line={"color": EVENT_COLOURS["watermark"], "width": 1.6},
+            hovertemplate="watermark %{y:.1f}%<extra></extra>",
+        )
+    )
+
+    def markers(pick: Sequence[int], name: str, symbol: str, colour: str, texts: Sequence[str]) -> None:
+        if not pick:
+            return
+        fig.add_trace(
+            go.Scatter(
+                x=turns[list(pick)],
+                y=wm[list(pick)],
+                name=name,
+                yaxis="y2",
+                mode="markers",
+                marker={
+                    "symbol": symbol,
+                    "size": 10,
+                    "color": colour,
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                text=list(texts),
+                hovertemplate="%{text}<extra>" + name + "</extra>",
+            )
+        )
+
+    comp = [i for i, r in enumerate(rows) if r["n_compression"]]
+    markers(
+        comp,
+        "compression",
+        "diamond",
+        EVENT_COLOURS["compression"],
+        [f"{rows[i]['n_compression']} compression event(s)" for i in comp],
+    )
+    fail = [i for i, r in enumerate(rows) if r["n_validation_failed"]]
+    markers(
+        fail,
+        "validation failed",
+        "x",
+        EVENT_COLOURS["validation"],
+        [f"{rows[i]['n_validation_failed']} failed check(s)" for i in fail],
+    )
+    if alerts:
+        index = {r["turn"]: i for i, r in enumerate(rows)}
+        by_turn: dict[int, list[str]] = {}
+        for a in alerts:
+            if a.get("turn") in index:
+                by_turn.setdefault(a["turn"], []).append(
+                    f"{_text(a.get('severity', ''))}: {_text(a.get('title', ''))}"
+                )
+        pick = [index[t] for t in sorted(by_turn)]
+        markers(
+            pick,
+            "alert",
+            "triangle-up",
+            EVENT_COLOURS["alert"],
+            ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)],
+        )
+
+    top = max(100.0, float(wm.max()) + 5 if len(wm) else 100.0)
+    bounds = [0.0, *[t * 100 for t in thresholds], top]
+    shapes = []
+    for tier, lo, hi in zip(TIERS, bounds, bounds[1:], strict=False):
+        if tier == "ok" or hi <= lo:
+            continue
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "yref": "y2",
+                "y0": lo,
+                "y1": hi,
+                "fillcolor": TIER_COLOURS[tier],
+                "opacity": 0.09,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+    fig.update_layout(
+        **_layout(
+            barmode="stack",
+            bargap=0.15 if len(rows) < 200 else 0.0,
+            hovermode="x unified",
+            xaxis={"title": {"text": "turn"}, "showgrid": False, "zeroline": False},
+            yaxis={"title": {"text": "tokens"}, "rangemode": "tozero", "gridcolor": "#eef0f3"},
+            yaxis2={
+                "title": {"text": "watermark %"},
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, top],
+                "showgrid": False,
+                "ticksuffix": "%",
+            },
+            shapes=shapes,
+            height=380,
+            uirevision="timeline",
+        )
+    )
+    return fig
+
+
+# --- sessions list sparkline ------------------------------------------------------
+def sparkline_points(values: Sequence[float], *, width: int = 96, height: int = 22, top: float = 1.0) -> str:
+    """SVG polyline points for VALUES (watermarks) scaled to 0..max(TOP, max(values))."""
+    if not values:
+        return ""
+    hi = max(top, *values)
+    n = len(values)
+    step = width / (n - 1) if n > 1 else 0
+    pts = []
+    for i, v in enumerate(values):
+        x = i * step if n > 1 else width / 2
+        y = height - (v / hi) * (height - 2) - 1
+        pts.append(f"{x:.1f},{y:.1f}")
+    if n == 1:
+        pts.insert(0, f"0,{pts[0].split(',')[1]}")
+        pts.append(f"{width},{pts[0].split(',')[1]}")
+    return " ".join(pts)
+
+
+def sparkline_y(value: float, *, height: int = 22, top: float = 1.0, values: Sequence[float] = ()) -> float:
+    """The y of a threshold line in a sparkline drawn by `sparkline_points` with the same VALUES."""
+    hi = max(top, *values) if values else top
+    return round(height - (value / hi) * (height - 2) - 1, 1)
+
+
+# --- project overview ---------------------------------------------------------------
+def activity_figure(*, days: Sequence[Any], sessions: Sequence[int], turns: Sequence[int]) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=list(days),
+            y=list(turns),
+            name="turns",
+            marker={"color": "#9fb3c8"},
+            hovertemplate="%{x|%Y-%m-%d}: %{y:,} turns<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=list(days),
+            y=list(sessions),
+            name="sessions",
+            yaxis="y2",
+            mode="lines+markers",
+            line={"color": "#1b1f24", "width": 1.6},
+            hovertemplate="%{x|%Y-%m-%d}: %{y:,} sessions<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            yaxis={"title": {"text": "turns"}, "rangemode": "tozero", "gridcolor": "#eef0f3"},
+            yaxis2={
+                "title": {"text": "sessions"},
+                "overlaying": "y",
+                "side": "right",
+                "rangemode": "tozero",
+                "showgrid": False,
+            },
+            xaxis={"type": "date"},
+            bargap=0.2,
+        )
+    )
+    return fig
+
+
+def watermark_histogram_figure(
+    *, buckets: Sequence[tuple[float, int]], thresholds: tuple[float, float, float, float], width: float
+) -> go.Figure:
+    """Turns per watermark bucket (lower edge, count), each bar in its tier's colour."""
+    from ctxobs.wire import tier_for
+
+    xs = [round(lo * 100, 1) for lo, _ in buckets]
+    fig = go.Figure(
+        go.Bar(
+            x=xs,
+            y=[n for _, n in buckets],
+            width=[width * 100 * 0.92] * len(xs),
+            offset=0,
+            marker={"color": [TIER_COLOURS[tier_for(lo + width / 2, thresholds)] for lo, _ in buckets]},
+            hovertemplate="%{x}%–: %{y:,} turns<extra></extra>",
+            name="turns",
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            showlegend=False,
+            xaxis={"title": {"text": "watermark %"}, "ticksuffix": "%"},
+            yaxis={"title": {"text": "turns"}, "gridcolor": "#eef0f3"},
+        )
+    )
+    return fig
+
+
+def tier_time_figure(*, tiers: Sequence[tuple[str, float, int]]) -> go.Figure:
+    """Hours spent (and turns) per tier, as horizontal bars in tier colours."""
+    names = [t for t, _, _ in tiers]
+    fig = go.Figure(
+        go.Bar(
+            y=names,
+            x=[round(h, 2) for _, h, _ in tiers],
+            orientation="h",
+            marker={"color": [TIER_COLOURS.get(t, "#999") for t in names]},
+            text=[f"{n:,} turns" for _, _, n in tiers],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.2f} h<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            showlegend=False,
+            xaxis={"title": {"text": "hours"}, "gridcolor": "#eef0f3"},
+            yaxis={"autorange": "reversed"},
+        )
+    )
+    return fig
+
+
+STRATEGY_COLOURS = ["#6a1b9a", "#1e88e5", "#00897b", "#ef6c00", "#c2185b", "#8d6e63", "#546e7a", "#9e9e9e"]
+
+
+def compression_figure(*, rows: Sequence[tuple[Any, str, int]]) -> go.Figure:
+    """Compression events per day (ROWS: day, strategy, count), stacked by strategy."""
+    by: dict[str, dict[Any, int]] = {}
+    for day, strategy, n in rows:
+        by.setdefault(strategy, {})[day] = n
+    fig = go.Figure()
+    for i, (strategy, days) in enumerate(sorted(by.items())):
+        fig.add_trace(
+            go.Bar(
+                x=list(days),
+                y=list(days.values()),
+                name=_text(strategy),
+                marker={"color": STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)]},
+                hovertemplate="%{x|%Y-%m-%d}: %{y:,}<extra>" + _text(strategy) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            barmode="stack",
+            xaxis={"type": "date"},
+            yaxis={"title": {"text": "events"}, "gridcolor": "#eef0f3"},
+        )
+    )
+    return fig
+
+
+def failure_rate_figure(
+    *, bands: Sequence[tuple[float, int, int]], thresholds: tuple[float, float, float, float], width: float
+) -> go.Figure:
+    """Share of validated turns with a failed check, per watermark band (lower edge, checked, failed)."""
+    from ctxobs.wire import tier_for
+
+    xs = [f"{round(lo * 100)}–{round((lo + width) * 100)}%" for lo, _, _ in bands]
+    rates = [(f / c * 100) if c else 0 for _, c, f in bands]
+    fig = go.Figure(
+        go.Bar(
+            x=xs,
+            y=rates,
+            customdata=[[c, f] for _, c, f in bands],
+            marker={"color": [TIER_COLOURS[tier_for(lo + width / 2, thresholds)] for lo, _, _ in bands]},
+            hovertemplate=(
+                "%{x}: %{y:.1f}% failed (%{customdata[1]:,} of %{customdata[0]:,} turns)<extra></extra>"
+            ),
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            showlegend=False,
+            xaxis={"title": {"text": "watermark band"}},
+            yaxis={
+                "title": {"text": "turns with a failed check"},
+                "ticksuffix": "%",
+                "rangemode": "tozero",
+                "gridcolor": "#eef0f3",
+            },
+        )
+    )
+    return fig
+
+
+def recall_figure(*, days: Sequence[Any], recalled: Sequence[int], injected: Sequence[int]) -> go.Figure:
+    rate = [(i / r * 100) if r else None for r, i in zip(recalled, injected, strict=True)]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=list(days), y=list(recalled), name="recalled", marker={"color": "#b2dfdb"}))
+    fig.add_trace(
+        go.Bar(x=list(days), y=list(injected), name="injected", marker={"color": KIND_COLOURS["memory"]})
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=list(days),
+            y=rate,
+            name="injection rate",
+            yaxis="y2",
+            mode="lines+markers",
+            line={"color": "#1b1f24", "width": 1.6},
+            hovertemplate="%{x|%Y-%m-%d}: %{y:.1f}% injected<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            height=260,
+            barmode="overlay",
+            xaxis={"type": "date"},
+            yaxis={"title": {"text": "memories"}, "gridcolor": "#eef0f3"},
+            yaxis2={
+                "title": {"text": "injected %"},
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 105],
+                "showgrid": False,
+                "ticksuffix": "%",
+            },
+        )
+    )
+    return fig

@@ -1,0 +1,101 @@
+"""Template helpers of the dashboard: formatting, the palette as CSS, query strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.http import QueryDict
+from django.urls import reverse
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from ingest import charts
+from ingest.views import PLOTLY_VERSION
+
+register = template.Library()
+
+
+@register.simple_tag
+def palette_css() -> SafeString:
+    """CSS variables and classes for block kinds and tiers, from the one palette in ingest.charts."""
+    rules = [":root{"]
+    rules += [f"--kind-{k}:{c};" for k, c in charts.KIND_COLOURS.items()]
+    rules += [f"--tier-{t}:{c};" for t, c in charts.TIER_COLOURS.items()]
+    rules += [f"--ev-{e}:{c};" for e, c in charts.EVENT_COLOURS.items()]
+    rules.append("}")
+    rules += [f".k-{k}{{--c:{c}}}" for k, c in charts.KIND_COLOURS.items()]
+    rules += [f".t-{t}{{--c:{c}}}" for t, c in charts.TIER_COLOURS.items()]
+    # Only constants of our own go in here; nothing from a request or a snapshot.
+    return mark_safe("<style>" + "".join(rules) + "</style>")  # noqa: S308
+
+
+@register.simple_tag
+def kind_legend() -> SafeString:
+    return format_html_join(
+        "",
+        '<span class="legend-item"><i class="swatch k-{}"></i>{}</span>',
+        ((k, k) for k in charts.KIND_COLOURS),
+    )
+
+
+@register.filter
+def kind_class(kind: str) -> str:
+    return f"k-{kind}" if kind in charts.KIND_COLOURS else "k-other"
+
+
+@register.filter
+def tier_class(tier: str) -> str:
+    return f"t-{tier}" if tier in charts.TIER_COLOURS else "t-ok"
+
+
+@register.filter
+def pct(value: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.634 -> '63.4%'."""
+    if value is None:
+        return "–"
+    return f"{value * 100:.{digits}f}%"
+
+
+@register.filter
+def num(value: float | int | None, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+@register.filter
+def width(value: float | None) -> str:
+    """A CSS width in percent from a number, clamped to 0..100 (numbers only reach the style)."""
+    try:
+        v = float(value or 0)
+    except (TypeError, ValueError):
+        v = 0.0
+    return f"{max(0.0, min(100.0, v)):.2f}%"
+
+
+@register.filter
+def signed(value: int | float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+,}"
+
+
+@register.simple_tag(takes_context=True)
+def query(context: dict[str, Any], **kwargs: Any) -> str:
+    """The current query string with KWARGS replaced (None or '' removes a key)."""
+    request = context.get("request")
+    q: QueryDict = request.GET.copy() if request is not None else QueryDict(mutable=True)
+    for k, v in kwargs.items():
+        if v is None or v == "":
+            q.pop(k, None)
+        else:
+            q[k] = str(v)
+    s = q.urlencode()
+    return f"?{s}" if s else "?"
+
+
+@register.simple_tag
+def plotly_src() -> str:
+    """URL of the plotly.js bundled with the installed plotly package."""
+    return reverse("ingest:plotly_js", kwargs={"version": PLOTLY_VERSION})

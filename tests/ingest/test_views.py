@@ -1,0 +1,416 @@
+"""Dashboard pages against the real database: content, escaping, permissions, query counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from ingest.models import AgentSession, IngestKey, Membership, Project
+from ingest.services import ingest_key_authenticate, project_create
+from tests.factories import snapshot
+from tests.ingest.dashboard_factories import HOSTILE, demo_session, hostile_session, ingest, many_sessions
+
+ESCAPED = "&lt;script&gt;"
+
+
+def make_user(name: str, project: Project | None = None, role: str = "viewer") -> Any:
+    user = get_user_model().objects.create_user(username=name, password="pw-" + name)
+    if project is not None:
+        Membership.objects.create(project=project, user=user, role=role)
+    return user
+
+
+def login(user: Any) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def admin_client(project: Project) -> Client:
+    return login(make_user("alice", project, "admin"))
+
+
+@pytest.fixture
+def demo(project: Project) -> AgentSession:
+    ingest(project, demo_session())
+    return AgentSession.objects.get(project=project, session_id="support-7431")
+
+
+def urls(project: Project, session_id: str, turn: int = 1) -> dict[str, str]:
+    p = project.pk
+    return {
+        "overview": reverse("ingest:overview", args=[p]),
+        "sessions": reverse("ingest:sessions", args=[p]),
+        "timeline": reverse("ingest:timeline", args=[p, session_id]),
+        "chart": reverse("ingest:chart_data", args=[p, session_id]),
+        "turn": reverse("ingest:turn", args=[p, session_id, turn]),
+        "compare": reverse("ingest:turn", args=[p, session_id, turn]) + "?compare=0",
+        "block": reverse("ingest:block", args=[p, session_id, turn, 1]),
+        "settings": reverse("ingest:settings", args=[p]),
+    }
+
+
+# --- navigation -------------------------------------------------------------------------
+def test_pages_need_a_login(client: Client, project: Project, demo: AgentSession) -> None:
+    for name, url in urls(project, demo.session_id).items():
+        r = client.get(url)
+        assert r.status_code == 302, name
+        assert r["Location"].startswith("/login/"), name
+
+
+def test_login_page_logs_in_and_lands_on_the_only_project(client: Client, project: Project) -> None:
+    make_user("bob", project, "viewer")
+    assert client.get("/login/").status_code == 200
+    r = client.post("/login/", {"username": "bob", "password": "pw-bob"})
+    assert r.status_code == 302
+    r = client.get("/")
+    assert r.status_code == 302
+    assert r["Location"] == reverse("ingest:overview", args=[project.pk])
+
+
+def test_home_lists_only_the_users_projects(db: Any) -> None:
+    a, _ = project_create(name="alpha")
+    b, _ = project_create(name="beta")
+    project_create(name="gamma-hidden")
+    user = make_user("carol", a, "viewer")
+    Membership.objects.create(project=b, user=user, role="admin")
+    body = login(user).get("/").content.decode()
+    assert "alpha" in body and "beta" in body
+    assert "gamma-hidden" not in body
+
+
+def test_project_switcher_lists_memberships(db: Any) -> None:
+    a, _ = project_create(name="alpha")
+    b, _ = project_create(name="beta")
+    user = make_user("dan", a, "viewer")
+    Membership.objects.create(project=b, user=user, role="viewer")
+    body = login(user).get(reverse("ingest:overview", args=[a.pk])).content.decode()
+    assert reverse("ingest:overview", args=[b.pk]) in body
+
+
+# --- the pages show the facts ---------------------------------------------------------------
+def test_sessions_list_shows_rows_with_sparkline_and_filters(
+    admin_client: Client, project: Project, demo: AgentSession
+) -> None:
+    ingest(project, many_sessions(3, prefix="other"))
+    body = admin_client.get(reverse("ingest:sessions", args=[project.pk])).content.decode()
+    assert "support-7431" in body and "other-00002" in body
+    assert body.count("<polyline") == 4
+    r = admin_client.get(reverse("ingest:sessions", args=[project.pk]), {"q": "7431"})
+    assert "support-7431" in r.content.decode() and "other-00001" not in r.content.decode()
+    r = admin_client.get(reverse("ingest:sessions", args=[project.pk]), {"failures": "yes", "tier": "force"})
+    text = r.content.decode()
+    assert "support-7431" in text and "other-00000" not in text
+    r = admin_client.get(reverse("ingest:sessions", args=[project.pk]), {"q": "7431"}, HTTP_HX_REQUEST="true")
+    assert r.templates[0].name == "ingest/_sessions_table.html"
+    assert "<html" not in r.content.decode()
+
+
+def test_sessions_list_paginates(admin_client: Client, project: Project) -> None:
+    ingest(project, many_sessions(60, turns=1))
+    url = reverse("ingest:sessions", args=[project.pk])
+    first = admin_client.get(url, {"sort": "session_id"}).content.decode()
+    second = admin_client.get(url, {"sort": "session_id", "page": 2}).content.decode()
+    assert "bulk-00000" in first and "bulk-00049" in first and "bulk-00050" not in first
+    assert "bulk-00050" in second and "bulk-00059" in second and "bulk-00000" not in second
+    assert "page 1 of 2" in first
+
+
+def test_timeline_page_and_chart_data(admin_client: Client, project: Project, demo: AgentSession) -> None:
+    u = urls(project, demo.session_id)
+    body = admin_client.get(u["timeline"]).content.decode()
+    assert 'data-chart-src="' + u["chart"] in body
+    assert body.count('class="pill t-') >= 24  # one row per turn, tier-coloured
+    assert "/assets/plotly-" in body and "cdn" not in body.lower()
+    fig = admin_client.get(u["chart"]).json()
+    names = [t.get("name") for t in fig["data"]]
+    for kind in ("system", "tools", "history", "summary", "tool_results", "user"):
+        assert kind in names
+    assert "watermark %" in names and "compression" in names and "validation failed" in names
+    bar = next(t for t in fig["data"] if t["name"] == "history")
+    assert bar["type"] == "bar"
+    assert fig["layout"]["barmode"] == "stack"
+    assert len(fig["layout"]["shapes"]) == 4  # warn, compress, force, break bands
+
+
+def test_timeline_compare_form_redirects_to_the_diff(
+    admin_client: Client, project: Project, demo: AgentSession
+) -> None:
+    r = admin_client.get(urls(project, demo.session_id)["timeline"], {"compare": "3", "turn": "10"})
+    assert r.status_code == 302
+    assert r["Location"] == reverse("ingest:turn", args=[project.pk, demo.session_id, 10]) + "?compare=3"
+
+
+def test_turn_page_shows_blocks_changes_and_outcomes(
+    admin_client: Client, project: Project, demo: AgentSession
+) -> None:
+    url = reverse("ingest:turn", args=[project.pk, demo.session_id, 14])
+    r = admin_client.get(url)
+    assert r.status_code == 200
+    body = r.content.decode()
+    for key in ("system", "tools", "constraints", "memory", "summary", "history", "tool_results", "user"):
+        assert f'<td class="mono key">{key}</td>' in body
+    assert "pinned" in body and "compressed" in body
+    assert "Against the previous turn (13)" in body
+    assert "rolling_summary" in body and "spool/h0" in body  # compression event
+    assert "m-88" in body and "stale" in body  # recall list
+    assert "Searching again for turn 14." in body
+    assert reverse("ingest:turn", args=[project.pk, demo.session_id, 13]) in body
+    assert reverse("ingest:turn", args=[project.pk, demo.session_id, 15]) in body
+    change = r.context["change"]
+    assert [b["key"] for b in change["entered"]] == ["summary"]
+    fuller = admin_client.get(reverse("ingest:turn", args=[project.pk, demo.session_id, 13])).content.decode()
+    assert "E_MISSING_FIELD" in fuller and "order_id missing" in fuller  # fails when the context is full
+    assert {b["key"] for b in change["shrank"]} == {"history"}
+
+
+def test_turn_diff_against_any_turn_is_word_level(
+    admin_client: Client, project: Project, demo: AgentSession
+) -> None:
+    url = reverse("ingest:turn", args=[project.pk, demo.session_id, 8])
+    r = admin_client.get(url, {"compare": "2"})
+    change = r.context["change"]
+    assert change["other_turn"] == 2 and not change["is_previous"]
+    memory = next(d for d in change["diffs"] if d["key"] == "memory")
+    assert ("insert", "; prefers morning flights") in memory["segments"]
+    body = r.content.decode()
+    assert "<ins>; prefers morning flights</ins>" in body
+    r = admin_client.get(url, {"compare": "999"})
+    assert "this session has no turn 999" in r.content.decode()
+
+
+def test_drift_is_highlighted(admin_client: Client, project: Project, demo: AgentSession) -> None:
+    drifted = admin_client.get(reverse("ingest:turn", args=[project.pk, demo.session_id, 9]))
+    fine = admin_client.get(reverse("ingest:turn", args=[project.pk, demo.session_id, 8]))
+    assert drifted.context["drift_flag"] is True
+    assert fine.context["drift_flag"] is False
+    assert 'class="drift"' in drifted.content.decode()
+
+
+def test_long_contents_are_cut_with_show_all(admin_client: Client, project: Project) -> None:
+    long_text = "word " * 2000
+    ingest(
+        project,
+        [
+            snapshot(
+                session_id="long",
+                turn=0,
+                blocks=[
+                    {
+                        "key": "retrieval",
+                        "kind": "retrieval",
+                        "messages": [{"role": "system", "content": long_text + "END"}],
+                    }
+                ],
+            )
+        ],
+    )
+    body = admin_client.get(reverse("ingest:turn", args=[project.pk, "long", 0])).content.decode()
+    assert "show all" in body and "END" not in body
+    full = admin_client.get(reverse("ingest:block", args=[project.pk, "long", 0, 0]), HTTP_HX_REQUEST="true")
+    assert "END" in full.content.decode() and "<html" not in full.content.decode()
+
+
+def test_session_id_with_slashes_routes(admin_client: Client, project: Project) -> None:
+    ingest(project, demo_session(session_id="team/a/42", turns=3))
+    for name, url in urls(project, "team/a/42").items():
+        assert admin_client.get(url).status_code == 200, name
+
+
+def test_overview_aggregates(admin_client: Client, project: Project, demo: AgentSession) -> None:
+    r = admin_client.get(reverse("ingest:overview", args=[project.pk]), {"days": "all"})
+    assert r.status_code == 200
+    stats = r.context["stats"]
+    assert stats["totals"]["turns"] == 24
+    assert stats["totals"]["compressions"] == 1
+    assert sum(n for _, n in stats["wm_buckets"]) == 24
+    assert sum(n for _, _, n in stats["tiers"]) == 24
+    assert stats["compression"][0][1:] == ("rolling_summary", 1)
+    assert r.context["injection_rate"] == pytest.approx(0.5)
+    high = [b for b in stats["bands"] if b[0] >= 0.8]
+    low = [b for b in stats["bands"] if b[0] < 0.5]
+    assert high and all(f > 0 for _, c, f in high), stats["bands"]
+    assert low and all(f == 0 for _, _, f in low), stats["bands"]
+    body = r.content.decode()
+    for fig in (
+        "fig-activity",
+        "fig-watermarks",
+        "fig-tiers",
+        "fig-compression",
+        "fig-failures",
+        "fig-recall",
+    ):
+        assert f'id="{fig}"' in body
+
+
+def test_plotly_js_is_served_from_the_package(client: Client) -> None:
+    import plotly
+
+    r = client.get(reverse("ingest:plotly_js", args=[plotly.__version__]))
+    assert r.status_code == 200
+    head = b"".join(r.streaming_content)[:2000]
+    assert b"plotly" in head.lower()
+    assert "immutable" in r["Cache-Control"]
+    again = client.get(reverse("ingest:plotly_js", args=[plotly.__version__]), HTTP_IF_NONE_MATCH=r["ETag"])
+    assert again.status_code == 304
+
+
+# --- hostile content stays text ---------------------------------------------------------------
+def test_hostile_content_is_escaped_everywhere(admin_client: Client, project: Project) -> None:
+    snaps = hostile_session()
+    ingest(project, snaps)
+    sid = snaps[0]["session_id"]
+    for name, url in urls(project, sid, turn=1).items():
+        r = admin_client.get(url)
+        assert r.status_code == 200, name
+        body = r.content.decode()
+        assert HOSTILE not in body, name
+        if name not in ("chart", "settings"):
+            assert ESCAPED in body or "\\u0026lt;script\\u0026gt;" in body, name
+    diff = admin_client.get(urls(project, sid)["turn"]).content.decode()
+    assert "<ins>" in diff and HOSTILE not in diff
+
+
+# --- permissions -------------------------------------------------------------------------------
+def test_other_projects_pages_are_404(project: Project, demo: AgentSession) -> None:
+    other, _ = project_create(name="other-co")
+    outsider = login(make_user("eve", other, "admin"))
+    for name, url in urls(project, demo.session_id).items():
+        assert outsider.get(url).status_code == 404, name
+    for url in (
+        reverse("ingest:key_create", args=[project.pk]),
+        reverse("ingest:member_add", args=[project.pk]),
+    ):
+        assert outsider.post(url, {"name": "x", "username": "eve", "role": "admin"}).status_code == 404
+    assert not Membership.objects.filter(project=project, user__username="eve").exists()
+
+
+@pytest.mark.parametrize("role", ["viewer", "editor"])
+def test_settings_are_admin_only(project: Project, role: str) -> None:
+    c = login(make_user(f"u-{role}", project, role))
+    key = IngestKey.objects.filter(project=project).first()
+    admin = make_user("root", project, "admin")
+    m = Membership.objects.get(project=project, user=admin)
+    p = project.pk
+    assert c.get(reverse("ingest:settings", args=[p])).status_code == 403
+    assert c.post(reverse("ingest:key_create", args=[p]), {"name": "x"}).status_code == 403
+    assert c.post(reverse("ingest:key_revoke", args=[p, key.pk])).status_code == 403
+    assert (
+        c.post(reverse("ingest:member_add", args=[p]), {"username": "root", "role": "viewer"}).status_code
+        == 403
+    )
+    assert c.post(reverse("ingest:member_role", args=[p, m.pk]), {"role": "viewer"}).status_code == 403
+    assert c.post(reverse("ingest:member_remove", args=[p, m.pk])).status_code == 403
+    assert IngestKey.objects.filter(project=project).count() == 1
+    m.refresh_from_db()
+    assert m.role == "admin"
+    assert "Settings</a>" not in c.get(reverse("ingest:overview", args=[p])).content.decode()
+
+
+def test_viewer_sees_pages_but_not_replay_actions(project: Project, demo: AgentSession) -> None:
+    from django.conf import settings
+
+    c = login(make_user("viewer1", project, "viewer"))
+    for name, url in urls(project, demo.session_id).items():
+        if name != "settings":
+            assert c.get(url).status_code == 200, name
+    r = c.get(urls(project, demo.session_id)["turn"])
+    assert r.context["replay_enabled"] == ("replay" in settings.INSTALLED_APPS)
+    assert r.context["is_editor"] is False
+
+
+# --- keys and members ----------------------------------------------------------------------------
+def test_admin_creates_a_key_shown_once_and_revokes_it(admin_client: Client, project: Project) -> None:
+    p = project.pk
+    r = admin_client.post(reverse("ingest:key_create", args=[p]), {"name": "prod"})
+    assert r.status_code == 200
+    assert r["Cache-Control"] == "no-store"
+    raw = r.context["new_raw_key"]
+    assert raw in r.content.decode()
+    key = ingest_key_authenticate(raw=raw)
+    assert key.project_id == p and key.name == "prod"
+    assert raw not in admin_client.get(reverse("ingest:settings", args=[p])).content.decode()
+    assert not IngestKey.objects.filter(key_hash=raw).exists()
+    r = admin_client.post(reverse("ingest:key_revoke", args=[p, key.pk]))
+    assert r.status_code == 302
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+
+
+def test_admin_manages_members(admin_client: Client, project: Project) -> None:
+    p = project.pk
+    make_user("frank")
+    admin_client.post(reverse("ingest:member_add", args=[p]), {"username": "frank", "role": "editor"})
+    m = Membership.objects.get(project=project, user__username="frank")
+    assert m.role == "editor"
+    admin_client.post(reverse("ingest:member_role", args=[p, m.pk]), {"role": "viewer"})
+    m.refresh_from_db()
+    assert m.role == "viewer"
+    r = admin_client.post(
+        reverse("ingest:member_add", args=[p]), {"username": "nobody", "role": "viewer"}, follow=True
+    )
+    assert "no user named" in r.content.decode()
+    admin_client.post(reverse("ingest:member_remove", args=[p, m.pk]))
+    assert not Membership.objects.filter(pk=m.pk).exists()
+
+
+def test_the_last_admin_cannot_leave_or_be_demoted(admin_client: Client, project: Project) -> None:
+    p = project.pk
+    me = Membership.objects.get(project=project, user__username="alice")
+    r = admin_client.post(reverse("ingest:member_role", args=[p, me.pk]), {"role": "viewer"}, follow=True)
+    assert "at least one admin" in r.content.decode()
+    admin_client.post(reverse("ingest:member_remove", args=[p, me.pk]))
+    me.refresh_from_db()
+    assert me.role == "admin"
+
+
+# --- query counts do not grow with the rows shown ------------------------------------------------
+def _queries(c: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        r = c.get(url)
+        assert r.status_code == 200, url
+    return len(ctx.captured_queries)
+
+
+@pytest.mark.parametrize("n", [5, 50])
+def test_sessions_list_query_count_is_constant(
+    admin_client: Client, project: Project, n: int, django_assert_max_num_queries: Any
+) -> None:
+    ingest(project, many_sessions(n, turns=4))
+    with django_assert_max_num_queries(8):
+        r = admin_client.get(reverse("ingest:sessions", args=[project.pk]))
+    assert len(r.context["rows"]) == n
+
+
+@pytest.mark.parametrize("n", [5, 50])
+def test_session_pages_query_count_is_constant(
+    admin_client: Client, project: Project, n: int, django_assert_max_num_queries: Any
+) -> None:
+    ingest(project, demo_session(turns=n, compress_at=3))
+    u = urls(project, "support-7431", turn=n - 1)
+    for name in ("timeline", "chart", "turn", "compare", "overview"):
+        with django_assert_max_num_queries(16):
+            admin_client.get(u[name])
+
+
+def test_query_counts_equal_for_few_and_many_rows(admin_client: Client, project: Project) -> None:
+    ingest(project, many_sessions(5, turns=2, prefix="few"))
+    ingest(project, demo_session(session_id="short", turns=5, compress_at=2))
+    few = {
+        "sessions": _queries(admin_client, reverse("ingest:sessions", args=[project.pk])),
+        **{k: _queries(admin_client, v) for k, v in urls(project, "short", turn=4).items()},
+    }
+    ingest(project, many_sessions(45, turns=3, prefix="many"))
+    ingest(project, demo_session(session_id="long", turns=60, compress_at=30))
+    many = {
+        "sessions": _queries(admin_client, reverse("ingest:sessions", args=[project.pk])),
+        **{k: _queries(admin_client, v) for k, v in urls(project, "long", turn=59).items()},
+    }
+    assert few == many

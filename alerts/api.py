@@ -1,3 +1,201 @@
-from ninja import Router
+"""Alerts and alert rules over the API: thin handlers over services and selectors.
+
+Who may do what: alerts and rules are read with an ingest key or as a signed-in member
+(`ProjectReadAuth`). Changing them — acknowledging, resolving, creating or editing rules — needs
+a signed-in member with the editor role (session cookie plus CSRF token). Ingest keys live inside
+agent processes; a leaked key must not be able to silence the alerts about its own agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+from ninja.utils import check_csrf
+
+from alerts import channels, selectors, services
+from alerts.errors import Forbidden, NotFound
+from alerts.models import Alert, AlertRule
+from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
+from ingest.auth import Caller, ProjectReadAuth, bearer_token
+from ingest.errors import AuthError
+from ingest.schemas import Detail
 
 router = Router(tags=["alerts"])
+
+
+class EditorAuth:
+    """A signed-in member with at least the editor role, CSRF-checked; never an ingest key."""
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        if bearer_token(request) is not None:
+            raise Forbidden("ingest keys may read alerts but not change them: sign in as an editor")
+        if not request.user.is_authenticated:
+            raise AuthError("sign in as a project editor to change alerts")
+        if check_csrf(request) is not None:
+            raise Forbidden("CSRF check failed: send the X-CSRFToken header")
+        caller = ProjectReadAuth()(request)
+        if caller.membership is None or not caller.membership.at_least("editor"):
+            raise Forbidden("this needs the editor role")
+        return caller
+
+
+def _alert_out(a: Alert) -> dict[str, Any]:
+    return {
+        "id": a.pk,
+        "rule_id": a.rule_id,
+        "rule_name": a.rule.name,
+        "rule_kind": a.rule_kind,
+        "severity": a.severity,
+        "title": a.title,
+        "state": a.state,
+        "session_id": a.session_id,
+        "agent": a.agent,
+        "model": a.model,
+        "turn": a.turn,
+        "last_turn": a.last_turn,
+        "ts": a.ts,
+        "value": a.value,
+        "threshold": a.threshold,
+        "peak_value": a.peak_value,
+        "unit": a.unit,
+        "contributors": a.contributors,
+        "dedup_key": a.dedup_key,
+        "created_at": a.created_at,
+        "acknowledged_at": a.acknowledged_at,
+        "resolved_at": a.resolved_at,
+        "turn_url": channels.turn_path(a.project_id, a.session_id, a.turn),
+    }
+
+
+def _rule_out(r: AlertRule) -> dict[str, Any]:
+    return {f: getattr(r, f) for f in RuleOut.model_fields}
+
+
+class AlertFilters(Schema):
+    state: str | None = None
+    rule: int | None = None
+    session: str | None = None
+    severity: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@router.get(
+    "/alerts",
+    auth=ProjectReadAuth(),
+    response={200: AlertPage, 401: Detail, 404: Detail},
+    summary="List alerts, newest first (filters: state, rule id, session id, severity)",
+)
+def alerts_list(request: HttpRequest, filters: Query[AlertFilters]) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    qs = selectors.alerts_filter(
+        project_id=caller.project.pk,
+        state=filters.state,
+        rule_id=filters.rule,
+        session_id=filters.session,
+        severity=filters.severity,
+    )
+    limit = max(1, min(filters.limit, 500))
+    offset = max(0, filters.offset)
+    return {
+        "count": qs.count(),
+        "limit": limit,
+        "offset": offset,
+        "items": [_alert_out(a) for a in qs[offset : offset + limit]],
+    }
+
+
+@router.get(
+    "/alerts/{alert_id}",
+    auth=ProjectReadAuth(),
+    response={200: AlertOut, 401: Detail, 404: Detail},
+    summary="One alert",
+)
+def alert_detail(request: HttpRequest, alert_id: int) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    a = selectors.alert_get(project_id=caller.project.pk, alert_id=alert_id)
+    if a is None:
+        raise NotFound("no such alert")
+    return _alert_out(a)
+
+
+def _transition(request: HttpRequest, alert_id: int, fn: Any) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    a = selectors.alert_get(project_id=caller.project.pk, alert_id=alert_id)
+    if a is None:
+        raise NotFound("no such alert")
+    fn(alert=a, user=request.user)
+    return _alert_out(selectors.alert_get(project_id=caller.project.pk, alert_id=alert_id))  # type: ignore[arg-type]
+
+
+@router.post(
+    "/alerts/{alert_id}/ack",
+    auth=EditorAuth(),
+    response={200: AlertOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Acknowledge an open alert (editor)",
+)
+def alert_ack(request: HttpRequest, alert_id: int) -> dict[str, Any]:
+    return _transition(request, alert_id, services.alert_acknowledge)
+
+
+@router.post(
+    "/alerts/{alert_id}/resolve",
+    auth=EditorAuth(),
+    response={200: AlertOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Resolve an alert (editor)",
+)
+def alert_resolve(request: HttpRequest, alert_id: int) -> dict[str, Any]:
+    return _transition(request, alert_id, services.alert_resolve)
+
+
+@router.get(
+    "/alert-rules",
+    auth=ProjectReadAuth(),
+    response={200: list[RuleOut], 401: Detail, 404: Detail},
+    summary="The project's alert rules",
+)
+def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    return [_rule_out(r) for r in selectors.rules_list(project_id=caller.project.pk)]
+
+
+@router.post(
+    "/alert-rules",
+    auth=EditorAuth(),
+    response={201: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
+    summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.rules.PARAMS",
+)
+def rule_create(request: HttpRequest, body: RuleIn) -> tuple[int, dict[str, Any]]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    rule = services.rule_create(project=caller.project, data=body.model_dump())
+    return 201, _rule_out(rule)
+
+
+@router.patch(
+    "/alert-rules/{rule_id}",
+    auth=EditorAuth(),
+    response={200: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
+    summary="Change some fields of a rule (editor)",
+)
+def rule_update(request: HttpRequest, rule_id: int, body: RulePatch) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
+    if rule is None:
+        raise NotFound("no such rule")
+    return _rule_out(services.rule_update(rule=rule, data=body.model_dump(exclude_none=True)))
+
+
+@router.put(
+    "/alert-rules/{rule_id}",
+    auth=EditorAuth(),
+    response={200: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
+    summary="Replace a rule (editor)",
+)
+def rule_replace(request: HttpRequest, rule_id: int, body: RuleIn) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
+    if rule is None:
+        raise NotFound("no such rule")
+    return _rule_out(services.rule_update(rule=rule, data=body.model_dump()))

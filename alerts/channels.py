@@ -25,6 +25,7 @@ import httpx
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.core.mail import EmailMessage
+from django.urls import NoReverseMatch, reverse
 
 SIGNATURE_HEADER = "X-Ctxobs-Signature"
 TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
@@ -194,7 +195,13 @@ def base_url() -> str:
 
 
 def turn_path(project_id: int, session_id: str, turn: int) -> str:
-    return f"/p/{project_id}/s/{quote(session_id, safe='')}/t/{turn}/"
+    """The turn page of the dashboard."""
+    try:
+        return reverse(
+            "ingest:turn", kwargs={"project_id": project_id, "session_id": session_id, "turn": turn}
+        )
+    except NoReverseMatch:
+        return f"/p/{project_id}/s/{quote(session_id, safe='/')}/t/{turn}/"
 
 
 def alert_payload(alert: Any, *, project_name: str) -> dict[str, Any]:

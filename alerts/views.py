@@ -1,0 +1,406 @@
+"""Alert pages: the alerts list and detail, the rule editor with a preview, the channels.
+
+Every view starts with `project_access`: viewers read, editors acknowledge/resolve and edit
+rules, admins manage channels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from alerts import rules as R
+from alerts import selectors, services
+from alerts.errors import InvalidChannel, InvalidRule
+from alerts.models import Alert, AlertRule, Channel
+from ingest.access import project_access, user_projects
+from ingest.models import Membership, Project
+
+PAGE_SIZE = 50
+
+
+def _page(request: HttpRequest, project: Project, membership: Membership, **extra: Any) -> dict[str, Any]:
+    return {
+        "project": project,
+        "membership": membership,
+        "memberships": user_projects(request.user),
+        "is_admin": membership.at_least("admin"),
+        "is_editor": membership.at_least("editor"),
+        "replay_enabled": "replay" in settings.INSTALLED_APPS,
+        "alerts_enabled": True,
+        **extra,
+    }
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+# --- alerts ------------------------------------------------------------------
+@login_required
+def alert_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    state = request.GET.get("state") or ""
+    if state not in Alert.State.values:
+        state = ""
+    rule_id = _int(request.GET.get("rule"))
+    session_id = (request.GET.get("session") or "").strip()
+    qs = selectors.alerts_filter(
+        project_id=project.pk, state=state or None, rule_id=rule_id, session_id=session_id or None
+    )
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    ctx = _page(
+        request,
+        project,
+        membership,
+        page=page,
+        alerts=list(page.object_list),
+        state=state,
+        rule_id=rule_id,
+        session_id=session_id,
+        rules=selectors.rules_list(project_id=project.pk),
+        states=Alert.State.values,
+        counts=selectors.alert_state_counts(project_id=project.pk),
+    )
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "alerts/_alerts_table.html", ctx)
+    return render(request, "alerts/alert_list.html", ctx)
+
+
+@login_required
+def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    alert = selectors.alert_get(project_id=project.pk, alert_id=alert_id)
+    if alert is None:
+        raise Http404("no such alert")
+    deliveries = selectors.alert_deliveries(alert=alert) if membership.at_least("admin") else []
+    return render(
+        request,
+        "alerts/alert_detail.html",
+        _page(request, project, membership, alert=alert, deliveries=deliveries),
+    )
+
+
+@login_required
+@require_POST
+def alert_transition(request: HttpRequest, project_id: int, alert_id: int, action: str) -> HttpResponse:
+    project, membership = project_access(request, project_id, "editor")
+    alert = selectors.alert_get(project_id=project.pk, alert_id=alert_id)
+    if alert is None:
+        raise Http404("no such alert")
+    fn = {"ack": services.alert_acknowledge, "resolve": services.alert_resolve}.get(action)
+    if fn is None:
+        raise Http404("no such action")
+    fn(alert=alert, user=request.user)
+    alert = selectors.alert_get(project_id=project.pk, alert_id=alert_id)
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "alerts/_alert_row.html", _page(request, project, membership, a=alert))
+    nxt = request.POST.get("next") or ""
+    if nxt.startswith(f"/p/{project.pk}/alerts/") and "//" not in nxt:
+        return redirect(nxt)
+    return redirect("alerts:list", project_id=project.pk)
+
+
+# --- rules -------------------------------------------------------------------
+@login_required
+def rule_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    rules = selectors.rules_with_counts(project_id=project.pk)
+    return render(
+        request, "alerts/rule_list.html", _page(request, project, membership, rules=rules, kinds=R.KINDS)
+    )
+
+
+def _form_data(post: Any, kind: str) -> dict[str, Any]:
+    params = {}
+    for p in R.PARAMS.get(kind, ()):
+        if p.type is list:
+            params[p.name] = post.getlist(f"p_{p.name}")
+        else:
+            params[p.name] = post.get(f"p_{p.name}", "")
+    return {
+        "name": post.get("name", ""),
+        "kind": kind,
+        "severity": post.get("severity", "warning"),
+        "enabled": post.get("enabled") == "on",
+        "params": params,
+        "agent": post.get("agent", ""),
+        "model": post.get("model", ""),
+        "cooldown_turns": post.get("cooldown_turns", ""),
+        "cooldown_seconds": post.get("cooldown_seconds", ""),
+    }
+
+
+def _param_fields(kind: str, values: dict[str, Any], errors: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for p in R.PARAMS.get(kind, ()):
+        v = values.get(p.name, p.default)
+        out.append(
+            {
+                "name": p.name,
+                "label": p.label,
+                "type": p.type.__name__,
+                "value": v,
+                "choices": p.choices,
+                "help": p.help,
+                "min": p.minimum,
+                "max": p.maximum,
+                "error": errors.get(f"params.{p.name}", ""),
+            }
+        )
+    return out
+
+
+def _rule_form(
+    request: HttpRequest,
+    project: Project,
+    membership: Membership,
+    *,
+    rule: AlertRule | None,
+    data: dict[str, Any],
+    errors: dict[str, str],
+    status: int = 200,
+) -> HttpResponse:
+    kind = data["kind"] if data.get("kind") in R.KINDS else R.TIER_CROSSING
+    ctx = _page(
+        request,
+        project,
+        membership,
+        rule=rule,
+        data=data,
+        errors=errors,
+        kind=kind,
+        kinds=R.KINDS,
+        severities=R.SEVERITIES,
+        params=_param_fields(kind, data.get("params") or {}, errors),
+    )
+    template = (
+        "alerts/_rule_form.html" if request.htmx and request.GET.get("partial") else "alerts/rule_form.html"
+    )  # type: ignore[attr-defined]
+    return render(request, template, ctx, status=status)
+
+
+def _rule_initial(rule: AlertRule | None, kind: str) -> dict[str, Any]:
+    if rule is None:
+        return {
+            "name": "",
+            "kind": kind,
+            "severity": "warning",
+            "enabled": True,
+            "params": R.default_params(kind),
+            "agent": "",
+            "model": "",
+            "cooldown_turns": 20,
+            "cooldown_seconds": 1800,
+        }
+    data = {f: getattr(rule, f) for f in services.RULE_FIELDS}
+    if kind != rule.kind:
+        data["kind"], data["params"] = kind, R.default_params(kind)
+    return data
+
+
+@login_required
+def rule_new(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "editor")
+    kind = request.POST.get("kind") or request.GET.get("kind") or R.TIER_CROSSING
+    if kind not in R.KINDS:
+        kind = R.TIER_CROSSING
+    if request.method == "POST":
+        data = _form_data(request.POST, kind)
+        try:
+            rule = services.rule_create(project=project, data=data)
+        except InvalidRule as exc:
+            return _rule_form(
+                request, project, membership, rule=None, data=data, errors=exc.errors, status=422
+            )
+        messages.success(request, f"Rule “{rule.name}” created.")
+        return redirect("alerts:rules", project_id=project.pk)
+    return _rule_form(request, project, membership, rule=None, data=_rule_initial(None, kind), errors={})
+
+
+@login_required
+def rule_edit(request: HttpRequest, project_id: int, rule_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    rule = selectors.rule_get(project_id=project.pk, rule_id=rule_id)
+    if rule is None:
+        raise Http404("no such rule")
+    kind = request.POST.get("kind") or request.GET.get("kind") or rule.kind
+    if kind not in R.KINDS:
+        kind = rule.kind
+    if request.method == "POST":
+        project, membership = project_access(request, project_id, "editor")
+        data = _form_data(request.POST, kind)
+        try:
+            services.rule_update(rule=rule, data=data)
+        except InvalidRule as exc:
+            return _rule_form(
+                request, project, membership, rule=rule, data=data, errors=exc.errors, status=422
+            )
+        messages.success(request, f"Rule “{rule.name}” saved.")
+        return redirect("alerts:rules", project_id=project.pk)
+    return _rule_form(request, project, membership, rule=rule, data=_rule_initial(rule, kind), errors={})
+
+
+@login_required
+@require_POST
+def rule_delete(request: HttpRequest, project_id: int, rule_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "editor")
+    rule = selectors.rule_get(project_id=project.pk, rule_id=rule_id)
+    if rule is None:
+        raise Http404("no such rule")
+    name = rule.name
+    services.rule_delete(rule=rule)
+    messages.success(request, f"Rule “{name}” and its alerts deleted.")
+    return redirect("alerts:rules", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def rule_preview(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    kind = request.POST.get("kind") or R.TIER_CROSSING
+    data = _form_data(request.POST, kind)
+    try:
+        preview = services.rule_preview(project=project, data=data)
+        errors: dict[str, str] = {}
+    except InvalidRule as exc:
+        preview, errors = None, exc.errors
+    return render(
+        request,
+        "alerts/_rule_preview.html",
+        _page(request, project, membership, preview=preview, errors=errors),
+    )
+
+
+# --- channels ----------------------------------------------------------------
+@login_required
+def channel_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    kind = request.POST.get("kind") or request.GET.get("kind") or Channel.Kind.WEBHOOK
+    if kind not in Channel.Kind.values:
+        kind = Channel.Kind.WEBHOOK
+    errors: dict[str, str] = {}
+    data: dict[str, Any] = {
+        "name": "",
+        "url": "",
+        "recipients": "",
+        "min_severity": "info",
+        "timeout_seconds": 5,
+        "max_attempts": 5,
+    }
+    status = 200
+    if request.method == "POST":
+        data = {
+            k: request.POST.get(k, "")
+            for k in ("name", "url", "recipients", "min_severity", "timeout_seconds", "max_attempts")
+        }
+        try:
+            channel, secret = services.channel_create(project=project, kind=kind, data=data)
+        except InvalidChannel as exc:
+            errors, status = exc.errors, 422
+        else:
+            return _channel_created(request, project, membership, channel, secret)
+    return render(
+        request,
+        "alerts/channel_list.html",
+        _page(
+            request,
+            project,
+            membership,
+            channels=selectors.channels_list(project_id=project.pk),
+            kind=kind,
+            data=data,
+            errors=errors,
+            severities=R.SEVERITIES,
+            kinds=Channel.Kind.choices,
+        ),
+        status=status,
+    )
+
+
+def _channel_created(
+    request: HttpRequest, project: Project, membership: Membership, channel: Channel, secret: str | None
+) -> HttpResponse:
+    # The secret is shown on this one response only; it is stored encrypted for signing.
+    resp = render(
+        request,
+        "alerts/channel_detail.html",
+        _page(
+            request,
+            project,
+            membership,
+            channel=channel,
+            secret=secret,
+            deliveries=selectors.channel_deliveries(channel=channel),
+            severities=R.SEVERITIES,
+        ),
+        status=201,
+    )
+    resp["Cache-Control"] = "no-store"
+    return resp
+
+
+@login_required
+def channel_detail(request: HttpRequest, project_id: int, channel_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    channel = selectors.channel_get(project_id=project.pk, channel_id=channel_id)
+    if channel is None:
+        raise Http404("no such channel")
+    ctx = _page(
+        request,
+        project,
+        membership,
+        channel=channel,
+        secret=None,
+        severities=R.SEVERITIES,
+        deliveries=selectors.channel_deliveries(channel=channel),
+    )
+    if request.htmx and request.GET.get("partial") == "log":  # type: ignore[attr-defined]
+        return render(request, "alerts/_delivery_log.html", ctx)
+    return render(request, "alerts/channel_detail.html", ctx)
+
+
+@login_required
+@require_POST
+def channel_action(request: HttpRequest, project_id: int, channel_id: int, action: str) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    channel = selectors.channel_get(project_id=project.pk, channel_id=channel_id)
+    if channel is None:
+        raise Http404("no such channel")
+    if action == "test":
+        services.channel_test_send(channel=channel)
+        messages.success(request, "Test message queued; its result appears in the delivery log below.")
+    elif action == "rotate":
+        secret = services.channel_secret_rotate(channel=channel)
+        resp = render(
+            request,
+            "alerts/channel_detail.html",
+            _page(
+                request,
+                project,
+                membership,
+                channel=channel,
+                secret=secret,
+                severities=R.SEVERITIES,
+                deliveries=selectors.channel_deliveries(channel=channel),
+            ),
+        )
+        resp["Cache-Control"] = "no-store"
+        return resp
+    elif action == "toggle":
+        services.channel_update(channel=channel, data={"enabled": not channel.enabled})
+        messages.success(request, f"Channel {'enabled' if channel.enabled else 'disabled'}.")
+    elif action == "delete":
+        services.channel_delete(channel=channel)
+        messages.success(request, "Channel deleted.")
+        return redirect("alerts:channels", project_id=project.pk)
+    else:
+        raise Http404("no such action")
+    return redirect("alerts:channel", project_id=project.pk, channel_id=channel.pk)

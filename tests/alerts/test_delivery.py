@@ -1,0 +1,175 @@
+"""Deliveries to a real local webhook receiver and through Django's e-mail backend."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import mail
+
+from alerts import channels, services
+from alerts.models import Alert, AlertRule, Channel, Delivery
+from tests.alerts.conftest import sized_snapshot
+from tests.alerts.receiver import Receiver
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def private_ok(project):
+    project.allow_private_endpoints = True
+    project.save()
+    return project
+
+
+def webhook(project, url: str, **data) -> tuple[Channel, str]:
+    return services.channel_create(
+        project=project, kind="webhook", data={"name": "hook", "url": url, "timeout_seconds": 2, **data}
+    )
+
+
+def raise_one_alert(poster, session_id: str = "s-1") -> Alert:
+    AlertRule.objects.filter(project=poster.project).exclude(
+        kind="tier_crossing", params__tier="force"
+    ).delete()
+    poster.post(
+        [
+            sized_snapshot(turn=0, fill=0.3, session_id=session_id),
+            sized_snapshot(turn=1, fill=0.9, session_id=session_id),
+        ]
+    )
+    return Alert.objects.get(project=poster.project, session_id=session_id)
+
+
+def run_delivery(delivery_id: int) -> list[float]:
+    """Attempt a delivery until it needs no further attempt, skipping the back-off waits."""
+    waits = []
+    while True:
+        wait = services.delivery_attempt(delivery_id=delivery_id)
+        if wait is None:
+            return waits
+        waits.append(wait)
+        Delivery.objects.filter(pk=delivery_id).update(next_attempt_at=None)
+
+
+def test_signed_webhook_is_retried_after_a_500(poster, private_ok, settings):
+    settings.CTXOBS_ALERT_RETRY_BASE_SECONDS = 0.5
+    with Receiver(fail_first=1) as rx:
+        ch, secret = webhook(private_ok, rx.url)
+        rx.secret = secret
+        alert = raise_one_alert(poster)
+        d = Delivery.objects.get(alert=alert, channel=ch)
+        waits = run_delivery(d.pk)
+        assert waits == [0.5], "one back-off after the 500"
+        (got,) = rx.accepted()
+        assert len(rx.requests) == 2 and rx.requests[0]["status"] == 500
+        assert got["signature_ok"]
+        body = got["body"]
+        assert body["event"] == "alert.opened" and body["alert"]["id"] == alert.pk
+        assert body["alert"]["turn"] == 1 and body["alert"]["turn_url"].endswith(
+            f"/p/{private_ok.pk}/s/s-1/t/1/"
+        )
+        assert body["alert"]["contributors"][0]["key"] == "history"
+    d.refresh_from_db()
+    assert (d.status, d.attempts, d.last_status_code) == ("sent", 2, 200)
+    assert [(a.number, a.status_code) for a in d.log.all()] == [(1, 500), (2, 200)]
+    assert run_delivery(d.pk) == [] and d.log.count() == 2, "a sent delivery is never sent again"
+
+
+def test_a_wrong_secret_fails_verification_and_4xx_is_not_retried(poster, private_ok):
+    with Receiver() as rx:
+        ch, _secret = webhook(private_ok, rx.url)
+        rx.secret = "whsec_not-the-one"
+        alert = raise_one_alert(poster)
+        d = Delivery.objects.get(alert=alert, channel=ch)
+        assert run_delivery(d.pk) == []
+        assert [r["signature_ok"] for r in rx.requests] == [False]
+    d.refresh_from_db()
+    assert (d.status, d.last_status_code, d.attempts) == ("failed", 401, 1)
+
+
+def test_retries_stop_after_max_attempts_on_a_dead_endpoint(poster, private_ok, settings):
+    settings.CTXOBS_ALERT_RETRY_BASE_SECONDS = 0.01
+    with Receiver() as rx:
+        url = rx.url
+    ch, _ = webhook(private_ok, url, max_attempts=3)  # nothing listens there any more
+    alert = raise_one_alert(poster)
+    d = Delivery.objects.get(alert=alert, channel=ch)
+    waits = run_delivery(d.pk)
+    assert waits == [0.01, 0.02]
+    d.refresh_from_db()
+    assert (d.status, d.attempts, d.last_status_code) == ("failed", 3, None)
+    assert "ConnectError" in d.last_error
+
+
+def test_one_delivery_per_alert_and_channel(poster, private_ok):
+    ch, _ = webhook(private_ok, "http://127.0.0.1:9/x")
+    alert = raise_one_alert(poster)
+    refs = list(private_ok.snapshot_set.values_list("id", flat=True))
+    services.alerts_evaluate(project_id=private_ok.pk, snapshot_refs=refs)
+    assert Delivery.objects.filter(alert=alert, channel=ch).count() == 1
+
+
+def test_severity_filter_and_disabled_channels(poster, private_ok):
+    webhook(private_ok, "http://127.0.0.1:9/x", min_severity="critical")
+    alert = raise_one_alert(poster)  # force crossing is a warning
+    assert not Delivery.objects.filter(alert=alert).exists()
+
+
+def test_email_channel_sends_through_the_django_backend(poster, project):
+    ch, secret = services.channel_create(
+        project=project, kind="email", data={"name": "oncall", "recipients": "a@example.com, b@example.com"}
+    )
+    assert secret is None
+    alert = raise_one_alert(poster)
+    d = Delivery.objects.get(alert=alert, channel=ch)
+    run_delivery(d.pk)
+    (msg,) = mail.outbox
+    assert msg.to == ["a@example.com", "b@example.com"]
+    assert "Entered the force tier" in msg.subject
+    assert f"/p/{project.pk}/s/s-1/t/1/" in msg.body
+    d.refresh_from_db()
+    assert d.status == "sent"
+
+
+def test_send_test_for_each_channel_kind(project, private_ok, django_capture_on_commit_callbacks):
+    with Receiver() as rx:
+        hook, secret = webhook(private_ok, rx.url)
+        rx.secret = secret
+        email, _ = services.channel_create(
+            project=project, kind="email", data={"name": "m", "recipients": "x@example.com"}
+        )
+        for c in (hook, email):
+            d = services.channel_test_send(channel=c)
+            run_delivery(d.pk)
+            d.refresh_from_db()
+            assert d.status == "sent" and d.is_test
+        (got,) = rx.accepted()
+        assert got["body"]["event"] == "test" and got["signature_ok"]
+        assert got["headers"][channels.EVENT_HEADER] == "test"
+    assert len(mail.outbox) == 1
+
+
+def test_channel_validation(project):
+    with pytest.raises(services.InvalidChannel) as exc:
+        services.channel_create(
+            project=project, kind="email", data={"name": "m", "recipients": "not-an-address"}
+        )
+    assert "recipients" in exc.value.errors
+    with pytest.raises(services.InvalidChannel) as exc:
+        services.channel_create(
+            project=project, kind="webhook", data={"name": "h", "url": "ftp://example.com/x"}
+        )
+    assert "url" in exc.value.errors
+
+
+def test_signature_reference_check():
+    body = b'{"a":1}'
+    sig = channels.signature("s3cret", "1700000000", body)
+    assert channels.signature_verify("s3cret", "1700000000", body, sig, now=1700000010)
+    assert not channels.signature_verify("s3cret", "1700000000", body + b" ", sig, now=1700000010)
+    assert not channels.signature_verify("s3cret", "1700000000", body, sig, now=1700009999), "too old"
+
+
+def test_secret_round_trip_is_encrypted():
+    token = channels.secret_encrypt("whsec_abc")
+    assert "whsec_abc" not in token
+    assert channels.secret_decrypt(token) == "whsec_abc"

@@ -1,0 +1,65 @@
+"""End to end with a real Celery worker: ingest commit -> alerts.evaluate -> alert row ->
+alerts.deliver -> a real local webhook receiver (signature verified, retried after a 500)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from alerts.models import Alert, Delivery
+from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
+from ingest.models import AgentSession
+from tests.alerts.conftest import sized_snapshot
+from tests.alerts.receiver import Receiver
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def wait_until(fn, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, api, project):
+    from alerts import services
+
+    project.allow_private_endpoints = True
+    project.save()
+    with Receiver(fail_first=1) as rx:
+        channel, secret = services.channel_create(
+            project=project, kind="webhook", data={"name": "hook", "url": rx.url, "timeout_seconds": 3}
+        )
+        rx.secret = secret
+        fills = [0.3, 0.5, 0.9, 0.92, 0.93]
+        for i, f in enumerate(fills):
+            r = api.post_snapshots([sized_snapshot(turn=i, fill=f, session_id="e2e")])
+            assert r.status_code == 200
+        force = wait_until(lambda: list(Alert.objects.filter(project=project, rule__params__tier="force")))
+        assert [(a.turn, a.session_id) for a in force] == [(2, "e2e")]
+        got = wait_until(lambda: [g for g in rx.accepted() if g["body"]["alert"]["id"] == force[0].pk])
+        assert got[0]["signature_ok"]
+        assert got[0]["body"]["alert"]["turn_url"].endswith(f"/p/{project.pk}/s/e2e/t/2/")
+        assert rx.requests[0]["status"] == 500, "the first attempt failed and was retried"
+        first = rx.requests[0]["body"]["alert"]["id"]
+        wait_until(lambda: [g for g in rx.accepted() if g["body"]["alert"]["id"] == first])
+        d = wait_until(
+            lambda: Delivery.objects.filter(alert=force[0], channel=channel, status="sent").first()
+        )
+        assert d.attempts >= 1
+        n_alerts = Alert.objects.filter(project=project).count()
+
+        # Running the tasks again (a redelivered message) changes nothing and sends nothing more.
+        refs = list(project.snapshot_set.values_list("id", flat=True))
+        alerts_evaluate_task.apply_async(kwargs={"project_id": project.pk, "snapshot_refs": refs})
+        alerts_deliver_task.apply_async(kwargs={"delivery_id": d.pk})
+        time.sleep(2.0)
+        assert Alert.objects.filter(project=project).count() == n_alerts
+        assert sum(1 for g in rx.accepted() if g["body"]["alert"]["id"] == force[0].pk) == 1
+    session = AgentSession.objects.get(project=project, session_id="e2e")
+    assert session.alert_count == n_alerts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,6 @@ def timeline_figure(
                 name=kind,
                 marker={"color": kind_colour(kind), "line": {"width": 0}},
                 hovertemplate="%{y:,} tokens<extra>" + kind + "</extra>",
-                legendgroup="kinds",
             )
         )
     fig.add_trace(
@@ -196,7 +196,7 @@ def timeline_figure(
                 "y0": lo,
                 "y1": hi,
                 "fillcolor": TIER_COLOURS[tier],
-                "opacity": 0.09,
+                "opacity": 0.12,
                 "line": {"width": 0},
                 "layer": "below",
             }
@@ -215,9 +215,14 @@ def timeline_figure(
                 "range": [0, top],
                 "showgrid": False,
                 "ticksuffix": "%",
+                # Ticks at the tier thresholds: the bands read as the project's tiers.
+                "tickvals": [0, *[round(t * 100, 1) for t in thresholds]],
             },
             shapes=shapes,
-            height=380,
+            # The page draws the legend (same palette as the tables); plotly's would repeat it.
+            showlegend=False,
+            margin={"l": 56, "r": 56, "t": 10, "b": 40},
+            height=360,
             uirevision="timeline",
         )
     )
@@ -250,12 +255,30 @@ def sparkline_y(value: float, *, height: int = 22, top: float = 1.0, values: Seq
 
 
 # --- project overview ---------------------------------------------------------------
+DAY_MS = 86_400_000
+# Bars on a date axis are as wide as their given width in ms; plotly's default for a lone day is ~0.
+DAY_BAR = DAY_MS * 0.7
+
+
+def _day_axis(days: Sequence[Any]) -> dict[str, Any]:
+    """A date x axis with one tick per day at most; a short period is padded so plotly does not
+    zoom into hours (or milliseconds, for a single day)."""
+    axis: dict[str, Any] = {"type": "date", "tickformat": "%b %d", "showgrid": False}
+    if days:
+        lo, hi = min(days), max(days)
+        if (hi - lo).days < 7:
+            axis["range"] = [(lo - timedelta(days=1)).isoformat(), (hi + timedelta(days=1)).isoformat()]
+            axis["dtick"] = DAY_MS
+    return axis
+
+
 def activity_figure(*, days: Sequence[Any], sessions: Sequence[int], turns: Sequence[int]) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
             x=list(days),
             y=list(turns),
+            width=DAY_BAR,
             name="turns",
             marker={"color": "#9fb3c8"},
             hovertemplate="%{x|%Y-%m-%d}: %{y:,} turns<extra></extra>",
@@ -282,8 +305,9 @@ def activity_figure(*, days: Sequence[Any], sessions: Sequence[int], turns: Sequ
                 "side": "right",
                 "rangemode": "tozero",
                 "showgrid": False,
+                "tickformat": ",d",
             },
-            xaxis={"type": "date"},
+            xaxis=_day_axis(days),
             bargap=0.2,
         )
     )
@@ -358,6 +382,7 @@ def compression_figure(*, rows: Sequence[tuple[Any, str, int]]) -> go.Figure:
             go.Bar(
                 x=list(days),
                 y=list(days.values()),
+                width=DAY_BAR,
                 name=_text(strategy),
                 marker={"color": STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)]},
                 hovertemplate="%{x|%Y-%m-%d}: %{y:,}<extra>" + _text(strategy) + "</extra>",
@@ -367,7 +392,7 @@ def compression_figure(*, rows: Sequence[tuple[Any, str, int]]) -> go.Figure:
         **_layout(
             height=260,
             barmode="stack",
-            xaxis={"type": "date"},
+            xaxis=_day_axis([d for d, _, _ in rows]),
             yaxis={"title": {"text": "events"}, "gridcolor": "#eef0f3"},
         )
     )
@@ -412,9 +437,17 @@ def failure_rate_figure(
 def recall_figure(*, days: Sequence[Any], recalled: Sequence[int], injected: Sequence[int]) -> go.Figure:
     rate = [(i / r * 100) if r else None for r, i in zip(recalled, injected, strict=True)]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=list(days), y=list(recalled), name="recalled", marker={"color": "#b2dfdb"}))
     fig.add_trace(
-        go.Bar(x=list(days), y=list(injected), name="injected", marker={"color": KIND_COLOURS["memory"]})
+        go.Bar(x=list(days), y=list(recalled), width=DAY_BAR, name="recalled", marker={"color": "#b2dfdb"})
+    )
+    fig.add_trace(
+        go.Bar(
+            x=list(days),
+            y=list(injected),
+            width=DAY_BAR,
+            name="injected",
+            marker={"color": KIND_COLOURS["memory"]},
+        )
     )
     fig.add_trace(
         go.Scatter(
@@ -431,13 +464,14 @@ def recall_figure(*, days: Sequence[Any], recalled: Sequence[int], injected: Seq
         **_layout(
             height=260,
             barmode="overlay",
-            xaxis={"type": "date"},
+            xaxis=_day_axis(days),
             yaxis={"title": {"text": "memories"}, "gridcolor": "#eef0f3"},
             yaxis2={
                 "title": {"text": "injected %"},
                 "overlaying": "y",
                 "side": "right",
                 "range": [0, 105],
+                "tickvals": [0, 25, 50, 75, 100],
                 "showgrid": False,
                 "ticksuffix": "%",
             },

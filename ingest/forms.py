@@ -42,17 +42,17 @@ class SessionFilterForm(forms.Form):
         label="session id",
         widget=forms.TextInput(attrs={"placeholder": "search session id", "type": "search"}),
     )
-    agent = forms.CharField(required=False, max_length=256)
-    model = forms.CharField(required=False, max_length=256)
+    agent = forms.CharField(required=False, max_length=256, label="agent")
+    model = forms.CharField(required=False, max_length=256, label="model")
     range = forms.ChoiceField(required=False, choices=RANGES, label="seen")
-    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    since = forms.DateField(required=False, label="since", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="until", widget=forms.DateInput(attrs={"type": "date"}))
     tier = forms.ChoiceField(
         required=False, choices=[("", "any"), *[(t, t) for t in TIERS]], label="highest tier"
     )
     alerts = forms.ChoiceField(required=False, choices=YES_NO, label="has alerts")
     failures = forms.ChoiceField(required=False, choices=YES_NO, label="validation failures")
-    sort = forms.ChoiceField(required=False, choices=SORTS)
+    sort = forms.ChoiceField(required=False, choices=SORTS, label="sort")
 
     def filters(self) -> dict[str, Any]:
         """Keyword arguments for ingest.selectors.sessions_filter (empty when the form is invalid)."""

@@ -326,6 +326,26 @@ def test_viewer_sees_pages_but_not_replay_actions(project: Project, demo: AgentS
     assert r.context["is_editor"] is False
 
 
+def test_replay_actions_need_the_editor_role(project: Project, demo: AgentSession) -> None:
+    from django.conf import settings
+
+    url = urls(project, demo.session_id, turn=14)["turn"]
+    viewer = login(make_user("viewer2", project, "viewer"))
+    editor = login(make_user("editor2", project, "editor"))
+    as_viewer = viewer.get(url).content.decode()
+    as_editor = editor.get(url).content.decode()
+    assert 'id="replay-actions"' not in as_viewer
+    if "replay" not in settings.INSTALLED_APPS:
+        assert 'id="replay-actions"' not in as_editor
+        return
+    assert 'id="replay-actions"' in as_editor
+    snap_id = str(editor.get(url).context["snapshot"].snapshot_id)
+    refused = viewer.post(
+        reverse("replay:create", args=[project.pk]), {"snapshot_id": snap_id, "kind": "plain"}
+    )
+    assert refused.status_code == 403
+
+
 # --- keys and members ----------------------------------------------------------------------------
 def test_admin_creates_a_key_shown_once_and_revokes_it(admin_client: Client, project: Project) -> None:
     p = project.pk

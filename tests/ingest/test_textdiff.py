@@ -1,0 +1,70 @@
+"""The word diff of the turn page: exact segments, reconstruction, shortening, large inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest import textdiff
+
+
+def _apply(segments: list[tuple[str, str]], side: str) -> str:
+    keep = {"a": ("equal", "delete"), "b": ("equal", "insert")}[side]
+    return "".join(t for op, t in segments if op in keep)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("window seat", "window seat; morning", [("equal", "window seat"), ("insert", "; morning")]),
+        (
+            "turn 13 now",
+            "turn 14 now",
+            [("equal", "turn "), ("delete", "13"), ("insert", "14"), ("equal", " now")],
+        ),
+        ("gone", "", [("delete", "gone")]),
+        ("", "new", [("insert", "new")]),
+        ("same\ntext", "same\ntext", [("equal", "same\ntext")]),
+    ],
+    ids=["append", "replace-word", "all-deleted", "all-inserted", "unchanged"],
+)
+def test_word_diff_segments(a: str, b: str, expected: list[tuple[str, str]]) -> None:
+    assert textdiff.word_diff(a, b, context=0) == expected
+
+
+def test_segments_rebuild_both_texts() -> None:
+    a = "line one\nthe quick brown fox\njumps over\nthe lazy dog\n"
+    b = "line one\nthe quick red fox\nleaps over\nthe lazy dog\nand more\n"
+    segs = textdiff.word_diff(a, b, context=0)
+    assert _apply(segs, "a") == a
+    assert _apply(segs, "b") == b
+
+
+def test_long_unchanged_runs_are_shortened() -> None:
+    common = "".join(f"unchanged line {i}\n" for i in range(500))
+    segs = textdiff.word_diff(common + "old end", common + "new end", context=50)
+    skip = [t for op, t in segs if op == "skip"]
+    assert len(skip) == 1 and "unchanged characters" in skip[0]
+    assert sum(len(t) for op, t in segs if op == "equal") <= 50 + len(" end")
+    assert ("delete", "old") in segs and ("insert", "new") in segs
+
+
+def test_html_is_left_to_the_template() -> None:
+    segs = textdiff.word_diff("<b>x</b>", "<script>y</script>", context=0)
+    assert "".join(t for _, t in segs if _ != "delete") == "<script>y</script>"
+
+
+def test_big_blocks_stay_fast() -> None:
+    a = "".join(f"row {i} value {i * 7}\n" for i in range(20_000))
+    b = a.replace("row 10000 value 70000", "row 10000 value 1")
+    segs = textdiff.word_diff(a, b)
+    assert ("delete", "70000") in segs and ("insert", "1") in segs
+
+
+def test_messages_text_includes_roles_and_tool_calls() -> None:
+    text = textdiff.messages_text(
+        [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ]
+    )
+    assert "[assistant]" in text and '"name": "f"' in text and "tool_call_id=c1" in text

@@ -91,6 +91,30 @@ class BatchResult:
 _server_token_cache = tok.TokenCache(maxsize=200_000)
 
 
+class _KnownHashes:
+    """Content hashes this process has seen committed, so repeats skip the existence check.
+
+    Entries are added only after the commit that stored them, so a rolled-back batch can
+    never leave a reference to content that is not there. Bounded: cleared when full.
+    """
+
+    def __init__(self, maxsize: int = 400_000) -> None:
+        self.maxsize = maxsize
+        self._set: set[tuple[int, str]] = set()
+
+    def unknown(self, project_id: int, hashes: Any) -> list[str]:
+        return [h for h in hashes if (project_id, h) not in self._set]
+
+    def add(self, project_id: int, hashes: Any) -> None:
+        if len(self._set) > self.maxsize:
+            self._set.clear()
+        self._set.update((project_id, h) for h in hashes)
+
+
+_known_blocks = _KnownHashes()
+_known_messages = _KnownHashes()
+
+
 def _count_block(messages: list[dict[str, Any]], h: str, counter: tok.Counter) -> int:
     key = (counter.requested, h)
     hit = _server_token_cache.get(key)
@@ -319,23 +343,30 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
             for b in p.blocks:
                 if b["hash"] not in contents:
                     contents[b["hash"]] = (b, p.encoding)
-        cur.execute(
-            "SELECT hash FROM ingest_blockcontent WHERE project_id = %s AND hash = ANY(%s)",
-            [pid, list(contents)],
-        )
-        known = {r[0] for r in cur.fetchall()}
-        missing = [(h, b, enc) for h, (b, enc) in contents.items() if h not in known]
+        maybe_new = _known_blocks.unknown(pid, contents)
+        known: set[str] = set()
+        if maybe_new:
+            cur.execute(
+                "SELECT hash FROM ingest_blockcontent WHERE project_id = %s AND hash = ANY(%s)",
+                [pid, maybe_new],
+            )
+            known = {r[0] for r in cur.fetchall()}
+        missing = [(h, *contents[h]) for h in maybe_new if h not in known]
+        messages: dict[str, dict[str, Any]] = {}
         if missing:
-            messages: dict[str, dict[str, Any]] = {}
             for _h, b, _enc in missing:
                 for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
                     messages.setdefault(mh, m)
-            cur.execute(
-                "SELECT hash FROM ingest_messagecontent WHERE project_id = %s AND hash = ANY(%s)",
-                [pid, list(messages)],
-            )
-            known_messages = {r[0] for r in cur.fetchall()}
-            new_messages = [{"hash": mh, "message": m} for mh, m in messages.items() if mh not in known_messages]
+            maybe_new_messages = _known_messages.unknown(pid, messages)
+            known_messages: set[str] = set()
+            if maybe_new_messages:
+                cur.execute(
+                    "SELECT hash FROM ingest_messagecontent WHERE project_id = %s AND hash = ANY(%s)",
+                    [pid, maybe_new_messages],
+                )
+                known_messages = {r[0] for r in cur.fetchall()}
+            new_messages = [{"hash": mh, "message": messages[mh]} for mh in maybe_new_messages
+                            if mh not in known_messages]
             if new_messages:
                 cur.execute(
                     """
@@ -449,9 +480,14 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
             [_j(agg), pid],
         )
         refs = [created[p.snap["snapshot_id"]] for p in fresh]
-        transaction.on_commit(
-            lambda: snapshots_committed.send(sender=Project, project_id=pid, snapshot_refs=refs)
-        )
+        block_keys, message_keys = list(contents), list(messages)
+
+        def _committed() -> None:
+            _known_blocks.add(pid, block_keys)
+            _known_messages.add(pid, message_keys)
+            snapshots_committed.send(sender=Project, project_id=pid, snapshot_refs=refs)
+
+        transaction.on_commit(_committed)
     return created
 
 

@@ -92,10 +92,21 @@ def kind_for_key(key: str) -> str:
     return base if base in BLOCK_KINDS else "other"
 
 
+def _has_other_tags(message: Message) -> bool:
+    # Cheap common case first: a message with only the standard chat fields has no tags.
+    if len(message) <= 2:
+        return False
+    return any(isinstance(k, str) and k.startswith("ctxobs_") for k in message)
+
+
 def clean_message(message: Any) -> Message:
     """A plain-dict copy of MESSAGE without ctxobs fields (pydantic messages are dumped)."""
     if isinstance(message, dict):
-        return {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("ctxobs_"))}
+        copy = dict(message)
+        if TAG_BLOCK in copy or TAG_KIND in copy or TAG_PINNED in copy or _has_other_tags(copy):
+            for k in [k for k in copy if isinstance(k, str) and k.startswith("ctxobs_")]:
+                del copy[k]
+        return copy
     dump = getattr(message, "model_dump", None)
     if callable(dump):
         try:
@@ -560,7 +571,9 @@ class Turn:
             log.warning("ctxobs.turn_without_blocks snapshot_id=%s", self.snapshot_id)
             return False
         try:
-            return self._client.record(self.snapshot())
+            # The snapshot is built (and counted) on the sender thread, off the agent's path;
+            # the turn must not be changed after this point.
+            return self._client.record(self)
         except Exception:  # noqa: BLE001
             log.exception("ctxobs.record_failed snapshot_id=%s", self.snapshot_id)
             return False
@@ -702,17 +715,19 @@ class Client:
         h = int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
         return h / 2**64 < self.sample_rate
 
-    def record(self, snapshot: dict[str, Any]) -> bool:
-        """Queue a wire snapshot (built by a Turn or by hand). Never raises, never blocks."""
+    def record(self, snapshot: dict[str, Any] | Turn) -> bool:
+        """Queue a wire snapshot (a dict built by hand, or a finished Turn). Never raises, never blocks."""
         if self.transport.disabled:
             return False
-        if not self.sampled(str(snapshot.get("session_id", ""))):
+        sid = snapshot.session_id if isinstance(snapshot, Turn) else str(snapshot.get("session_id", ""))
+        if not self.sampled(sid):
             self.transport.count_sampled_out()
             return False
         return self.transport.enqueue(snapshot)
 
-    def _prepare(self, snapshot: dict[str, Any]) -> dict[str, Any]:
-        # Runs on the transport thread: redaction cost stays off the agent's thread.
+    def _prepare(self, item: dict[str, Any] | Turn) -> dict[str, Any]:
+        # Runs on the transport thread: counting, redaction and validation stay off the agent's thread.
+        snapshot = item.snapshot() if isinstance(item, Turn) else item
         out = redact_snapshot(snapshot, self.redact) if self.redact is not None else snapshot
         if self.validate:
             _, errors = validate_snapshot(out)

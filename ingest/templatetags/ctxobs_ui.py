@@ -41,7 +41,7 @@ def kind_legend() -> SafeString:
 
 @register.filter
 def kind_class(kind: str) -> str:
-    return f"k-{kind}" if kind in charts.KIND_COLOURS else "k-other"
+    return charts.kind_css_class(kind)
 
 
 @register.filter

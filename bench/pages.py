@@ -1,0 +1,316 @@
+"""Server time of the dashboard pages on big data, with their query counts.
+
+    .venv/bin/python bench/pages.py          # about 1-2 minutes; last line is one JSON object
+
+Uses the PostgreSQL of DATABASE_URL (or the embedded one) but seeds a throwaway database of its
+own (Django's test database, created and dropped here), so nothing is left behind:
+- one 2,000-turn session with 10 realistic blocks a turn, through ingest.services.
+  snapshot_batch_ingest in batches of 500 (the real ingest path: hashes, change, aggregates);
+- 100,000 more sessions of 5 turns each (500,000 snapshots), by INSERT ... generate_series.
+Then times, in-process through the Django test client (server time: URL resolve, access
+check, queries, template/JSON rendering), the timeline page and its chart data for the 2,000-turn
+session, a turn page with its diff, the sessions list (default, filtered, sorted, searched) over
+100,000 sessions and the project overview. Target: <= 300 ms each for the timeline, chart data
+and sessions list, with a query count that does not grow with the data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
+from django.urls import reverse  # noqa: E402
+
+LONG_TURNS = 2000
+SESSIONS = 100_000
+TURNS_EACH = 5
+RUNS = 15
+TARGET_MS = 300.0
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def seed_long_session(project: Any) -> str:
+    from ingest.services import snapshot_batch_ingest
+
+    sid = "bench-long-session"
+    history: list[dict[str, Any]] = []
+    snaps = []
+    for t in range(LONG_TURNS):
+        history.append({"role": "user", "content": f"step {t}: check the order status and summarise it"})
+        history.append({"role": "assistant", "content": f"order {t} is pending; waiting for the carrier"})
+        if len(history) > 40:  # a rolling summary every 20 turns
+            history = history[-10:]
+        compressed = t % 20 == 0 and t > 0
+        blocks = [
+            {
+                "key": "system",
+                "kind": "system",
+                "pinned": True,
+                "tokens": 450,
+                "messages": [{"role": "system", "content": "You are an order assistant. Answer in JSON."}],
+            },
+            {
+                "key": "tools",
+                "kind": "tools",
+                "tokens": 1200,
+                "messages": [{"role": "system", "content": '{"tools":["order_status","refund"]}'}],
+            },
+            {
+                "key": "constraints",
+                "kind": "constraints",
+                "pinned": True,
+                "tokens": 80,
+                "messages": [{"role": "system", "content": "No refunds above 500 EUR."}],
+            },
+            {
+                "key": "memory",
+                "kind": "memory",
+                "tokens": 300,
+                "messages": [
+                    {"role": "system", "content": f"Memory: customer tier gold; version {t // 100}"}
+                ],
+            },
+            {
+                "key": "summary",
+                "kind": "summary",
+                "compressed": True,
+                "tokens": 600,
+                "messages": [{"role": "system", "content": f"Summary up to turn {t - t % 20}."}],
+            },
+            {
+                "key": "history",
+                "kind": "history",
+                "tokens": 300 * (len(history) // 2),
+                "messages": list(history),
+            },
+            {
+                "key": "retrieval_1",
+                "kind": "retrieval",
+                "tokens": 700,
+                "messages": [{"role": "system", "content": f"Doc A rev {t % 7}"}],
+            },
+            {
+                "key": "retrieval_2",
+                "kind": "retrieval",
+                "tokens": 700,
+                "messages": [{"role": "system", "content": f"Doc B rev {t % 5}"}],
+            },
+            {
+                "key": "tool_results",
+                "kind": "tool_results",
+                "tokens": 400 + (t % 9) * 50,
+                "messages": [
+                    {"role": "tool", "tool_call_id": f"c{t}", "content": f'{{"order":{t},"ok":true}}'}
+                ],
+            },
+            {
+                "key": "user",
+                "kind": "user",
+                "tokens": 40,
+                "messages": [{"role": "user", "content": f"What about order {t}?"}],
+            },
+        ]
+        snaps.append(
+            {
+                "snapshot_id": str(uuid.uuid4()),
+                "session_id": sid,
+                "turn": t,
+                "agent": "order-bot",
+                "ts": (T0 + timedelta(seconds=20 * t)).isoformat(),
+                "model": {"name": "gpt-4o", "context_window": 32000},
+                "blocks": blocks,
+                "compression": [
+                    {
+                        "strategy": "rolling_summary",
+                        "block": "history",
+                        "tokens_before": 12000,
+                        "tokens_after": 3600,
+                        "watermark": 0.72,
+                    }
+                ]
+                if compressed
+                else [],
+                "validation": [
+                    {"layer": "structure", "check": "json_schema", "passed": t % 13 != 0, "attempt": 1}
+                ],
+                "recall": [
+                    {"memory_id": "m1", "channel": "vector", "score": 0.8, "rank": 1, "injected": True}
+                ],
+                "output": {
+                    "text": f"Order {t} is pending.",
+                    "finish_reason": "stop",
+                    "usage": {"prompt_tokens": 9000, "completion_tokens": 20},
+                    "latency_ms": 700,
+                },
+            }
+        )
+    for i in range(0, len(snaps), 500):
+        res = snapshot_batch_ingest(project=project, batch=snaps[i : i + 500])
+        assert res.rejected == 0, res.results[:3]
+    return sid
+
+
+def seed_many_sessions(project_id: int) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO ingest_session (project_id, session_id, agent, model, turn_count, max_turn,
+                first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
+                alert_count)
+            SELECT %(pid)s, 'sess-' || lpad(g::text, 6, '0'),
+                   (ARRAY['travel-bot','support-bot','coder'])[1 + g %% 3],
+                   'gpt-4o', %(n)s, %(n)s - 1, %(t0)s + g * interval '20 s',
+                   %(t0)s + g * interval '20 s' + interval '2 min',
+                   0.2 + (g %% 80) / 100.0,
+                   CASE WHEN (g %% 80) >= 75 THEN 'break' WHEN (g %% 80) >= 65 THEN 'force'
+                        WHEN (g %% 80) >= 50 THEN 'compress' WHEN (g %% 80) >= 40 THEN 'warn' ELSE 'ok' END,
+                   g %% 4, g %% 3, CASE WHEN g %% 17 = 0 THEN 1 ELSE 0 END
+            FROM generate_series(1, %(sessions)s) g
+            """,
+            {"pid": project_id, "n": TURNS_EACH, "t0": T0, "sessions": SESSIONS},
+        )
+        cur.execute(
+            """
+            INSERT INTO ingest_snapshot (project_id, snapshot_id, session_ref, session_id, turn, agent,
+                ts, received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated,
+                params, tags, total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression,
+                n_recall, n_recall_injected, n_validation, n_validation_failed, retries, fallback_used,
+                output, prompt_tokens_reported, count_drift, prev_turn, change)
+            SELECT s.project_id, gen_random_uuid(), s.id, s.session_id, t, s.agent,
+                   s.first_seen + t * interval '30 s',
+                   now(), 'gpt-4o', 8000, 1200, 'o200k_base', false, '{}'::jsonb, '{}'::jsonb,
+                   (s.max_watermark * 6800 * (t + 1) / %(n)s)::int, s.max_watermark * (t + 1) / %(n)s,
+                   CASE WHEN t = %(n)s - 1 THEN s.max_tier ELSE 'ok' END,
+                   jsonb_build_object('system', 400,
+                                      'history', (s.max_watermark * 6800 * (t + 1) / %(n)s)::int - 400),
+                   2, (t = 3)::int, 1, 1, 1, (t = 4 AND s.failed_validations > 0)::int, 0, false,
+                   NULL, NULL, NULL,
+                   CASE WHEN t > 0 THEN t - 1 END, '{}'::jsonb
+            FROM ingest_session s CROSS JOIN generate_series(0, %(n)s - 1) t
+            WHERE s.project_id = %(pid)s AND s.session_id LIKE 'sess-%%'
+            """,
+            {"pid": project_id, "n": TURNS_EACH},
+        )
+        cur.execute("ANALYZE ingest_session")
+        cur.execute("ANALYZE ingest_snapshot")
+        cur.execute("ANALYZE ingest_snapshotblock")
+
+
+def measure(client: Client, url: str) -> dict[str, Any]:
+    for _ in range(2):
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.status_code)
+    times = []
+    counts = set()
+    size = 0
+    for _ in range(RUNS):
+        with CaptureQueriesContext(connection) as q:
+            t = time.perf_counter()
+            r = client.get(url)
+            body = r.content
+            times.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200
+        counts.add(len(q.captured_queries))
+        size = len(body)
+    times.sort()
+    return {
+        "url": url,
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(times[int(len(times) * 0.95) - 1], 1),
+        "max_ms": round(times[-1], 1),
+        "queries": sorted(counts),
+        "bytes": size,
+    }
+
+
+def main() -> None:
+    from ingest import signals
+    from ingest.models import Membership
+    from ingest.services import project_create
+
+    started = time.perf_counter()
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    try:
+        # Nobody consumes follow-up tasks for this throwaway database: do not enqueue any.
+        signals.snapshots_committed.receivers.clear()
+        signals.snapshots_committed.sender_receivers_cache.clear()
+
+        project, _ = project_create(name="bench-pages")
+        user = get_user_model().objects.create_user(username="bench")
+        Membership.objects.create(project=project, user=user, role="admin")
+        t = time.perf_counter()
+        sid = seed_long_session(project)
+        seed_long_s = time.perf_counter() - t
+        t = time.perf_counter()
+        seed_many_sessions(project.pk)
+        seed_many_s = time.perf_counter() - t
+
+        client = Client()
+        client.force_login(user)
+        p = project.pk
+        sessions_url = reverse("ingest:sessions", args=[p])
+        pages = {
+            "timeline_2000": reverse("ingest:timeline", args=[p, sid]),
+            "timeline_2000_last_page": reverse("ingest:timeline", args=[p, sid]) + "?page=20",
+            "chart_json_2000": reverse("ingest:chart_data", args=[p, sid]),
+            "turn_1500_diff": reverse("ingest:turn", args=[p, sid, 1500]),
+            "turn_1500_vs_10": reverse("ingest:turn", args=[p, sid, 1500]) + "?compare=10",
+            "sessions_100k": sessions_url,
+            "sessions_100k_page_1000": sessions_url + "?page=1000",
+            "sessions_100k_filtered": sessions_url + "?tier=force&failures=yes&agent=coder",
+            "sessions_100k_by_watermark": sessions_url + "?sort=watermark",
+            "sessions_100k_search": sessions_url + "?q=sess-0421",
+            "overview_all_time": reverse("ingest:overview", args=[p]) + "?days=all",
+        }
+        results = {name: measure(client, url) for name, url in pages.items()}
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+    gated = [k for k in results if k.startswith(("timeline", "chart", "sessions"))]
+    for name, r in results.items():
+        gate = "<= 300 ms" if name in gated else "(informational)"
+        print(
+            f"{name:28s} p50 {r['p50_ms']:7.1f} ms  p95 {r['p95_ms']:7.1f} ms  queries {r['queries']}  "
+            f"{r['bytes'] / 1024:7.1f} KiB  {gate}"
+        )
+    summary = {
+        "snapshots_long_session": LONG_TURNS,
+        "sessions": SESSIONS + 1,
+        "snapshots": SESSIONS * TURNS_EACH + LONG_TURNS,
+        "seed_long_session_s": round(seed_long_s, 1),
+        "seed_100k_sessions_s": round(seed_many_s, 1),
+        **{f"{k}_p50_ms": r["p50_ms"] for k, r in results.items()},
+        **{f"{k}_p95_ms": r["p95_ms"] for k, r in results.items()},
+        "queries": {
+            k: r["queries"][0] if len(r["queries"]) == 1 else r["queries"] for k, r in results.items()
+        },
+        "all_within_300ms_p95": all(results[k]["p95_ms"] <= TARGET_MS for k in gated),
+        "constant_queries": all(len(r["queries"]) == 1 for r in results.values()),
+        "total_s": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

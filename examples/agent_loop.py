@@ -123,13 +123,16 @@ def search_flights(s: Session, day: str) -> dict[str, Any]:
     if s.rng.random() < 0.3:
         return {"status": "error", "message": "upstream timeout after 30s", "retry": True}
     flights = []
-    for _ in range(3):
+    for _ in range(5):
         hour = s.rng.choice([1, 7, 9, 13, 18, 23])
         flights.append(
             {
                 "id": f"CA{s.rng.randint(100, 999)}",
                 "day": day,
                 "dep": f"{hour:02d}:15",
+                "duration": f"{s.rng.randint(11, 19)}h{s.rng.randint(0, 59):02d}",
+                "stops": s.rng.choice([0, 1, 1, 2]),
+                "fare": s.rng.choice(["economy light", "economy", "economy flex"]),
                 "price": s.rng.randint(380, 820),
                 "red_eye": hour < 5 or hour >= 23,
             }

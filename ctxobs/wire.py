@@ -90,8 +90,10 @@ def message_hash(message: dict[str, Any]) -> str:
     """
     memo_key: tuple[Any, ...] | None = None
     if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):
-        memo_key = (message.get("role"), message.get("content"), message.get("name"), message.get("tool_call_id"),
-                    len(message))
+        memo_key = (
+            message.get("role"), message.get("content"), message.get("name"), message.get("tool_call_id"),
+            len(message),
+        )
         hit = _hash_memo.get(memo_key)
         if hit is not None:
             return hit

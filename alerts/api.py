@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from ninja.utils import check_csrf
 
 from alerts import channels, selectors, services
@@ -167,10 +167,10 @@ def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
     response={201: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
     summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.rules.PARAMS",
 )
-def rule_create(request: HttpRequest, body: RuleIn) -> tuple[int, dict[str, Any]]:
+def rule_create(request: HttpRequest, body: RuleIn) -> Status[dict[str, Any]]:
     caller: Caller = request.auth  # type: ignore[attr-defined]
     rule = services.rule_create(project=caller.project, data=body.model_dump())
-    return 201, _rule_out(rule)
+    return Status(201, _rule_out(rule))
 
 
 @router.patch(

@@ -186,17 +186,20 @@ def snapshot_neighbourhoods(
         )
         SELECT DISTINCT ON (s.id) {cols} FROM n
         JOIN LATERAL (
+            -- Ordered by turn alone so that the (project, session_ref, turn) index ends each
+            -- scan after WINDOW rows; ties within a turn are ordered in Python.
             (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
-               AND (s.turn, s.ts, s.snapshot_id) < (n.turn, n.ts, n.snapshot_id)
-             ORDER BY s.turn DESC, s.ts DESC, s.snapshot_id DESC LIMIT %(w)s)
+               AND s.turn < n.turn ORDER BY s.turn DESC LIMIT %(w)s)
             UNION ALL
             (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
-               AND (s.turn, s.ts, s.snapshot_id) >= (n.turn, n.ts, n.snapshot_id)
-             ORDER BY s.turn, s.ts, s.snapshot_id LIMIT %(w1)s)
+               AND s.turn = n.turn)
+            UNION ALL
+            (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
+               AND s.turn > n.turn ORDER BY s.turn LIMIT %(w)s)
         ) s ON true
     """  # noqa: S608 - the interpolated text is a fixed column list
     with connection.cursor() as cur:
-        cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs), "w": window, "w1": window + 1})
+        cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs), "w": window})
         names = [c[0] for c in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
-from ninja import Router
+from ninja import Router, Status
 
 from ingest.auth import Caller, bearer_token
 from ingest.errors import AuthError
@@ -187,7 +187,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
     response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
     summary="Start a replay job (one model call per variant and sample)",
 )
-def replay_create(request: HttpRequest, payload: ReplayIn) -> tuple[int, dict[str, Any]]:
+def replay_create(request: HttpRequest, payload: ReplayIn) -> Status:
     caller = request.auth  # type: ignore[attr-defined]
     job = services.replay_job_create(
         project=caller.project,
@@ -195,7 +195,7 @@ def replay_create(request: HttpRequest, payload: ReplayIn) -> tuple[int, dict[st
         endpoint=_endpoint(caller, payload.endpoint_id),
         user=caller.membership.user if caller.membership else None,
     )
-    return 201, _job_out(job, full=False)
+    return Status(201, _job_out(job, full=False))
 
 
 @router.get(

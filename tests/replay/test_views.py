@@ -1,0 +1,170 @@
+"""Replay pages: confirm step, results, side by side (escaped), progress partial, roles, query counts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from replay import services
+from replay.models import ReplayJob
+from tests import factories as f
+from tests.replay.helpers import planted_fact_snapshot, post
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def planted(api: Any, private_project: Any) -> dict[str, Any]:
+    wire = planted_fact_snapshot()
+    post(api, wire)
+    return wire
+
+
+def _run_all(job: ReplayJob) -> None:
+    for r in job.runs.order_by("pk"):
+        services.replay_run_execute(run_id=r.pk)
+
+
+def test_the_first_post_shows_the_cost_and_the_confirm_starts_the_job(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+) -> None:
+    url = f"/p/{private_project.pk}/replays/new"
+    data = {"snapshot_id": planted["snapshot_id"], "kind": "loo"}
+    resp = editor_client.post(url, data)
+    page = resp.content.decode()
+    assert resp.status_code == 200
+    assert re.search(r'id="est-calls">6<', page)  # 3 blocks + 3 baseline samples
+    assert not ReplayJob.objects.exists()
+    resp = editor_client.post(url, {**data, "confirm": "1", "samples": "3", "max_tokens": "16"})
+    job = ReplayJob.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/p/{private_project.pk}/replays/{job.pk}/"
+    assert job.n_runs == 6 and job.params == {"max_tokens": 16}
+
+
+def test_viewers_cannot_start_replays(viewer_client: Any, private_project: Any, planted: dict[str, Any],
+                                      stub_endpoint: Any) -> None:
+    resp = viewer_client.post(f"/p/{private_project.pk}/replays/new",
+                              {"snapshot_id": planted["snapshot_id"], "kind": "plain", "confirm": "1"})
+    assert resp.status_code == 403
+    assert not ReplayJob.objects.exists()
+
+
+def test_a_non_member_gets_404(private_project: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
+    from ingest.services import project_create
+    from tests.replay.conftest import member_client
+
+    other, _ = project_create(name="elsewhere")
+    outsider = member_client(other, "admin", username="outsider")
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                     spec={"kind": "plain", "snapshot_id": planted["snapshot_id"]})
+    assert outsider.get(f"/p/{private_project.pk}/replays/{job.pk}/").status_code == 404
+    assert outsider.get(f"/p/{private_project.pk}/replays/").status_code == 404
+
+
+def test_the_turn_actions_are_for_editors_only(private_project: Any, planted: dict[str, Any]) -> None:
+    from django.template.loader import render_to_string
+    from django.test import RequestFactory
+
+    from ingest import selectors as ingest_selectors
+    from ingest.models import Membership
+
+    snap = ingest_selectors.snapshot_by_uuid(project=private_project, snapshot_id=planted["snapshot_id"])
+    blocks = ingest_selectors.snapshot_blocks(project_id=private_project.pk, snapshot_ref=snap.id)
+    request = RequestFactory().get("/")
+    for role, visible in (("viewer", False), ("editor", True), ("admin", True)):
+        html = render_to_string("replay/_turn_actions.html", {
+            "project": private_project, "membership": Membership(role=role), "snapshot": snap, "blocks": blocks,
+        }, request=request)
+        assert ('data-testid="replay-without-memory"' in html) is visible
+        assert ("<form" in html) is visible
+
+
+def test_the_side_by_side_page_escapes_model_output(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any,
+) -> None:
+    stub_server.text = "<script>alert('x')</script> & <b>Paris</b>"
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                     spec={"kind": "without", "snapshot_id": planted["snapshot_id"],
+                                           "block": "memory", "samples": 1})
+    _run_all(job)
+    variant_run = job.runs.get(variant__is_baseline=False)
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/runs/{variant_run.pk}/").content.decode()
+    assert "<script>alert" not in page and "<b>Paris" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    # Against the original answer ("Guangzhou."): the old word is deleted, the new ones inserted.
+    assert "<del>Guangzhou.</del>" in page
+    assert "<ins>&lt;script&gt;" in page
+
+
+def test_the_results_show_changed_and_within_noise_verdicts(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any,
+) -> None:
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                     spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 2})
+    runs = list(job.runs.order_by("variant__position", "sample"))
+    for r in runs:
+        key = r.variant.target_key
+        stub_server.text = "I do not know." if key == "memory" else "Guangzhou."
+        services.replay_run_execute(run_id=r.pk)
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
+    assert page.count('class="verdict changed"') == 1
+    assert page.count('class="verdict same"') == 2
+    assert 'id="loo-chart"' in page and 'id="loo-figure"' in page
+    assert "/assets/plotly-" in page
+
+
+def test_the_progress_partial_polls_until_the_job_ends_then_reloads(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+) -> None:
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                     spec={"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 2})
+    url = f"/p/{private_project.pk}/replays/{job.pk}/progress?was_running=1"
+    resp = editor_client.get(url, HTTP_HX_REQUEST="true")
+    assert 'hx-trigger="every 1s"' in resp.content.decode() and "HX-Refresh" not in resp
+    _run_all(job)
+    resp = editor_client.get(url, HTTP_HX_REQUEST="true")
+    assert "hx-trigger" not in resp.content.decode() and resp["HX-Refresh"] == "true"
+    assert "2 done" in resp.content.decode()
+
+
+def test_a_batch_shows_in_how_many_turns_the_answer_changed(
+    editor_client: Any, api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any,
+) -> None:
+    for turn in range(4):
+        post(api, f.snapshot(session_id="many", turn=turn))
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                     spec={"kind": "batch", "session_id": "many", "block": "memory", "samples": 1})
+    for r in job.runs.order_by("variant__position"):
+        changed_turn = r.variant.turn in (1, 3) and not r.variant.is_baseline
+        stub_server.text = "something else entirely" if changed_turn else "Guangzhou window seat"
+        services.replay_run_execute(run_id=r.pk)
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
+    assert 'id="batch-summary"' in page
+    assert re.search(r'data-testid="changed-count">2</b> of 4', page)
+
+
+@pytest.mark.parametrize("pages", ["detail", "list", "compare"])
+def test_query_count_does_not_grow_with_the_rows_shown(
+    editor_client: Any, api: Any, private_project: Any, stub_endpoint: Any, django_assert_max_num_queries: Any,
+    pages: str,
+) -> None:
+    def make(n_blocks: int) -> ReplayJob:
+        wire = f.snapshot(blocks=[f.block(f"b{i}", "other", f"text {i}") for i in range(n_blocks)])
+        post(api, wire)
+        job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
+                                         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2})
+        _run_all(job)
+        return job
+
+    small, big = make(2), make(12)
+    for job in (small, big):
+        if pages == "detail":
+            url = f"/p/{private_project.pk}/replays/{job.pk}/"
+        elif pages == "list":
+            url = f"/p/{private_project.pk}/replays/"
+        else:
+            url = f"/p/{private_project.pk}/replays/{job.pk}/runs/{job.runs.order_by('-pk').first().pk}/"
+        with django_assert_max_num_queries(12):
+            assert editor_client.get(url).status_code == 200

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
 
-from ingest.errors import AuthError, NotFound
+from ingest.errors import AuthError, Forbidden, NotFound
 from ingest.models import IngestKey, Membership, Project
 from ingest.services import ingest_key_authenticate
 
@@ -38,8 +39,18 @@ class IngestKeyAuth:
         return Caller(project=key.project, key=key)
 
 
+def _csrf_ok(request: HttpRequest) -> bool:
+    # A session cookie rides along on cross-site requests: unsafe methods need the CSRF token.
+    reason = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
+    return reason is None
+
+
 class ProjectReadAuth:
-    """An ingest key, or a session login that is a member of `?project=<id>` (or of one project)."""
+    """An ingest key, or a session login that is a member of `?project=<id>` (or of one project)
+    with at least ROLE; a session caller's unsafe methods also need the CSRF token."""
+
+    def __init__(self, role: str = "viewer") -> None:
+        self.role = role
 
     def __call__(self, request: HttpRequest) -> Caller:
         token = bearer_token(request)
@@ -57,4 +68,9 @@ class ProjectReadAuth:
             raise NotFound("no such project")
         if len(found) > 1:
             raise AuthError("you belong to several projects: pass ?project=<id>")
-        return Caller(project=found[0].project, membership=found[0])
+        m = found[0]
+        if not m.at_least(self.role):
+            raise Forbidden(f"this needs the {self.role} role")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not _csrf_ok(request):
+            raise Forbidden("CSRF check failed: send the X-CSRFToken header")
+        return Caller(project=m.project, membership=m)

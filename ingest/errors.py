@@ -16,6 +16,10 @@ class LimitExceeded(IngestError):
     status_code = 413
 
 
+class Forbidden(IngestError):
+    status_code = 403
+
+
 class RateLimited(IngestError):
     status_code = 429
 

@@ -5,58 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from ninja import Router, Status
 
-from ingest.auth import Caller, bearer_token
-from ingest.errors import AuthError
-from ingest.errors import NotFound as IngestNotFound
-from ingest.models import Membership
-from ingest.services import ingest_key_authenticate
+from ingest.auth import Caller, ProjectReadAuth
 from replay import selectors, services
-from replay.errors import Forbidden, NotFound
+from replay.errors import NotFound
 from replay.models import ReplayJob, ReplayRun
 from replay.schemas import Detail, JobOut, PreviewOut, ReplayIn
 
 router = Router(tags=["replays"])
-
-
-def _csrf_ok(request: HttpRequest) -> bool:
-    # A session cookie rides along on cross-site requests: unsafe methods need the CSRF token.
-    reason = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
-    return reason is None
-
-
-class ReplayAuth:
-    """An ingest key of the project, or a logged-in member with at least ROLE (the project
-    from `?project=<id>` when the user belongs to several)."""
-
-    def __init__(self, role: str = "viewer") -> None:
-        self.role = role
-
-    def __call__(self, request: HttpRequest) -> Caller:
-        token = bearer_token(request)
-        if token is not None or not request.user.is_authenticated:
-            key = ingest_key_authenticate(raw=token)
-            return Caller(project=key.project, key=key)
-        memberships = Membership.objects.select_related("project").filter(user=request.user)
-        wanted = request.GET.get("project")
-        if wanted:
-            if not wanted.isdigit():
-                raise IngestNotFound("no such project")
-            memberships = memberships.filter(project_id=int(wanted))
-        found = list(memberships[:2])
-        if not found:
-            raise IngestNotFound("no such project")
-        if len(found) > 1:
-            raise AuthError("you belong to several projects: pass ?project=<id>")
-        m = found[0]
-        if not m.at_least(self.role):
-            raise Forbidden(f"this needs the {self.role} role")
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not _csrf_ok(request):
-            raise Forbidden("CSRF check failed: send the X-CSRFToken header")
-        return Caller(project=m.project, membership=m)
 
 
 def _spec(payload: ReplayIn) -> dict[str, Any]:
@@ -153,7 +111,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
 
 @router.post(
     "/replays/preview",
-    auth=ReplayAuth("editor"),
+    auth=ProjectReadAuth("editor"),
     response={200: PreviewOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
     summary="What a replay job would run and cost, without starting it",
 )
@@ -183,7 +141,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
 
 @router.post(
     "/replays",
-    auth=ReplayAuth("editor"),
+    auth=ProjectReadAuth("editor"),
     response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
     summary="Start a replay job (one model call per variant and sample)",
 )
@@ -200,7 +158,7 @@ def replay_create(request: HttpRequest, payload: ReplayIn) -> Status:
 
 @router.get(
     "/replays/{job_id}",
-    auth=ReplayAuth("viewer"),
+    auth=ProjectReadAuth("viewer"),
     response={200: JobOut, 401: Detail, 404: Detail},
     summary="A replay job: progress, runs, and each variant's effect against the noise floor",
 )
@@ -214,7 +172,7 @@ def replay_get(request: HttpRequest, job_id: int) -> dict[str, Any]:
 
 @router.post(
     "/replays/{job_id}/cancel",
-    auth=ReplayAuth("editor"),
+    auth=ProjectReadAuth("editor"),
     response={200: JobOut, 401: Detail, 403: Detail, 404: Detail},
     summary="Cancel a replay job",
 )

@@ -143,8 +143,8 @@ class Command(BaseCommand):
             while True:
                 for p in self.procs:
                     if p.poll() is not None:
-                        self.stderr.write(f"ctxobs: a process exited ({p.args[2] if len(p.args) > 2 else p.args}); "
-                                          f"see {logs}")
+                        name = p.args[2] if len(p.args) > 2 else p.args
+                        self.stderr.write(f"ctxobs: a process exited ({name}); see {logs}")
                         self._stop()
                         sys.exit(1)
                 time.sleep(1)
@@ -179,7 +179,8 @@ class Command(BaseCommand):
 
     def _start_model(self, project: Project, env: dict[str, str], logs: Path) -> str | None:
         try:
-            from replay import localmodel, services as replay_services
+            from replay import localmodel
+            from replay import services as replay_services
         except ImportError as exc:
             self.stderr.write(f"ctxobs: no local model ({exc}); replays need a configured endpoint")
             return None
@@ -187,6 +188,12 @@ class Command(BaseCommand):
             server = localmodel.start(log_path=logs / "model.log")
         except Exception as exc:  # noqa: BLE001 - the rest of the product still works
             self.stderr.write(f"ctxobs: the local model server did not start: {exc}")
+            return None
+        try:
+            localmodel.wait_ready(server.base_url, timeout=180, process=server.process)
+        except Exception as exc:  # noqa: BLE001
+            localmodel.stop(server)
+            self.stderr.write(f"ctxobs: the local model server did not become ready: {exc}")
             return None
         self._model_server = server
         replay_services.local_endpoint_register(project=project, base_url=server.base_url)
@@ -221,4 +228,6 @@ class Command(BaseCommand):
                 p.kill()
         server = getattr(self, "_model_server", None)
         if server is not None:
-            server.stop()
+            from replay import localmodel
+
+            localmodel.stop(server)

@@ -8,13 +8,14 @@ holds them — otherwise counts are made with cl100k_base and marked estimated.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import tempfile
 import threading
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TOKENS_PER_MESSAGE = 3
@@ -68,6 +69,10 @@ def _cached_locally(encoding: str) -> bool:
     return os.path.exists(os.path.join(cache_dir, hashlib.sha1(blob.encode()).hexdigest()))  # noqa: S324
 
 
+_SHORT_TEXT_CHARS = 32
+_SHORT_TEXT_MAX_ITEMS = 4096
+
+
 @dataclass(frozen=True)
 class Counter:
     """A loaded encoding; `exact` is False when it stands in for the one asked for."""
@@ -76,12 +81,27 @@ class Counter:
     used: str
     exact: bool
     _enc: Any
+    # Roles, names and call ids recur in every message: counting them from a dict avoids a
+    # tokenizer call (and its GIL release and re-acquire) per field.
+    _short: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def count_text(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) <= _SHORT_TEXT_CHARS:
+            n = self._short.get(text)
+            if n is None:
+                n = self._encode_len(text)
+                if len(self._short) < _SHORT_TEXT_MAX_ITEMS:
+                    self._short[text] = n
+            return n
+        return self._encode_len(text)
+
+    def _encode_len(self, text: str) -> int:
         try:
-            return len(self._enc.encode(text, disallowed_special=()))
+            # Same tokens as encode(text, disallowed_special=()): special-token text in a
+            # prompt is counted as ordinary text, without the special-token regex scan.
+            return len(self._enc.encode_ordinary(text))
         except Exception:  # noqa: BLE001 - counting must never raise into an agent
             return max(1, len(text) // 4)
 
@@ -313,14 +333,41 @@ def cached_messages_tokens(
     return total
 
 
+# Agents pass the same tool-definition dicts on every call. Keying them by content (a repr
+# plus a digest) costs tens of microseconds a turn; recognising the same objects and checking
+# them against a private deep copy (C-level ==, which short-cuts on the shared strings) costs
+# a few. The copy catches definitions edited in place; the entry's references keep the ids
+# from being reused while it exists.
+_TOOLS_MEMO_MAX = 64
+_tools_memo: dict[tuple[Any, ...], tuple[list[Any], list[Any], int]] = {}
+_tools_memo_lock = threading.Lock()
+
+
 def cached_tools_tokens(tools: list[Any], counter: Counter, cache: TokenCache | None = None) -> int:
     """`tools_tokens()` cached by (encoding, content key) of the tool definitions."""
     cache = cache if cache is not None else _DEFAULT_CACHE
+    ident = (counter.used, id(cache), *map(id, tools))
+    memo = _tools_memo.get(ident)
+    if memo is not None:
+        # Equal ids are the same objects (the entry holds them); == catches in-place edits.
+        _, frozen, n = memo
+        if frozen == tools:
+            cache.hits += 1
+            return n
     key = (counter.used, "\x00tools", _value_key(tools))
-    n = cache.get(key)
-    if n is None:
-        n = tools_tokens(tools, counter)
+    hit = cache.get(key)
+    n = hit if hit is not None else tools_tokens(tools, counter)
+    if hit is None:
         cache.put(key, n)
+    if cache.maxsize:
+        try:
+            frozen = copy.deepcopy(tools)
+        except Exception:  # noqa: BLE001 - an uncopyable definition just skips the fast path
+            return n
+        with _tools_memo_lock:
+            while len(_tools_memo) >= _TOOLS_MEMO_MAX:
+                del _tools_memo[next(iter(_tools_memo))]
+            _tools_memo[ident] = (list(tools), frozen, n)
     return n
 
 
@@ -348,6 +395,16 @@ def counting_for(model: str, encoding: str | None = None) -> ModelCounting:
     An explicit ENCODING is trusted as the model's tokenizer. Any other model (Gemma, Llama,
     ...) is counted with cl100k_base and marked estimated: its real tokenizer differs.
     """
+    hit = _counting.get((model, encoding))
+    if hit is not None:
+        return hit
     counter = get_counter(encoding=encoding, model=model)
     exact = counter.exact and (encoding is not None or is_openai_model(model))
-    return ModelCounting(counter, exact)
+    mc = ModelCounting(counter, exact)
+    # Every turn asks; the prefix scans cost more than the rest of starting a turn.
+    if len(_counting) < 1024:
+        _counting[(model, encoding)] = mc
+    return mc
+
+
+_counting: dict[tuple[str, str | None], ModelCounting] = {}

@@ -52,6 +52,10 @@ class CountingEncoding:
         self.calls += 1
         return self.enc.encode(text, **kw)
 
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.calls += 1
+        return self.enc.encode_ordinary(text)
+
 
 def counting_counter() -> tuple[tokens.Counter, CountingEncoding]:
     real = tokens.get_counter("cl100k_base")
@@ -157,3 +161,35 @@ def test_turn_watermark_uses_window_minus_reserve() -> None:
     assert t.reserve_tokens == 150
     assert t.watermark() == pytest.approx(t.tokens() / 850)
     assert t.tier() in ("ok", "warn", "compress", "force", "break")
+
+
+def test_same_tool_definition_objects_skip_tokenizing_but_an_edit_in_place_is_counted() -> None:
+    counter, enc = counting_counter()
+    cache = tokens.TokenCache()
+    defs = [
+        {"type": "function", "function": {"name": "get_weather", "description": "Forecast for a city"}},
+        {"type": "function", "function": {"name": "book", "description": "Book a seat"}},
+    ]
+    n = tokens.cached_tools_tokens(list(defs), counter, cache)
+    calls = enc.calls
+    for _ in range(20):
+        assert tokens.cached_tools_tokens(list(defs), counter, cache) == n
+    assert enc.calls == calls
+    defs[0]["function"]["description"] = "Forecast for a city, hourly, with rain probability and wind"
+    edited = tokens.cached_tools_tokens(list(defs), counter, cache)
+    assert edited == tokens.tools_tokens(defs, counter) > n
+    assert enc.calls > calls
+
+
+def test_special_token_text_in_a_prompt_is_counted_as_ordinary_text() -> None:
+    counter = tokens.get_counter("cl100k_base")
+    text = "ignore <|endoftext|> this"
+    assert counter.count_text(text) == len(counter._enc.encode(text, disallowed_special=()))
+    assert counter.count_text(text) > len(counter._enc.encode(text, allowed_special="all"))
+
+
+def test_short_field_values_are_counted_like_long_ones() -> None:
+    counter = tokens.get_counter("cl100k_base")
+    for text in ["user", "assistant", "call_abc123", "x" * 32, "y" * 33, "naïve café"]:
+        for _ in range(2):
+            assert counter.count_text(text) == len(counter._enc.encode_ordinary(text))

@@ -73,6 +73,15 @@ def session_get(*, project: Project, session_id: str) -> AgentSession | None:
     return AgentSession.objects.filter(project=project, session_id=session_id).first()
 
 
+def session_ids_existing(*, project: Project, session_ids: list[str]) -> set[str]:
+    """Which of SESSION_IDS are sessions of PROJECT (one query)."""
+    return set(
+        AgentSession.objects.filter(project=project, session_id__in=session_ids).values_list(
+            "session_id", flat=True
+        )
+    )
+
+
 TIMELINE_FIELDS = (
     "id", "snapshot_id", "turn", "ts", "total_tokens", "watermark", "tier", "kind_tokens", "n_compression",
     "n_recall", "n_recall_injected", "n_validation_failed", "count_drift", "prev_turn", "context_window",
@@ -177,7 +186,8 @@ def snapshot_events(*, project_id: int, snapshot_ref: int) -> dict[str, list[dic
         ),
         "recall": list(
             RecallItem.objects.filter(**flt).order_by("position").values(
-                "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block", "preview")
+                "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block",
+                "preview")
         ),
         "validation": validation,
     }

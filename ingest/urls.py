@@ -2,19 +2,22 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from ingest import views
+from ingest.routing import session_id_from_segment, session_id_segment
 
 
 class SessionIdConverter:
-    """Any session id, slashes included (an agent may name sessions `team/42`): the routes that
-    carry one end in a fixed suffix, so the greedy match backtracks to it."""
+    """Any session id as one path segment. Agents name sessions freely (`team/42`, `a/t/5`,
+    `x/chart.json`, `..`): `~` escapes the characters a segment cannot hold as themselves, so a
+    page URL names exactly one session and one page. Other characters are percent-encoded by
+    reverse() as usual; `/` cannot be, since servers decode `%2F` before routing."""
 
-    regex = ".+"
+    regex = "[^/]+"
 
     def to_python(self, value: str) -> str:
-        return value
+        return session_id_from_segment(value)
 
     def to_url(self, value: str) -> str:
-        return value
+        return session_id_segment(value)
 
 
 register_converter(SessionIdConverter, "sid")
@@ -40,7 +43,6 @@ urlpatterns = [
         views.member_remove,
         name="member_remove",
     ),
-    # Most specific first: a session id may contain slashes.
     path(
         "p/<int:project_id>/s/<sid:session_id>/t/<int:turn>/b/<int:position>/",
         views.block_content,
@@ -49,4 +51,6 @@ urlpatterns = [
     path("p/<int:project_id>/s/<sid:session_id>/t/<int:turn>/", views.turn_detail, name="turn"),
     path("p/<int:project_id>/s/<sid:session_id>/chart.json", views.chart_data, name="chart_data"),
     path("p/<int:project_id>/s/<sid:session_id>/", views.timeline, name="timeline"),
+    # Links made before session ids were escaped carried raw slashes: redirect them.
+    path("p/<int:project_id>/s/<path:rest>", views.session_legacy_link, name="session_legacy"),
 ]

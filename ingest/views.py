@@ -31,6 +31,7 @@ from ingest import charts, dashboard, members, selectors
 from ingest.access import project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
 from ingest.models import AgentSession, IngestKey, Membership, Project, Snapshot
+from ingest.routing import legacy_session_paths
 from ingest.services import ingest_key_create, ingest_key_revoke
 
 logger = logging.getLogger(__name__)
@@ -395,6 +396,22 @@ def block_content(
     ctx = _page(request, project, membership, session=session, snapshot=snapshot, block=block, shown=msgs)
     template = "ingest/_block_messages.html" if request.htmx else "ingest/block.html"
     return render(request, template, ctx)
+
+
+@login_required
+def session_legacy_link(request: HttpRequest, project_id: int, rest: str) -> HttpResponse:
+    """A session page link from before session ids were escaped (raw slashes in the id): to the
+    page it named. When an id with slashes makes it ambiguous, the reading the old routes chose
+    wins if that session exists, otherwise the first reading that names an existing session."""
+    project, _ = project_access(request, project_id)
+    readings = legacy_session_paths(rest)
+    known = selectors.session_ids_existing(project=project, session_ids=[sid for sid, _, _ in readings])
+    for sid, name, args in readings:
+        if sid in known:
+            url = reverse(name, kwargs={"project_id": project.pk, "session_id": sid, **args})
+            query = request.META.get("QUERY_STRING", "")
+            return redirect(f"{url}?{query}" if query else url)
+    raise Http404("no such session")
 
 
 # --- settings: ingest keys and members (admin) ----------------------------------------------

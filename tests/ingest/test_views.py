@@ -218,10 +218,92 @@ def test_long_contents_are_cut_with_show_all(admin_client: Client, project: Proj
     assert "END" in full.content.decode() and "<html" not in full.content.decode()
 
 
-def test_session_id_with_slashes_routes(admin_client: Client, project: Project) -> None:
+ODD_IDS = [
+    pytest.param("team/a/42", id="slashes"),
+    pytest.param("a/t/5", id="ends-like-a-turn-path"),
+    pytest.param("x/chart.json", id="ends-like-chart-data"),
+    pytest.param("run/t/2/b/1/", id="ends-like-a-block-path"),
+    pytest.param(f"{HOSTILE}/t/1", id="script-and-slashes"),
+    pytest.param("..", id="dot-dot"),
+    pytest.param(".", id="dot"),
+    pytest.param("50% off?x=1#frag", id="percent-query-fragment"),
+    pytest.param("til~de~2F~7E", id="tilde-escapes"),
+    pytest.param("客户/会话 1", id="unicode-space"),
+]
+
+
+@pytest.mark.parametrize("session_id", ODD_IDS)
+def test_any_session_id_addresses_its_own_pages(
+    admin_client: Client, project: Project, session_id: str
+) -> None:
+    ingest(project, demo_session(session_id=session_id, turns=3))
+    if "/" in session_id:
+        # A decoy named like the prefix a raw path would route to, with a turn 5 of its own.
+        ingest(project, demo_session(session_id=session_id.split("/")[0], turns=6, agent="decoy-bot"))
+    for name, url in urls(project, session_id).items():
+        r = admin_client.get(url)
+        assert r.status_code == 200, (name, url)
+        if name == "chart":
+            assert {t.get("name") for t in r.json()["data"]} >= {"system", "history", "watermark %"}
+        elif name in ("timeline", "turn", "compare", "block"):
+            assert r.context["session"].session_id == session_id, (name, url)
+            assert r.context["session"].agent == "travel-bot", (name, url)
+    body = admin_client.get(urls(project, session_id)["timeline"]).content.decode()
+    assert HOSTILE not in body
+
+
+def test_session_segment_round_trips() -> None:
+    from ingest.routing import session_id_from_segment, session_id_segment
+
+    for p in ODD_IDS:
+        sid = p.values[0]
+        seg = session_id_segment(sid)
+        assert "/" not in seg and seg not in (".", "..")
+        assert session_id_from_segment(seg) == sid
+    assert session_id_segment("support-7431") == "support-7431"
+    assert session_id_segment("team/42") == "team~2F42"
+
+
+def test_links_with_raw_slashes_redirect_to_their_page(admin_client: Client, project: Project) -> None:
     ingest(project, demo_session(session_id="team/a/42", turns=3))
-    for name, url in urls(project, "team/a/42").items():
-        assert admin_client.get(url).status_code == 200, name
+    p = project.pk
+    old_new = {
+        f"/p/{p}/s/team/a/42/": reverse("ingest:timeline", args=[p, "team/a/42"]),
+        f"/p/{p}/s/team/a/42/t/2/": reverse("ingest:turn", args=[p, "team/a/42", 2]),
+        f"/p/{p}/s/team/a/42/t/2/b/1/": reverse("ingest:block", args=[p, "team/a/42", 2, 1]),
+        f"/p/{p}/s/team/a/42/chart.json": reverse("ingest:chart_data", args=[p, "team/a/42"]),
+        f"/p/{p}/s/team/a/42/t/1/?compare=0": reverse("ingest:turn", args=[p, "team/a/42", 1]) + "?compare=0",
+    }
+    for old, new in old_new.items():
+        r = admin_client.get(old)
+        assert r.status_code == 302, old
+        assert r["Location"] == new, old
+        assert admin_client.get(new).status_code == 200, new
+    assert admin_client.get(f"/p/{p}/s/team/b/42/").status_code == 404
+
+
+def test_ambiguous_old_link_prefers_the_session_that_exists(admin_client: Client, project: Project) -> None:
+    ingest(project, demo_session(session_id="a/t/5", turns=3))
+    p = project.pk
+    # No session "a": the old link can only have meant the session "a/t/5".
+    r = admin_client.get(f"/p/{p}/s/a/t/5/x/")
+    assert r.status_code == 404
+    r = admin_client.get(f"/p/{p}/s/a/t/5/")
+    assert r.status_code == 302 and r["Location"] == reverse("ingest:timeline", args=[p, "a/t/5"])
+    ingest(project, demo_session(session_id="a", turns=6))
+    # The new link of "a/t/5" is unambiguous; the raw path now names turn 5 of "a".
+    new = admin_client.get(reverse("ingest:timeline", args=[p, "a/t/5"]))
+    assert new.context["session"].session_id == "a/t/5"
+    r = admin_client.get(f"/p/{p}/s/a/t/5/")
+    assert r.status_code == 200
+    assert r.context["session"].session_id == "a" and r.context["snapshot"].turn == 5
+
+
+def test_legacy_links_respect_project_access(project: Project) -> None:
+    ingest(project, demo_session(session_id="team/a/42", turns=3))
+    other, _ = project_create(name="other-co")
+    outsider = login(make_user("mallory", other, "admin"))
+    assert outsider.get(f"/p/{project.pk}/s/team/a/42/").status_code == 404
 
 
 def test_overview_aggregates(admin_client: Client, project: Project, demo: AgentSession) -> None:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
-from ingest.models import CompressionEvent, Snapshot, SnapshotBlock
+from ingest.models import CompressionEvent, Snapshot
 
 
 def session_alert_markers(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
@@ -77,8 +78,6 @@ def rule_get(*, project_id: int, rule_id: int) -> AlertRule | None:
 
 def rules_with_counts(*, project_id: int) -> list[AlertRule]:
     """Rules with `n_alerts` and `n_open` (one query)."""
-    from django.db.models import Q
-
     return list(
         AlertRule.objects.filter(project_id=project_id)
         .annotate(n_alerts=Count("alerts"), n_open=Count("alerts", filter=Q(alerts__state="open")))
@@ -88,8 +87,6 @@ def rules_with_counts(*, project_id: int) -> list[AlertRule]:
 
 def channels_list(*, project_id: int) -> list[Channel]:
     """Channels with `n_sent`, `n_failed` and `last_delivery_at` (one query)."""
-    from django.db.models import Q
-
     return list(
         Channel.objects.filter(project_id=project_id)
         .annotate(
@@ -144,9 +141,24 @@ TURN_COLUMNS = (
     "session_id",
     "received_at",
 )
+# What the one-huge-block rule needs of a snapshot's blocks (parallel arrays on its row).
+BLOCK_COLUMNS = ("block_keys", "block_kinds", "block_tokens")
 
 
-def _turn(row: dict[str, Any], kind_max: tuple[tuple[str, int, str], ...] = ()) -> Turn:
+def kind_max(row: dict[str, Any]) -> tuple[tuple[str, int, str], ...]:
+    """The biggest block of each kind of a snapshot row with BLOCK_COLUMNS, (kind, tokens, key),
+    the first one in prompt order on a tie; () when the row has no block columns."""
+    best: dict[str, tuple[str, int, str]] = {}
+    for key, kind, tokens in zip(
+        row.get("block_keys") or (), row.get("block_kinds") or (), row.get("block_tokens") or (), strict=True
+    ):
+        cur = best.get(kind)
+        if cur is None or tokens > cur[1]:
+            best[kind] = (kind, tokens, key)
+    return tuple(best.values())
+
+
+def _turn(row: dict[str, Any]) -> Turn:
     return Turn(
         ref=row["id"],
         turn=row["turn"],
@@ -163,7 +175,7 @@ def _turn(row: dict[str, Any], kind_max: tuple[tuple[str, int, str], ...] = ()) 
         count_drift=row["count_drift"],
         agent=row["agent"],
         model=row["model_name"],
-        kind_max=kind_max,
+        kind_max=kind_max(row),
     )
 
 
@@ -173,29 +185,33 @@ def _order(row: dict[str, Any]) -> tuple[int, datetime, str]:
 
 
 def snapshot_neighbourhoods(
-    *, project_id: int, snapshot_refs: list[int], window: int
+    *, project_id: int, snapshot_refs: list[int], window: int, with_blocks: bool = False
 ) -> dict[int, list[dict[str, Any]]]:
     """For each session touched by SNAPSHOT_REFS: the given snapshots, the WINDOW snapshots before
-    each of them and the WINDOW after each (by turn order), as rows sorted by turn — one query,
-    whatever the length of the sessions."""
-    cols = ", ".join(f"s.{c}" for c in TURN_COLUMNS)
+    each of them and the WINDOW after each (by turn order), as rows sorted by turn, with the
+    block columns when WITH_BLOCKS — one query, whatever the length of the sessions."""
+    columns = TURN_COLUMNS + (BLOCK_COLUMNS if with_blocks else ())
+    cols = ", ".join(f"s.{c}" for c in columns)
+    inner = ", ".join(columns)
     sql = f"""
         WITH n AS (
-            SELECT id, session_ref, turn, ts, snapshot_id FROM ingest_snapshot
+            SELECT session_ref, turn FROM ingest_snapshot
             WHERE project_id = %(p)s AND id = ANY(%(refs)s::bigint[])
         )
         SELECT DISTINCT ON (s.id) {cols} FROM n
         JOIN LATERAL (
             -- Ordered by turn alone so that the (project, session_ref, turn) index ends each
             -- scan after WINDOW rows; ties within a turn are ordered in Python.
-            (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
-               AND s.turn < n.turn ORDER BY s.turn DESC LIMIT %(w)s)
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn < n.turn
+               ORDER BY s.turn DESC LIMIT %(w)s)
             UNION ALL
-            (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
-               AND s.turn = n.turn)
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn = n.turn)
             UNION ALL
-            (SELECT * FROM ingest_snapshot s WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref
-               AND s.turn > n.turn ORDER BY s.turn LIMIT %(w)s)
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn > n.turn
+               ORDER BY s.turn LIMIT %(w)s)
         ) s ON true
     """  # noqa: S608 - the interpolated text is a fixed column list
     with connection.cursor() as cur:
@@ -210,47 +226,26 @@ def snapshot_neighbourhoods(
     return dict(out)
 
 
-def max_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, tuple[tuple[str, int, str], ...]]:
-    """The biggest block of each kind, (kind, tokens, key), of each snapshot (one query)."""
-    if not snapshot_refs:
-        return {}
-    out: dict[int, list[tuple[str, int, str]]] = defaultdict(list)
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT DISTINCT ON (snapshot_ref, kind) snapshot_ref, kind, tokens, key FROM ingest_snapshotblock
-            WHERE project_id = %s AND snapshot_ref = ANY(%s::bigint[])
-            ORDER BY snapshot_ref, kind, tokens DESC, position
-            """,
-            [project_id, list(snapshot_refs)],
-        )
-        for ref, kind, tokens, key in cur.fetchall():
-            out[ref].append((kind, tokens, key))
-    return {k: tuple(v) for k, v in out.items()}
+def turns_from_rows(rows: list[dict[str, Any]]) -> list[Turn]:
+    return [_turn(r) for r in rows]
 
 
-def turns_from_rows(
-    rows: list[dict[str, Any]], maxb: dict[int, tuple[tuple[str, int, str], ...]]
-) -> list[Turn]:
-    return [_turn(r, maxb.get(r["id"], ())) for r in rows]
-
-
-def blocks_of(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """Block metadata (no messages) of some snapshots, in order (one query)."""
-    out: dict[int, list[dict[str, Any]]] = {r: [] for r in snapshot_refs}
-    rows = (
-        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref__in=snapshot_refs)
-        .order_by("snapshot_ref", "position")
-        .values("snapshot_ref", "position", "key", "kind", "tokens")
+def anchors_of(
+    *, project_id: int, snapshot_refs: list[int]
+) -> dict[int, tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Block metadata (position, key, kind, tokens; no messages) in order and the turn-to-turn
+    change of some snapshots (one query)."""
+    rows = Snapshot.objects.filter(project_id=project_id, id__in=snapshot_refs).values_list(
+        "id", "block_keys", "block_kinds", "block_tokens", "change"
     )
-    for b in rows:
-        out[b["snapshot_ref"]].append(b)
+    out: dict[int, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+    for ref, keys, kinds, tokens, change in rows:
+        blocks = [
+            {"position": i, "key": k, "kind": kd, "tokens": t}
+            for i, (k, kd, t) in enumerate(zip(keys, kinds, tokens, strict=True))
+        ]
+        out[ref] = (blocks, change or {})
     return out
-
-
-def changes_of(*, project_id: int, snapshot_refs: list[int]) -> dict[int, dict[str, Any]]:
-    rows = Snapshot.objects.filter(project_id=project_id, id__in=snapshot_refs).values_list("id", "change")
-    return dict(rows)
 
 
 def compressed_tokens_by_block_per_snapshot(
@@ -269,9 +264,73 @@ def compressed_tokens_by_block_per_snapshot(
     return {k: dict(v) for k, v in out.items()}
 
 
-def episodes_near(*, project_id: int, session_refs: list[int], rule_ids: list[int]) -> QuerySet[Alert]:
-    """Existing alerts of some rules in some sessions (the episodes new findings may extend)."""
-    return Alert.objects.filter(project_id=project_id, session_ref__in=session_refs, rule_id__in=rule_ids)
+@dataclass(frozen=True, slots=True)
+class EpisodeProbe:
+    """Where findings of one rule in one session fall: the alerts of that rule and session whose
+    span ends at or after FROM_TURN, or (when FROM_TS is set) at or after FROM_TS, may take them."""
+
+    session_ref: int
+    rule_id: int
+    from_turn: int
+    from_ts: datetime | None
+
+
+# Alerts read per probe and direction before the read is taken as possibly incomplete. The
+# episodes that end inside a cooldown are few (a finding inside it extends them), so the hot path
+# -- new turns at the end of a session -- stays far below this.
+EPISODE_SCAN_LIMIT = 16
+
+
+def episodes_near(*, project_id: int, probes: list[EpisodeProbe]) -> list[Alert]:
+    """The alerts that the findings of PROBES may extend: every alert of the probe's rule and
+    session whose span ends at or after the probe's turn or time, plus possibly others (callers
+    filter). Index range scans on (project, session, rule, last_turn / last_ts) bounded by
+    EPISODE_SCAN_LIMIT, so the cost does not grow with the session; a probe whose scan hits the
+    limit is read again without it (one more query, exact)."""
+    if not probes:
+        return []
+    sql = """
+        SELECT a.*, k.i AS probe_i, x.dir AS probe_dir FROM
+        unnest(%(s)s::bigint[], %(r)s::bigint[], %(t)s::int[], %(ts)s::timestamptz[])
+            WITH ORDINALITY AS k(session_ref, rule_id, from_turn, from_ts, i)
+        CROSS JOIN LATERAL (
+            (SELECT a.id, 'turn' AS dir FROM alerts_alert a
+               WHERE a.project_id = %(p)s AND a.session_ref = k.session_ref AND a.rule_id = k.rule_id
+                 AND a.last_turn >= k.from_turn
+               ORDER BY a.last_turn LIMIT %(n)s)
+            UNION ALL
+            (SELECT a.id, 'ts' AS dir FROM alerts_alert a
+               WHERE a.project_id = %(p)s AND a.session_ref = k.session_ref AND a.rule_id = k.rule_id
+                 AND a.last_ts >= k.from_ts
+               ORDER BY a.last_ts LIMIT %(n)s)
+        ) x
+        JOIN alerts_alert a ON a.id = x.id
+    """
+    params = {
+        "p": project_id,
+        "s": [p.session_ref for p in probes],
+        "r": [p.rule_id for p in probes],
+        "t": [p.from_turn for p in probes],
+        "ts": [p.from_ts for p in probes],
+        "n": EPISODE_SCAN_LIMIT,
+    }
+    found: dict[int, Alert] = {}
+    per_scan: dict[tuple[int, str], int] = defaultdict(int)
+    for a in Alert.objects.raw(sql, params):
+        found[a.pk] = a
+        per_scan[(a.probe_i, a.probe_dir)] += 1
+    full = sorted({i for (i, _), n in per_scan.items() if n >= EPISODE_SCAN_LIMIT})
+    if full:
+        q = Q()
+        for i in full:
+            p = probes[i - 1]
+            since = Q(last_turn__gte=p.from_turn)
+            if p.from_ts is not None:
+                since |= Q(last_ts__gte=p.from_ts)
+            q |= Q(session_ref=p.session_ref, rule_id=p.rule_id) & since
+        for a in Alert.objects.filter(q, project_id=project_id):
+            found.setdefault(a.pk, a)
+    return sorted(found.values(), key=lambda a: (a.turn, a.pk))
 
 
 def rule_specs(*, rules: list[AlertRule], thresholds: tuple[float, float, float, float]) -> list[RuleSpec]:
@@ -291,14 +350,15 @@ def rule_specs(*, rules: list[AlertRule], thresholds: tuple[float, float, float,
 
 
 def recent_lines(
-    *, project_id: int, since: datetime, limit: int
+    *, project_id: int, since: datetime, limit: int, with_blocks: bool = False
 ) -> tuple[dict[int, list[dict[str, Any]]], bool]:
     """Snapshots of the project since SINCE (at most LIMIT, the most recent), by session in turn
-    order, and whether the limit cut some off. Two queries."""
+    order, with the block columns when WITH_BLOCKS, and whether the limit cut some off (one query)."""
+    columns = TURN_COLUMNS + (BLOCK_COLUMNS if with_blocks else ())
     qs = (
         Snapshot.objects.filter(project_id=project_id, ts__gte=since)
         .order_by("-ts", "-id")
-        .values(*TURN_COLUMNS)[: limit + 1]
+        .values(*columns)[: limit + 1]
     )
     rows = list(qs)
     truncated = len(rows) > limit

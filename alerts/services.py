@@ -12,7 +12,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from alerts import channels as ch
@@ -20,7 +19,7 @@ from alerts import rules as R
 from alerts import selectors
 from alerts.errors import InvalidChannel, InvalidRule
 from alerts.models import SEVERITY_RANK, Alert, AlertRule, Channel, Delivery, DeliveryAttempt
-from ingest.models import Project, Snapshot
+from ingest.models import Project
 
 logger = logging.getLogger(__name__)
 
@@ -189,19 +188,16 @@ def rule_preview(
         thresholds=project.thresholds,
     )
     since = timezone.now() - timedelta(days=days)
-    lines, truncated = selectors.recent_lines(project_id=project.pk, since=since, limit=max_snapshots)
-    maxb: dict[int, tuple[tuple[str, int, str], ...]] = {}
-    if spec.kind == R.BLOCK_SHARE:
-        maxb = selectors.max_blocks(
-            project_id=project.pk, snapshot_refs=[r["id"] for ln in lines.values() for r in ln]
-        )
+    lines, truncated = selectors.recent_lines(
+        project_id=project.pk, since=since, limit=max_snapshots, with_blocks=spec.kind == R.BLOCK_SHARE
+    )
     fired = 0
     sessions = 0
     examples: list[dict[str, Any]] = []
     n_snapshots = 0
     for rows in lines.values():
         n_snapshots += len(rows)
-        turns = selectors.turns_from_rows(rows, maxb)
+        turns = selectors.turns_from_rows(rows)
         eps = R.episodes_for(R.evaluate_line([spec], turns), {0: spec}).get(0, [])
         if eps:
             sessions += 1
@@ -249,265 +245,299 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
     """Evaluate the enabled rules of the project on the snapshots SNAPSHOT_REFS (and on the
     turns that follow them within the rules' windows, whose neighbourhood a late turn changes).
 
-    Safe to run twice and in any order: evaluation of a session is serialised by an advisory
+    Safe to run twice and in any order: the alerts of a session are written under an advisory
     lock, and a finding within the cooldown of an existing alert of its rule extends that alert.
-    Cost per snapshot is bounded by the rules' windows, not by the session's length.
+    Every read is bounded by the rules' windows and cooldowns, so the cost per snapshot does not
+    grow with the session's length: two queries when nothing fires.
     """
     started = time.perf_counter()
     refs = sorted({int(r) for r in snapshot_refs})
     res = EvaluateResult(created=[])
     if not refs:
         return res
-    project = Project.objects.filter(pk=project_id).first()
-    if project is None:
-        return res
-    rules = list(AlertRule.objects.filter(project_id=project_id, enabled=True).order_by("id"))
+    rules = list(
+        AlertRule.objects.filter(project_id=project_id, enabled=True).select_related("project").order_by("id")
+    )
     if not rules:
         return res
-    specs = selectors.rule_specs(rules=rules, thresholds=project.thresholds)
+    specs = selectors.rule_specs(rules=rules, thresholds=rules[0].project.thresholds)
     by_id = {s.id: s for s in specs}
-    rule_objs = {r.pk: r for r in rules}
     window = min(R.MAX_WINDOW_TURNS, max(R.window_turns(s) for s in specs))
-    new_deliveries: list[int] = []
+    need_blocks = any(s.kind == R.BLOCK_SHARE for s in specs)
 
+    # Findings are a function of committed snapshots alone, so they are computed without the
+    # session lock; only reading and writing alerts happens under it.
+    lines = selectors.snapshot_neighbourhoods(
+        project_id=project_id, snapshot_refs=refs, window=window, with_blocks=need_blocks
+    )
+    fired, turn_lines = _findings(lines=lines, refs=refs, specs=specs, window=window, res=res)
+    if not fired:
+        _log_eval(project_id, refs, res, started)
+        return res
+
+    new_deliveries: list[int] = []
     with transaction.atomic():
-        session_refs = sorted(
-            set(
-                Snapshot.objects.filter(project_id=project_id, id__in=refs).values_list(
-                    "session_ref", flat=True
-                )
-            )
-        )
-        if not session_refs:
-            return res
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT pg_advisory_xact_lock(k)"
                 " FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
-                [sorted(_lock_key(project_id, s) for s in session_refs)],
+                [sorted(_lock_key(project_id, s) for s in fired)],
             )
-        lines = selectors.snapshot_neighbourhoods(project_id=project_id, snapshot_refs=refs, window=window)
-
-        # Targets: the new snapshots and, for a late one, the turns after it within the window.
-        wanted = set(refs)
-        targets: dict[int, set[int]] = {}
-        for sref, line in lines.items():
-            t: set[int] = set()
-            for i, row in enumerate(line):
-                if row["id"] in wanted:
-                    t.update(r["id"] for r in line[i : i + window + 1])
-            targets[sref] = t
-        all_targets = [r for t in targets.values() for r in t]
-        res.evaluated = len(all_targets)
-        need_blocks = any(s.kind == R.BLOCK_SHARE for s in specs)
-        maxb = selectors.max_blocks(project_id=project_id, snapshot_refs=all_targets) if need_blocks else {}
-
-        # A turn whose predecessor has not arrived (yet) is judged without its history for a
-        # while: rules that compare with earlier turns wait for the late turn, whose own
-        # evaluation re-evaluates this one, or for the lateness allowance to pass.
-        history_specs = [s for s in specs if R.window_turns(s) > 0]
-        local_specs = [s for s in specs if R.window_turns(s) == 0]
-        now = timezone.now()
-        lateness = timedelta(seconds=_lateness())
-        findings: dict[int, list[R.Finding]] = {}
-        turn_lines: dict[int, list[R.Turn]] = {}
-        for sref, line in lines.items():
-            turns = selectors.turns_from_rows(line, maxb)
-            turn_lines[sref] = turns
-            complete, waiting = set(), set()
-            for i, row in enumerate(line):
-                if row["id"] not in targets[sref]:
-                    continue
-                prev_turn = line[i - 1]["turn"] if i > 0 else None
-                has_history = row["turn"] == 0 if prev_turn is None else prev_turn >= row["turn"] - 1
-                if has_history or not history_specs or row["received_at"] + lateness <= now:
-                    complete.add(row["id"])
-                else:
-                    waiting.add(row["id"])
-                    due = (row["received_at"] + lateness - now).total_seconds()
-                    res.retry_in = max(res.retry_in or 0.0, due)
-            res.deferred.extend(waiting)
-            findings[sref] = R.evaluate_line(specs, turns, complete)
-            if waiting and local_specs:
-                findings[sref] += R.evaluate_line(local_specs, turns, waiting)
-            res.findings += len(findings[sref])
-        fired = {sref: f for sref, f in findings.items() if f}
-        if not fired:
-            _log_eval(project_id, refs, res, started)
-            return res
-
-        # Existing episodes that the findings may extend: alerts of the fired rules whose span,
-        # widened by the largest cooldown, reaches the findings' turns or times.
-        max_cd_turns = max(s.cooldown_turns for s in specs)
-        max_cd_secs = max(s.cooldown_seconds for s in specs)
-        q = Q()
-        for sref, fs in fired.items():
-            lo, hi = min(f.turn.turn for f in fs), max(f.turn.turn for f in fs)
-            lo_ts, hi_ts = min(f.turn.ts for f in fs), max(f.turn.ts for f in fs)
-            near = Q(turn__lte=hi + max_cd_turns, last_turn__gte=lo - max_cd_turns)
-            if max_cd_secs > 0:
-                cd = timedelta(seconds=max_cd_secs)
-                near |= Q(ts__lte=hi_ts + cd, last_ts__gte=lo_ts - cd)
-            q |= Q(session_ref=sref) & near
-        existing_rows = list(
-            selectors.episodes_near(
-                project_id=project_id,
-                session_refs=list(fired),
-                rule_ids=sorted({f.rule_id for fs in fired.values() for f in fs}),
-            ).filter(q)
-        )
+        existing_rows = selectors.episodes_near(project_id=project_id, probes=_probes(fired, by_id))
         rows_by_id = {a.pk: a for a in existing_rows}
         existing: dict[int, dict[int, list[R.Episode]]] = defaultdict(dict)
         for a in existing_rows:
-            existing[a.session_ref].setdefault(a.rule_id, []).append(
-                R.Episode(
-                    rule_id=a.rule_id,
-                    first_turn=a.turn,
-                    last_turn=a.last_turn,
-                    first_ts=a.ts,
-                    last_ts=a.last_ts,
-                    value=a.value,
-                    threshold=a.threshold,
-                    peak_value=a.peak_value,
-                    title=a.title,
-                    snapshot_ref=a.snapshot_ref,
-                    unit=a.unit,
-                    alert_id=a.pk,
-                )
-            )
+            if _may_take(a, fired[a.session_ref], by_id[a.rule_id]):
+                existing[a.session_ref].setdefault(a.rule_id, []).append(_episode_of(a))
 
-        episodes: dict[int, dict[int, list[R.Episode]]] = {}
-        for sref, fs in fired.items():
-            episodes[sref] = R.episodes_for(fs, by_id, existing[sref])
-
-        # Contributing blocks for new alerts and for alerts whose anchor moved to an earlier turn.
-        anchored = [
-            (sref, ep)
-            for sref, per_rule in episodes.items()
-            for eps in per_rule.values()
-            for ep in eps
-            if ep.created or ep.anchor_moved
-        ]
-        anchor_refs = sorted({ep.snapshot_ref for _, ep in anchored})
-        blocks = selectors.blocks_of(project_id=project_id, snapshot_refs=anchor_refs)
-        changes = selectors.changes_of(project_id=project_id, snapshot_refs=anchor_refs)
-        storm_windows: dict[int, list[int]] = {}
-        for sref, ep in anchored:
-            if by_id[ep.rule_id].kind == R.COMPRESSION_STORM:
-                line = turn_lines[sref]
-                idx = next(i for i, t in enumerate(line) if t.ref == ep.snapshot_ref)
-                n = int(by_id[ep.rule_id].params["turns"])
-                storm_windows[ep.snapshot_ref] = [t.ref for t in line[max(0, idx - n + 1) : idx + 1]]
-        compressed: dict[int, dict[str, int]] = {}
-        if storm_windows:
-            all_refs = sorted({r for w in storm_windows.values() for r in w})
-            per = selectors.compressed_tokens_by_block_per_snapshot(
-                project_id=project_id, snapshot_refs=all_refs
-            )
-            for anchor, wrefs in storm_windows.items():
-                acc: dict[str, int] = defaultdict(int)
-                for r in wrefs:
-                    for k, v in per.get(r, {}).items():
-                        acc[k] += v
-                compressed[anchor] = dict(acc)
-        usable = {t.ref: t.usable_tokens for line in turn_lines.values() for t in line}
-        session_ids = {
-            row["session_ref"]: (row["session_id"], row["agent"], row["model_name"])
-            for line in lines.values()
-            for row in line[-1:]
-        }
-
-        def contrib(ep: R.Episode) -> list[dict[str, Any]]:
-            return R.contributors(
-                by_id[ep.rule_id].kind,
-                blocks=blocks.get(ep.snapshot_ref, []),
-                usable_tokens=usable.get(ep.snapshot_ref, 1),
-                change=changes.get(ep.snapshot_ref),
-                compressed_tokens=compressed.get(ep.snapshot_ref),
-                block_kinds=by_id[ep.rule_id].params.get("block_kinds") or (),
-            )
-
-        to_create: list[Alert] = []
-        to_update: list[Alert] = []
-        for sref, per_rule in episodes.items():
-            sid, agent, model = session_ids[sref]
-            for rule_id, eps in per_rule.items():
-                rule = rule_objs[rule_id]
-                for ep in eps:
-                    key = f"{rule_id}:{sref}:{ep.first_turn}"
-                    if ep.created:
-                        to_create.append(
-                            Alert(
-                                project_id=project_id,
-                                rule=rule,
-                                rule_kind=rule.kind,
-                                severity=rule.severity,
-                                title=ep.title[:500],
-                                session_ref=sref,
-                                session_id=sid,
-                                agent=agent,
-                                model=model,
-                                turn=ep.first_turn,
-                                snapshot_ref=ep.snapshot_ref,
-                                ts=ep.first_ts,
-                                last_turn=ep.last_turn,
-                                last_ts=ep.last_ts,
-                                value=ep.value,
-                                threshold=ep.threshold,
-                                peak_value=ep.peak_value,
-                                unit=ep.unit,
-                                contributors=contrib(ep),
-                                dedup_key=key,
-                            )
-                        )
-                    elif ep.changed and ep.alert_id is not None:
-                        a = rows_by_id[ep.alert_id]
-                        a.last_turn, a.last_ts, a.peak_value = ep.last_turn, ep.last_ts, ep.peak_value
-                        if ep.anchor_moved:
-                            a.turn, a.ts, a.snapshot_ref = ep.first_turn, ep.first_ts, ep.snapshot_ref
-                            a.value, a.threshold, a.title, a.unit = (
-                                ep.value,
-                                ep.threshold,
-                                ep.title[:500],
-                                ep.unit,
-                            )
-                            a.contributors, a.dedup_key = contrib(ep), key
-                        to_update.append(a)
+        episodes = {sref: R.episodes_for(fs, by_id, existing[sref]) for sref, fs in fired.items()}
+        to_create, to_update = _alerts_from_episodes(
+            project_id=project_id,
+            episodes=episodes,
+            rules={r.pk: r for r in rules},
+            specs=by_id,
+            lines=lines,
+            turn_lines=turn_lines,
+            rows_by_id=rows_by_id,
+        )
         if to_create:
             Alert.objects.bulk_create(to_create)
             res.created = [a.pk for a in to_create]
+            per_session: dict[int, int] = defaultdict(int)
+            for a in to_create:
+                per_session[a.session_ref] += 1
+            _session_alert_counts_add(project_id=project_id, added=per_session)
+            new_deliveries = _deliveries_create(project_id=project_id, alerts=to_create)
         if to_update:
             now = timezone.now()
             for a in to_update:
                 a.updated_at = now
-            Alert.objects.bulk_update(
-                to_update,
-                [
-                    "turn",
-                    "ts",
-                    "snapshot_ref",
-                    "last_turn",
-                    "last_ts",
-                    "value",
-                    "threshold",
-                    "peak_value",
-                    "title",
-                    "unit",
-                    "contributors",
-                    "dedup_key",
-                    "updated_at",
-                ],
-            )
+            Alert.objects.bulk_update(to_update, ALERT_EPISODE_FIELDS)
             res.updated = len(to_update)
-        if to_create:
-            _session_alert_counts_refresh(
-                project_id=project_id, session_refs=sorted({a.session_ref for a in to_create})
-            )
-            new_deliveries = _deliveries_create(project_id=project_id, alerts=to_create)
     if new_deliveries:
         transaction.on_commit(lambda: _deliveries_enqueue(new_deliveries))
     _log_eval(project_id, refs, res, started)
     return res
+
+
+ALERT_EPISODE_FIELDS = [
+    "turn",
+    "ts",
+    "snapshot_ref",
+    "last_turn",
+    "last_ts",
+    "value",
+    "threshold",
+    "peak_value",
+    "title",
+    "unit",
+    "contributors",
+    "dedup_key",
+    "updated_at",
+]
+
+
+def _findings(
+    *,
+    lines: dict[int, list[dict[str, Any]]],
+    refs: list[int],
+    specs: list[R.RuleSpec],
+    window: int,
+    res: EvaluateResult,
+) -> tuple[dict[int, list[R.Finding]], dict[int, list[R.Turn]]]:
+    """Findings per session on the requested snapshots and, for a late one, on the turns after
+    it within the window; records counts and deferrals in RES."""
+    wanted = set(refs)
+    # A turn whose predecessor has not arrived (yet) is judged without its history for a
+    # while: rules that compare with earlier turns wait for the late turn, whose own
+    # evaluation re-evaluates this one, or for the lateness allowance to pass.
+    history_specs = [s for s in specs if R.window_turns(s) > 0]
+    local_specs = [s for s in specs if R.window_turns(s) == 0]
+    now = timezone.now()
+    lateness = timedelta(seconds=_lateness())
+    fired: dict[int, list[R.Finding]] = {}
+    turn_lines: dict[int, list[R.Turn]] = {}
+    for sref, line in lines.items():
+        targets: set[int] = set()
+        for i, row in enumerate(line):
+            if row["id"] in wanted:
+                targets.update(r["id"] for r in line[i : i + window + 1])
+        res.evaluated += len(targets)
+        turns = selectors.turns_from_rows(line)
+        turn_lines[sref] = turns
+        complete, waiting = set(), set()
+        for i, row in enumerate(line):
+            if row["id"] not in targets:
+                continue
+            prev_turn = line[i - 1]["turn"] if i > 0 else None
+            has_history = row["turn"] == 0 if prev_turn is None else prev_turn >= row["turn"] - 1
+            if has_history or not history_specs or row["received_at"] + lateness <= now:
+                complete.add(row["id"])
+            else:
+                waiting.add(row["id"])
+                due = (row["received_at"] + lateness - now).total_seconds()
+                res.retry_in = max(res.retry_in or 0.0, due)
+        res.deferred.extend(waiting)
+        found = R.evaluate_line(specs, turns, complete)
+        if waiting and local_specs:
+            found += R.evaluate_line(local_specs, turns, waiting)
+        res.findings += len(found)
+        if found:
+            fired[sref] = found
+    return fired, turn_lines
+
+
+def _probes(fired: dict[int, list[R.Finding]], specs: dict[int, R.RuleSpec]) -> list[selectors.EpisodeProbe]:
+    out = []
+    for sref, fs in sorted(fired.items()):
+        for rule_id in sorted({f.rule_id for f in fs}):
+            spec = specs[rule_id]
+            mine = [f for f in fs if f.rule_id == rule_id]
+            lo_ts = min(f.turn.ts for f in mine) - timedelta(seconds=spec.cooldown_seconds)
+            out.append(
+                selectors.EpisodeProbe(
+                    session_ref=sref,
+                    rule_id=rule_id,
+                    from_turn=min(f.turn.turn for f in mine) - spec.cooldown_turns,
+                    from_ts=lo_ts if spec.cooldown_seconds > 0 else None,
+                )
+            )
+    return out
+
+
+def _may_take(a: Alert, findings: list[R.Finding], spec: R.RuleSpec) -> bool:
+    """Whether alert A's span, widened by its rule's cooldown, reaches the turns or times of
+    FINDINGS (the alerts that `episode_join` may extend)."""
+    mine = [f for f in findings if f.rule_id == a.rule_id]
+    if not mine:
+        return False
+    lo, hi = min(f.turn.turn for f in mine), max(f.turn.turn for f in mine)
+    if a.turn <= hi + spec.cooldown_turns and a.last_turn >= lo - spec.cooldown_turns:
+        return True
+    if spec.cooldown_seconds > 0:
+        cd = timedelta(seconds=spec.cooldown_seconds)
+        lo_ts, hi_ts = min(f.turn.ts for f in mine), max(f.turn.ts for f in mine)
+        return a.ts <= hi_ts + cd and a.last_ts >= lo_ts - cd
+    return False
+
+
+def _episode_of(a: Alert) -> R.Episode:
+    return R.Episode(
+        rule_id=a.rule_id,
+        first_turn=a.turn,
+        last_turn=a.last_turn,
+        first_ts=a.ts,
+        last_ts=a.last_ts,
+        value=a.value,
+        threshold=a.threshold,
+        peak_value=a.peak_value,
+        title=a.title,
+        snapshot_ref=a.snapshot_ref,
+        unit=a.unit,
+        alert_id=a.pk,
+    )
+
+
+def _alerts_from_episodes(
+    *,
+    project_id: int,
+    episodes: dict[int, dict[int, list[R.Episode]]],
+    rules: dict[int, AlertRule],
+    specs: dict[int, R.RuleSpec],
+    lines: dict[int, list[dict[str, Any]]],
+    turn_lines: dict[int, list[R.Turn]],
+    rows_by_id: dict[int, Alert],
+) -> tuple[list[Alert], list[Alert]]:
+    """New alerts for new episodes and the changed existing ones (unsaved)."""
+    # Contributing blocks for new alerts and for alerts whose anchor moved to an earlier turn.
+    anchored = [
+        (sref, ep)
+        for sref, per_rule in episodes.items()
+        for eps in per_rule.values()
+        for ep in eps
+        if ep.created or ep.anchor_moved
+    ]
+    anchors = selectors.anchors_of(
+        project_id=project_id, snapshot_refs=sorted({ep.snapshot_ref for _, ep in anchored})
+    )
+    storm_windows: dict[int, list[int]] = {}
+    for sref, ep in anchored:
+        if specs[ep.rule_id].kind == R.COMPRESSION_STORM:
+            line = turn_lines[sref]
+            idx = next(i for i, t in enumerate(line) if t.ref == ep.snapshot_ref)
+            n = int(specs[ep.rule_id].params["turns"])
+            storm_windows[ep.snapshot_ref] = [t.ref for t in line[max(0, idx - n + 1) : idx + 1]]
+    compressed: dict[int, dict[str, int]] = {}
+    if storm_windows:
+        per = selectors.compressed_tokens_by_block_per_snapshot(
+            project_id=project_id, snapshot_refs=sorted({r for w in storm_windows.values() for r in w})
+        )
+        for anchor, wrefs in storm_windows.items():
+            acc: dict[str, int] = defaultdict(int)
+            for r in wrefs:
+                for k, v in per.get(r, {}).items():
+                    acc[k] += v
+            compressed[anchor] = dict(acc)
+    usable = {t.ref: t.usable_tokens for line in turn_lines.values() for t in line}
+
+    def contrib(ep: R.Episode) -> list[dict[str, Any]]:
+        blocks, change = anchors.get(ep.snapshot_ref, ([], {}))
+        return R.contributors(
+            specs[ep.rule_id].kind,
+            blocks=blocks,
+            usable_tokens=usable.get(ep.snapshot_ref, 1),
+            change=change,
+            compressed_tokens=compressed.get(ep.snapshot_ref),
+            block_kinds=specs[ep.rule_id].params.get("block_kinds") or (),
+        )
+
+    to_create: list[Alert] = []
+    to_update: list[Alert] = []
+    for sref, per_rule in episodes.items():
+        last = lines[sref][-1]
+        for rule_id, eps in per_rule.items():
+            rule = rules[rule_id]
+            for ep in eps:
+                key = f"{rule_id}:{sref}:{ep.first_turn}"
+                if ep.created:
+                    to_create.append(
+                        Alert(
+                            project_id=project_id,
+                            rule=rule,
+                            rule_kind=rule.kind,
+                            severity=rule.severity,
+                            title=ep.title[:500],
+                            session_ref=sref,
+                            session_id=last["session_id"],
+                            agent=last["agent"],
+                            model=last["model_name"],
+                            turn=ep.first_turn,
+                            snapshot_ref=ep.snapshot_ref,
+                            ts=ep.first_ts,
+                            last_turn=ep.last_turn,
+                            last_ts=ep.last_ts,
+                            value=ep.value,
+                            threshold=ep.threshold,
+                            peak_value=ep.peak_value,
+                            unit=ep.unit,
+                            contributors=contrib(ep),
+                            dedup_key=key,
+                        )
+                    )
+                elif ep.changed and ep.alert_id is not None:
+                    a = rows_by_id[ep.alert_id]
+                    a.last_turn, a.last_ts, a.peak_value = ep.last_turn, ep.last_ts, ep.peak_value
+                    if ep.anchor_moved:
+                        a.turn, a.ts, a.snapshot_ref = ep.first_turn, ep.first_ts, ep.snapshot_ref
+                        a.value, a.threshold, a.title, a.unit = (
+                            ep.value,
+                            ep.threshold,
+                            ep.title[:500],
+                            ep.unit,
+                        )
+                        a.contributors, a.dedup_key = contrib(ep), key
+                    to_update.append(a)
+    return to_create, to_update
 
 
 def _log_eval(project_id: int, refs: list[int], res: EvaluateResult, started: float) -> None:
@@ -523,6 +553,20 @@ def _log_eval(project_id: int, refs: list[int], res: EvaluateResult, started: fl
         len(res.deferred),
         (time.perf_counter() - started) * 1000,
     )
+
+
+def _session_alert_counts_add(*, project_id: int, added: dict[int, int]) -> None:
+    """Add the alerts just created to AgentSession.alert_count (the one ingest field this app
+    owns): an increment, not a recount, so that it costs the same in a session with many alerts."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE ingest_session s SET alert_count = s.alert_count + v.n
+            FROM unnest(%s::bigint[], %s::int[]) AS v(id, n)
+            WHERE s.project_id = %s AND s.id = v.id
+            """,
+            [list(added), list(added.values()), project_id],
+        )
 
 
 def _session_alert_counts_refresh(*, project_id: int, session_refs: list[int]) -> None:

@@ -15,14 +15,21 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # The embedded PostgreSQL (pgserver) ships without contrib: there the search stays a scan
+        # of the project's sessions rather than failing the migration.
         migrations.RunSQL(
-            "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+            """
+            DO $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm') THEN
+                CREATE EXTENSION IF NOT EXISTS pg_trgm;
+                CREATE INDEX IF NOT EXISTS session_id_trgm_idx ON ingest_session
+                  USING gin (upper(session_id::text) gin_trgm_ops);
+              END IF;
+            END
+            $$;
+            """,
             # Other objects may depend on the extension by now; leave it installed.
-            migrations.RunSQL.noop,
-        ),
-        migrations.RunSQL(
-            "CREATE INDEX IF NOT EXISTS session_id_trgm_idx ON ingest_session "
-            "USING gin (upper(session_id::text) gin_trgm_ops)",
             "DROP INDEX IF EXISTS session_id_trgm_idx",
         ),
     ]

@@ -212,7 +212,6 @@ def seed_many_sessions(project_id: int) -> None:
         )
         cur.execute("ANALYZE ingest_session")
         cur.execute("ANALYZE ingest_snapshot")
-        cur.execute("ANALYZE ingest_snapshotblock")
 
 
 def measure(client: Client, url: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Ingest storage.
 
-Hot tables (sessions, snapshots, block contents, snapshot blocks, compression events,
+Hot tables (sessions, snapshots, block contents, message contents, compression events,
 recall items, validation outcomes) have composite primary keys led by `project_id`, the
 distribution column if the store is ever sharded by project. They reference each other by
 (project_id, id) pairs rather than ForeignKeys, which Django cannot point at composite keys.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -22,7 +23,8 @@ TIER_CHOICES = [(t, t) for t in TIERS]
 
 def next_id(sequence: str) -> models.Func:
     """DB-side id default for composite-key tables (AutoField must be a lone primary key)."""
-    return models.Func(function="nextval", template=f"nextval('{sequence}'::regclass)", output_field=models.BigIntegerField())
+    return models.Func(function="nextval", template=f"nextval('{sequence}'::regclass)",
+                       output_field=models.BigIntegerField())
 
 
 class Project(models.Model):
@@ -120,7 +122,9 @@ class AgentSession(models.Model):
 
     class Meta:
         db_table = "ingest_session"
-        constraints = [models.UniqueConstraint(fields=["project", "session_id"], name="uniq_session_per_project")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "session_id"], name="uniq_session_per_project"),
+        ]
         indexes = [
             models.Index(fields=["project", "-last_seen"], name="session_recent_idx"),
             models.Index(fields=["project", "agent", "-last_seen"], name="session_agent_idx"),
@@ -170,6 +174,15 @@ class Snapshot(models.Model):
     count_drift = models.FloatField(null=True, blank=True)
     prev_turn = models.IntegerField(null=True, blank=True)
     change = models.JSONField(default=dict)
+    # The blocks in prompt order, as parallel arrays on the snapshot row: one row per snapshot
+    # instead of one per block makes ingest and turn-to-turn reads several times cheaper.
+    # `blocks_from_arrays` turns them back into one dict per block.
+    block_keys = ArrayField(models.CharField(max_length=128), default=list)
+    block_kinds = ArrayField(models.CharField(max_length=20), default=list)
+    block_hashes = ArrayField(models.CharField(max_length=32), default=list)  # BlockContent.hash
+    block_tokens = ArrayField(models.IntegerField(), default=list)
+    block_flags = ArrayField(models.SmallIntegerField(), default=list)  # BLOCK_ESTIMATED | BLOCK_PINNED | …
+    block_refs = models.JSONField(null=True, blank=True)  # refs per block; null when no block has any
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "snapshot_id"], name="uniq_snapshot_id")]
@@ -177,6 +190,28 @@ class Snapshot(models.Model):
             models.Index(fields=["project", "session_ref", "turn"], name="snapshot_session_turn_idx"),
             models.Index(fields=["project", "ts"], name="snapshot_ts_idx"),
         ]
+
+
+BLOCK_ESTIMATED, BLOCK_PINNED, BLOCK_COMPRESSED = 1, 2, 4
+
+
+def block_flags(*, estimated: bool, pinned: bool, compressed: bool) -> int:
+    return (BLOCK_ESTIMATED if estimated else 0) | (BLOCK_PINNED if pinned else 0) | (
+        BLOCK_COMPRESSED if compressed else 0)
+
+
+def blocks_from_arrays(
+    snapshot_ref: int, keys: list[str], kinds: list[str], hashes: list[str], tokens: list[int],
+    flags: list[int], refs: list[list[str]] | None,
+) -> list[dict[str, Any]]:
+    """One dict per block of a snapshot, in order, from the `block_*` arrays of its row."""
+    return [
+        {"snapshot_ref": snapshot_ref, "position": i, "key": keys[i], "kind": kinds[i],
+         "content_hash": hashes[i], "tokens": tokens[i], "estimated": bool(flags[i] & BLOCK_ESTIMATED),
+         "pinned": bool(flags[i] & BLOCK_PINNED), "compressed": bool(flags[i] & BLOCK_COMPRESSED),
+         "refs": refs[i] if refs else []}
+        for i in range(len(keys))
+    ]
 
 
 class BlockContent(models.Model):
@@ -200,21 +235,6 @@ class MessageContent(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message = models.JSONField()
-
-
-class SnapshotBlock(models.Model):
-    pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
-    snapshot_ref = models.BigIntegerField()
-    position = models.SmallIntegerField()
-    key = models.CharField(max_length=128)
-    kind = models.CharField(max_length=20)
-    content_hash = models.CharField(max_length=32)
-    tokens = models.IntegerField()
-    estimated = models.BooleanField(default=False)
-    pinned = models.BooleanField(default=False)
-    compressed = models.BooleanField(default=False)
-    refs = models.JSONField(default=list)
 
 
 class CompressionEvent(models.Model):

@@ -16,8 +16,8 @@ from ingest.models import (
     Project,
     RecallItem,
     Snapshot,
-    SnapshotBlock,
     ValidationOutcome,
+    blocks_from_arrays,
 )
 
 SESSION_SORTS = {
@@ -123,8 +123,9 @@ def snapshot_neighbours(*, project: Project, snapshot: Snapshot) -> tuple[int | 
     return prev, nxt
 
 
-_BLOCK_FIELDS = ("snapshot_ref", "position", "key", "kind", "content_hash", "tokens", "estimated", "pinned",
-                 "compressed", "refs")
+_BLOCK_ARRAYS = (
+    "id", "block_keys", "block_kinds", "block_hashes", "block_tokens", "block_flags", "block_refs",
+)
 
 
 def _attach_messages(project_id: int, blocks: list[dict[str, Any]]) -> None:
@@ -147,26 +148,16 @@ def _attach_messages(project_id: int, blocks: list[dict[str, Any]]) -> None:
 
 def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
     """The blocks of a snapshot in order, each with its messages exactly as sent (three queries)."""
-    blocks = list(
-        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref)
-        .order_by("position")
-        .values(*_BLOCK_FIELDS)
-    )
-    _attach_messages(project_id, blocks)
-    return blocks
+    return snapshots_blocks(project_id=project_id, snapshot_refs=[snapshot_ref])[snapshot_ref]
 
 
 def snapshots_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[dict[str, Any]]]:
     """Blocks (with messages) of many snapshots at once: three queries whatever their number."""
     out: dict[int, list[dict[str, Any]]] = {r: [] for r in snapshot_refs}
-    rows = list(
-        SnapshotBlock.objects.filter(project_id=project_id, snapshot_ref__in=snapshot_refs)
-        .order_by("snapshot_ref", "position")
-        .values(*_BLOCK_FIELDS)
-    )
-    _attach_messages(project_id, rows)
-    for b in rows:
-        out[b["snapshot_ref"]].append(b)
+    rows = Snapshot.objects.filter(project_id=project_id, id__in=snapshot_refs).values_list(*_BLOCK_ARRAYS)
+    for ref, *arrays in rows:
+        out[ref] = blocks_from_arrays(ref, *arrays)
+    _attach_messages(project_id, [b for blocks in out.values() for b in blocks])
     return out
 
 

@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+import orjson
+import psycopg
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ctxobs import tokens as tok
 from ctxobs.wire import TIERS, block_hashes, validate_snapshot
 from ingest import derive
 from ingest.errors import AuthError
-from ingest.models import KEY_PREFIX_LEN, IngestKey, Project, hash_key, new_raw_key
+from ingest.models import KEY_PREFIX_LEN, IngestKey, Project, block_flags, hash_key, new_raw_key
 from ingest.signals import snapshots_committed
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,8 @@ def project_create(*, name: str) -> tuple[Project, str]:
 
 def ingest_key_create(*, project: Project, name: str = "") -> tuple[IngestKey, str]:
     raw = new_raw_key()
-    key = IngestKey.objects.create(project=project, name=name, prefix=raw[:KEY_PREFIX_LEN], key_hash=hash_key(raw))
+    key = IngestKey.objects.create(project=project, name=name, prefix=raw[:KEY_PREFIX_LEN],
+                                   key_hash=hash_key(raw))
     logger.info("ingest.key_created project_id=%s prefix=%s", project.pk, key.prefix)
     return key, raw
 
@@ -125,11 +128,11 @@ def _count_block(messages: list[dict[str, Any]], h: str, counter: tok.Counter) -
     return n
 
 
-@dataclass
+@dataclass(slots=True)
 class _Prepared:
     index: int
     snap: dict[str, Any]
-    blocks: list[dict[str, Any]]  # with hash, tokens, estimated
+    blocks: list[dict[str, Any]]  # the validated blocks, with hash, message_hashes, tokens, estimated
     total: int
     watermark: float
     tier: str
@@ -137,6 +140,7 @@ class _Prepared:
     counts_estimated: bool
     encoding: str
     drift: float | None
+    ref: int = 0  # Snapshot.id
     session_ref: int = 0
     change: dict[str, Any] = field(default_factory=dict)
     prev_turn: int | None = None
@@ -145,22 +149,22 @@ class _Prepared:
 def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, float, float]) -> _Prepared:
     model = snap["model"]
     counter: tok.Counter | None = None
-    blocks = []
+    blocks = snap["blocks"]
     estimated_any = model.get("counts") == "estimated"
-    kind_tokens: dict[str, int] = defaultdict(int)
+    kind_tokens: dict[str, int] = {}
     total = 0
-    for b in snap["blocks"]:
+    for b in blocks:
         h, mh = block_hashes(b["messages"])
         n = b["tokens"]
-        est = b["estimated"]
         if n is None:
             if counter is None:
                 counter = tok.get_counter(model["encoding"] or None, model["name"])
             n = _count_block(b["messages"], h, counter)
-            est = not counter.exact
-        estimated_any = estimated_any or est
-        blocks.append({**b, "hash": h, "message_hashes": mh, "tokens": n, "estimated": est})
-        kind_tokens[b["kind"]] += n
+            b["estimated"] = not counter.exact
+        estimated_any = estimated_any or b["estimated"]
+        # The validated block belongs to this batch alone, so it is completed in place.
+        b["hash"], b["message_hashes"], b["tokens"] = h, mh, n
+        kind_tokens[b["kind"]] = kind_tokens.get(b["kind"], 0) + n
         total += n
     wm = derive.watermark(total, model["context_window"], model["reserve_tokens"])
     out = snap["output"] or {}
@@ -173,7 +177,7 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
         total=total,
         watermark=wm,
         tier=derive.tier(wm, thresholds),
-        kind_tokens=dict(kind_tokens),
+        kind_tokens=kind_tokens,
         counts_estimated=estimated_any,
         encoding=encoding,
         drift=derive.count_drift(total, reported),
@@ -191,6 +195,7 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
     prepared: list[_Prepared] = []
     seen_ids: set[str] = set()
     res = BatchResult(results=[])
+    thresholds = project.thresholds
     for i, item in enumerate(batch):
         snap, errors = validate_snapshot(item, i)
         if snap is None:
@@ -204,7 +209,7 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
             res.duplicate += 1
             continue
         seen_ids.add(snap["snapshot_id"])
-        prepared.append(_prepare(i, snap, project.thresholds))
+        prepared.append(_prepare(i, snap, thresholds))
 
     if prepared:
         created_refs = _store(project, prepared)
@@ -229,183 +234,200 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=s
 
 
 def _j(value: Any) -> str:
-    return _ENCODER.encode(value)
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        # orjson refuses integers beyond 64 bits, which valid JSON (and jsonb) may hold.
+        return _ENCODER.encode(value)
+
+
+_STORE_ATTEMPTS = 3
 
 
 def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
+    """Store PREPARED (new snapshots only) in one transaction; {snapshot_id: Snapshot.id} of those created."""
+    for attempt in range(1, _STORE_ATTEMPTS + 1):
+        try:
+            return _store_once(project, prepared)
+        except (IntegrityError, psycopg.IntegrityError):
+            # Snapshots are COPYed, which has no ON CONFLICT: a snapshot_id that a concurrent batch
+            # committed after this one's duplicate check fails the whole transaction. Run again and
+            # the duplicate check reports it.
+            if attempt == _STORE_ATTEMPTS:
+                raise
+            logger.info("ingest.batch_retry project_id=%s attempt=%d reason=concurrent_duplicate",
+                        project.pk, attempt)
+    raise AssertionError("unreachable")
+
+
+_SNAPSHOT_COPY = (
+    "COPY ingest_snapshot (project_id, id, snapshot_id, session_ref, session_id, turn, agent, ts,"
+    " received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params, tags,"
+    " total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall, n_recall_injected,"
+    " n_validation, n_validation_failed, retries, fallback_used, output, prompt_tokens_reported,"
+    " completion_tokens, cached_tokens, latency_ms, count_drift, prev_turn, change, block_keys, block_kinds, block_hashes,"
+    " block_tokens, block_flags, block_refs) FROM STDIN"
+)
+
+
+def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
     pid = project.pk
     now = timezone.now()
     with transaction.atomic():
         cur = connection.cursor()
         raw = cur.cursor  # psycopg cursor, for COPY
 
-        # 1. Sessions: upsert and lock (FOR UPDATE via ON CONFLICT DO UPDATE). Locking serialises
-        #    concurrent batches of the same session so the turn-to-turn diffs see a stable order;
-        #    sorted ids avoid deadlocks between batches that share sessions.
-        by_session: dict[str, list[_Prepared]] = defaultdict(list)
-        for p in prepared:
-            by_session[p.snap["session_id"]].append(p)
-        sids = sorted(by_session)
-        rows = []
-        for sid in sids:
-            ps = by_session[sid]
-            rows.append({"session_id": sid, "first_seen": min(p.snap["ts"] for p in ps).isoformat(),
-                         "last_seen": max(p.snap["ts"] for p in ps).isoformat()})
+        # 1. Duplicates already stored (a resend) are never stored twice; ids for the rest, in the
+        #    same round trip (a few may go unused, as sequences allow).
         cur.execute(
             """
-            INSERT INTO ingest_session (project_id, session_id, agent, model, turn_count, max_turn,
-                first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
-                alert_count)
-            SELECT %s, x.session_id, '', '', 0, 0, x.first_seen, x.last_seen, 0, 'ok', 0, 0, 0
-            FROM jsonb_to_recordset(%s::jsonb) AS x(session_id text, first_seen timestamptz,
-                last_seen timestamptz)
-            ORDER BY x.session_id
-            ON CONFLICT (project_id, session_id) DO UPDATE SET session_id = EXCLUDED.session_id
-            RETURNING id, session_id
+            SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
+                         WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[])),
+                   ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
             """,
-            [pid, _j(rows)],
+            [pid, [p.snap["snapshot_id"] for p in prepared], len(prepared)],
         )
-        session_refs = {sid: ref for ref, sid in cur.fetchall()}
-        for p in prepared:
-            p.session_ref = session_refs[p.snap["session_id"]]
-
-        # 2. Duplicates already stored (a resend): never stored twice, reported as duplicate.
-        cur.execute(
-            "SELECT snapshot_id::text FROM ingest_snapshot WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[])",
-            [pid, [p.snap["snapshot_id"] for p in prepared]],
-        )
-        existing = {r[0] for r in cur.fetchall()}
+        existing_ids, new_ids = cur.fetchone()
+        existing = set(existing_ids)
         fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
         if not fresh:
             return {}
+        for p, ref in zip(fresh, new_ids, strict=False):
+            p.ref = ref
+
+        # 2. Sessions: upsert with their aggregates (commutative, so arrival order does not matter).
+        #    The upsert locks each session row; that serialises concurrent batches of one session so
+        #    the turn-to-turn diffs see a stable order, and sorted ids avoid deadlocks between them.
+        by_session: dict[str, list[_Prepared]] = defaultdict(list)
+        for p in fresh:
+            by_session[p.snap["session_id"]].append(p)
+        cols: tuple[list[Any], ...] = tuple([] for _ in range(11))
+        for sid in sorted(by_session):
+            ps = by_session[sid]
+            latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
+            for col, value in zip(cols, (
+                sid, latest.snap["agent"], latest.snap["model"]["name"], len(ps),
+                max(p.snap["turn"] for p in ps), min(p.snap["ts"] for p in ps), latest.snap["ts"],
+                max(p.watermark for p in ps), TIERS[max(TIERS.index(p.tier) for p in ps)],
+                sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
+                sum(len(p.snap["compression"]) for p in ps),
+            ), strict=True):
+                col.append(value)
+        cur.execute(
+            """
+            INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
+                first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
+                alert_count)
+            SELECT %s, x.* , 0 FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
+                %s::timestamptz[], %s::timestamptz[], %s::float8[], %s::text[], %s::int[], %s::int[])
+                AS x(session_id, agent, model, n, max_turn, first_seen, last_seen, max_watermark, max_tier,
+                     failed, compressions)
+            ORDER BY x.session_id
+            ON CONFLICT (project_id, session_id) DO UPDATE SET
+                turn_count = s.turn_count + EXCLUDED.turn_count,
+                max_turn = GREATEST(s.max_turn, EXCLUDED.max_turn),
+                first_seen = LEAST(s.first_seen, EXCLUDED.first_seen),
+                agent = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.agent = ''
+                             THEN EXCLUDED.agent ELSE s.agent END,
+                model = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.model = ''
+                             THEN EXCLUDED.model ELSE s.model END,
+                last_seen = GREATEST(s.last_seen, EXCLUDED.last_seen),
+                max_watermark = GREATEST(s.max_watermark, EXCLUDED.max_watermark),
+                max_tier = CASE
+                    WHEN array_position(ARRAY['ok','warn','compress','force','break'], EXCLUDED.max_tier)
+                         > array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier)
+                    THEN EXCLUDED.max_tier ELSE s.max_tier END,
+                failed_validations = s.failed_validations + EXCLUDED.failed_validations,
+                compression_events = s.compression_events + EXCLUDED.compression_events
+            RETURNING id, session_id
+            """,
+            [pid, *cols],
+        )
+        session_refs = {sid: ref for ref, sid in cur.fetchall()}
+        for p in fresh:
+            p.session_ref = session_refs[p.snap["session_id"]]
 
         # 3. Turn-to-turn change, correct for late and repeated turns.
         updates = _derive_changes(cur, pid, fresh)
 
-        # 4. Snapshots.
-        snap_rows = []
-        for p in fresh:
-            s, out = p.snap, p.snap["output"] or {}
-            usage = out.get("usage") or {}
-            snap_rows.append({
-                "snapshot_id": s["snapshot_id"], "session_ref": p.session_ref, "session_id": s["session_id"],
-                "turn": s["turn"], "agent": s["agent"], "ts": s["ts"].isoformat(),
-                "model_name": s["model"]["name"], "context_window": s["model"]["context_window"],
-                "reserve_tokens": s["model"]["reserve_tokens"], "encoding": p.encoding,
-                "counts_estimated": p.counts_estimated, "params": s["params"], "tags": s["tags"],
-                "total_tokens": p.total, "watermark": p.watermark, "tier": p.tier,
-                "kind_tokens": p.kind_tokens, "n_blocks": len(p.blocks), "n_compression": len(s["compression"]),
-                "n_recall": len(s["recall"]), "n_recall_injected": sum(1 for r in s["recall"] if r["injected"]),
-                "n_validation": len(s["validation"]),
-                "n_validation_failed": sum(1 for v in s["validation"] if not v["passed"]),
-                "retries": s["retries"], "fallback_used": s["fallback_used"],
-                "output": s["output"], "prompt_tokens_reported": usage.get("prompt_tokens"),
-                "completion_tokens": usage.get("completion_tokens"), "cached_tokens": usage.get("cached_tokens"),
-                "latency_ms": out.get("latency_ms"), "count_drift": p.drift, "prev_turn": p.prev_turn,
-                "change": p.change,
-            })
-        cur.execute(
-            """
-            INSERT INTO ingest_snapshot (project_id, snapshot_id, session_ref, session_id, turn, agent, ts,
-                received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params,
-                tags, total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall,
-                n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,
-                prompt_tokens_reported, completion_tokens, cached_tokens, latency_ms, count_drift,
-                prev_turn, change)
-            SELECT %s, x.snapshot_id, x.session_ref, x.session_id, x.turn, x.agent, x.ts, %s, x.model_name,
-                x.context_window, x.reserve_tokens, x.encoding, x.counts_estimated,
-                COALESCE(x.params, '{}'::jsonb), COALESCE(x.tags, '{}'::jsonb), x.total_tokens,
-                x.watermark, x.tier, x.kind_tokens, x.n_blocks, x.n_compression, x.n_recall,
-                x.n_recall_injected, x.n_validation, x.n_validation_failed, x.retries, x.fallback_used,
-                x.output, x.prompt_tokens_reported, x.completion_tokens, x.cached_tokens, x.latency_ms,
-                x.count_drift, x.prev_turn, x.change
-            FROM jsonb_to_recordset(%s::jsonb) AS x(snapshot_id uuid, session_ref bigint, session_id text,
-                turn int, agent text, ts timestamptz, model_name text, context_window int,
-                reserve_tokens int, encoding text, counts_estimated bool, params jsonb, tags jsonb,
-                total_tokens int, watermark float8, tier text, kind_tokens jsonb, n_blocks int,
-                n_compression int, n_recall int, n_recall_injected int, n_validation int,
-                n_validation_failed int, retries int, fallback_used bool, output jsonb,
-                prompt_tokens_reported int, completion_tokens int, cached_tokens int, latency_ms float8,
-                count_drift float8, prev_turn int, change jsonb)
-            ON CONFLICT (project_id, snapshot_id) DO NOTHING
-            RETURNING id, snapshot_id::text
-            """,
-            [pid, now, _j(snap_rows)],
-        )
-        created = {sid: ref for ref, sid in cur.fetchall()}
-        fresh = [p for p in fresh if p.snap["snapshot_id"] in created]
-        if not fresh:
-            return {}
+        # 4. Snapshots, by COPY. Their ids are new; a snapshot_id stored meanwhile fails the COPY
+        #    (see _store).
+        with raw.copy(_SNAPSHOT_COPY) as copy:
+            for p in fresh:
+                s = p.snap
+                out = s["output"]
+                usage = out["usage"] if out else {}
+                model = s["model"]
+                blocks = p.blocks
+                refs = [b["refs"] for b in blocks] if any(b["refs"] for b in blocks) else None
+                copy.write_row((
+                    pid, p.ref, s["snapshot_id"], p.session_ref, s["session_id"], s["turn"], s["agent"],
+                    s["ts"], now, model["name"], model["context_window"], model["reserve_tokens"], p.encoding,
+                    p.counts_estimated, _j(s["params"]), _j(s["tags"]), p.total, p.watermark, p.tier,
+                    _j(p.kind_tokens), len(blocks), len(s["compression"]), len(s["recall"]),
+                    sum(1 for r in s["recall"] if r["injected"]), len(s["validation"]),
+                    sum(1 for v in s["validation"] if not v["passed"]), s["retries"], s["fallback_used"],
+                    _j(out) if out is not None else None, usage.get("prompt_tokens"),
+                    usage.get("completion_tokens"), usage.get("cached_tokens"),
+                    out.get("latency_ms") if out else None, p.drift, p.prev_turn, _j(p.change),
+                    [b["key"] for b in blocks], [b["kind"] for b in blocks], [b["hash"] for b in blocks],
+                    [b["tokens"] for b in blocks],
+                    [block_flags(estimated=b["estimated"], pinned=b["pinned"], compressed=b["compressed"])
+                     for b in blocks],
+                    _j(refs) if refs is not None else None,
+                ))
 
-        # 5. Block contents and their messages, each stored once per project under its hash.
+        # 5. Block contents and their messages, each stored once per project under its hash. Hashes
+        #    this process saw committed skip the database; for the rest, the insert itself tells which
+        #    blocks are new, and only their messages are sent.
         contents: dict[str, tuple[dict[str, Any], str]] = {}
         for p in fresh:
             for b in p.blocks:
                 if b["hash"] not in contents:
                     contents[b["hash"]] = (b, p.encoding)
-        maybe_new = _known_blocks.unknown(pid, contents)
-        known: set[str] = set()
+        maybe_new = sorted(_known_blocks.unknown(pid, contents))
+        new_blocks: list[str] = []
         if maybe_new:
-            cur.execute(
-                "SELECT hash FROM ingest_blockcontent WHERE project_id = %s AND hash = ANY(%s)",
-                [pid, maybe_new],
-            )
-            known = {r[0] for r in cur.fetchall()}
-        missing = [(h, *contents[h]) for h in maybe_new if h not in known]
-        messages: dict[str, dict[str, Any]] = {}
-        if missing:
-            for _h, b, _enc in missing:
-                for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
-                    messages.setdefault(mh, m)
-            maybe_new_messages = _known_messages.unknown(pid, messages)
-            known_messages: set[str] = set()
-            if maybe_new_messages:
-                cur.execute(
-                    "SELECT hash FROM ingest_messagecontent WHERE project_id = %s AND hash = ANY(%s)",
-                    [pid, maybe_new_messages],
-                )
-                known_messages = {r[0] for r in cur.fetchall()}
-            new_messages = [{"hash": mh, "message": messages[mh]} for mh in maybe_new_messages
-                            if mh not in known_messages]
-            if new_messages:
-                cur.execute(
-                    """
-                    INSERT INTO ingest_messagecontent (project_id, hash, message)
-                    SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
-                    ON CONFLICT (project_id, hash) DO NOTHING
-                    """,
-                    [pid, _j(new_messages)],
-                )
+            rows = [contents[h] for h in maybe_new]
             cur.execute(
                 """
-                INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding, created_at)
-                SELECT %s, x.hash, ARRAY(SELECT jsonb_array_elements_text(x.mh)), x.chars, x.tokens, x.encoding, %s
-                FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, mh jsonb, chars int, tokens int, encoding text)
+                INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,
+                    created_at)
+                SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s
+                FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
+                    AS x(hash, mh, chars, tokens, encoding)
+                ON CONFLICT (project_id, hash) DO NOTHING
+                RETURNING hash
+                """,
+                [pid, now, maybe_new, [",".join(b["message_hashes"]) for b, _ in rows],
+                 [b["chars"] for b, _ in rows], [b["tokens"] for b, _ in rows], [enc for _, enc in rows]],
+            )
+            new_blocks = [r[0] for r in cur.fetchall()]
+        messages: dict[str, dict[str, Any]] = {}
+        for h in new_blocks:
+            b = contents[h][0]
+            for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
+                messages.setdefault(mh, m)
+        new_messages = sorted(_known_messages.unknown(pid, messages))
+        if new_messages:
+            cur.execute(
+                """
+                INSERT INTO ingest_messagecontent (project_id, hash, message)
+                SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
                 ON CONFLICT (project_id, hash) DO NOTHING
                 """,
-                [pid, now, _j([{"hash": h, "mh": b["message_hashes"], "chars": b["chars"],
-                                "tokens": b["tokens"], "encoding": enc} for h, b, enc in missing])],
+                [pid, _j([{"hash": mh, "message": messages[mh]} for mh in new_messages])],
             )
 
         # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
-        with raw.copy(
-            "COPY ingest_snapshotblock (project_id, snapshot_ref, position, key, kind, content_hash, tokens,"
-            " estimated, pinned, compressed, refs) FROM STDIN"
-        ) as copy:
-            for p in fresh:
-                ref = created[p.snap["snapshot_id"]]
-                for pos, b in enumerate(p.blocks):
-                    copy.write_row((pid, ref, pos, b["key"], b["kind"], b["hash"], b["tokens"], b["estimated"],
-                                    b["pinned"], b["compressed"], _j(b["refs"]) if b["refs"] else "[]"))
         if any(p.snap["compression"] for p in fresh):
             with raw.copy(
                 "COPY ingest_compressionevent (project_id, snapshot_ref, position, ts, strategy, block,"
                 " tokens_before, tokens_after, watermark, items, ref) FROM STDIN"
             ) as copy:
                 for p in fresh:
-                    ref = created[p.snap["snapshot_id"]]
                     for pos, c in enumerate(p.snap["compression"]):
-                        copy.write_row((pid, ref, pos, p.snap["ts"], c["strategy"], c["block"],
+                        copy.write_row((pid, p.ref, pos, p.snap["ts"], c["strategy"], c["block"],
                                         c["tokens_before"], c["tokens_after"], c["watermark"], _j(c["items"]),
                                         c["ref"]))
         if any(p.snap["recall"] for p in fresh):
@@ -414,19 +436,18 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 " injected, stale, conflicting, block, preview) FROM STDIN"
             ) as copy:
                 for p in fresh:
-                    ref = created[p.snap["snapshot_id"]]
                     for pos, r in enumerate(p.snap["recall"]):
-                        copy.write_row((pid, ref, pos, r["memory_id"], r["channel"], r["score"], r["rank"],
-                                        r["injected"], r["stale"], r["conflicting"], r["block"], r["preview"]))
+                        copy.write_row((pid, p.ref, pos, r["memory_id"], r["channel"], r["score"],
+                                        r["rank"], r["injected"], r["stale"], r["conflicting"], r["block"],
+                                        r["preview"]))
         if any(p.snap["validation"] for p in fresh):
             with raw.copy(
                 "COPY ingest_validationoutcome (project_id, snapshot_ref, position, layer, \"check\", passed,"
                 " code, message, attempt) FROM STDIN"
             ) as copy:
                 for p in fresh:
-                    ref = created[p.snap["snapshot_id"]]
                     for pos, v in enumerate(p.snap["validation"]):
-                        copy.write_row((pid, ref, pos, v["layer"], v["check"], v["passed"], v["code"],
+                        copy.write_row((pid, p.ref, pos, v["layer"], v["check"], v["passed"], v["code"],
                                         v["message"], v["attempt"]))
 
         # 7. Existing turns whose predecessor changed because an earlier turn arrived late.
@@ -440,46 +461,7 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 [_j(updates), pid],
             )
 
-        # 8. Session aggregates: commutative updates, so arrival order does not matter.
-        agg = []
-        for sid in sids:
-            ps = [p for p in by_session[sid] if p.snap["snapshot_id"] in created]
-            if not ps:
-                continue
-            latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
-            agg.append({
-                "id": session_refs[sid], "n": len(ps), "max_turn": max(p.snap["turn"] for p in ps),
-                "first_seen": min(p.snap["ts"] for p in ps).isoformat(),
-                "last_seen": latest.snap["ts"].isoformat(),
-                "agent": latest.snap["agent"], "model": latest.snap["model"]["name"],
-                "max_watermark": max(p.watermark for p in ps),
-                "max_tier_rank": max(TIERS.index(p.tier) for p in ps),
-                "failed": sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
-                "compressions": sum(len(p.snap["compression"]) for p in ps),
-            })
-        cur.execute(
-            """
-            UPDATE ingest_session s SET
-                turn_count = s.turn_count + x.n,
-                max_turn = GREATEST(s.max_turn, x.max_turn),
-                first_seen = LEAST(s.first_seen, x.first_seen),
-                agent = CASE WHEN x.last_seen >= s.last_seen OR s.agent = '' THEN x.agent ELSE s.agent END,
-                model = CASE WHEN x.last_seen >= s.last_seen OR s.model = '' THEN x.model ELSE s.model END,
-                last_seen = GREATEST(s.last_seen, x.last_seen),
-                max_watermark = GREATEST(s.max_watermark, x.max_watermark),
-                max_tier = (ARRAY['ok','warn','compress','force','break'])[1 + GREATEST(
-                    array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier) - 1,
-                    x.max_tier_rank)],
-                failed_validations = s.failed_validations + x.failed,
-                compression_events = s.compression_events + x.compressions
-            FROM jsonb_to_recordset(%s::jsonb) AS x(id bigint, n int, max_turn int, first_seen timestamptz,
-                last_seen timestamptz, agent text, model text, max_watermark float8, max_tier_rank int,
-                failed int, compressions int)
-            WHERE s.project_id = %s AND s.id = x.id
-            """,
-            [_j(agg), pid],
-        )
-        refs = [created[p.snap["snapshot_id"]] for p in fresh]
+        refs = [p.ref for p in fresh]
         block_keys, message_keys = list(contents), list(messages)
 
         def _committed() -> None:
@@ -488,7 +470,7 @@ def _store(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
             snapshots_committed.send(sender=Project, project_id=pid, snapshot_refs=refs)
 
         transaction.on_commit(_committed)
-    return created
+    return {p.snap["snapshot_id"]: p.ref for p in fresh}
 
 
 def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str, Any]]:
@@ -501,14 +483,16 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
         refs.append(ref)
         los.append(min(p.snap["turn"] for p in ps))
         his.append(max(p.snap["turn"] for p in ps))
-    # The stored neighbourhood of the new turns: from the last stored turn before the earliest new
-    # one to the first stored turn after the latest new one.
+    # The stored neighbourhood of the new turns, with their blocks: from the last stored turn before
+    # the earliest new one to the first stored turn after the latest new one.
     cur.execute(
         """
         WITH b(session_ref, lo, hi) AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]))
-        SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text FROM b
+        SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
+               s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens FROM b
         JOIN LATERAL (
-            SELECT id, session_ref, turn, ts, snapshot_id FROM ingest_snapshot s
+            SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
+            FROM ingest_snapshot s
             WHERE s.project_id = %s AND s.session_ref = b.session_ref
               AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
                                       AND x.session_ref = b.session_ref AND x.turn < b.lo), b.lo)
@@ -518,25 +502,15 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
         """,
         [refs, los, his, pid, pid, pid],
     )
-    stored = cur.fetchall()
-    stored_blocks: dict[int, list[derive.BlockRef]] = defaultdict(list)
-    if stored:
-        cur.execute(
-            """
-            SELECT sb.snapshot_ref, sb.key, sb.kind, sb.content_hash, sb.tokens FROM ingest_snapshotblock sb
-            WHERE sb.project_id = %s AND sb.snapshot_ref = ANY(%s) ORDER BY sb.snapshot_ref, sb.position
-            """,
-            [pid, [r[0] for r in stored]],
-        )
-        for sref, key, kind, h, n in cur.fetchall():
-            stored_blocks[sref].append(derive.BlockRef(key, kind, h, n))
-
-    # One ordered line per session of (turn, ts, snapshot_id) with either a stored id or a new turn.
-    lines: dict[int, list[tuple[int, datetime, str, int | None, _Prepared | None]]] = defaultdict(list)
-    for sid, sref, turn, ts, snap_uuid in stored:
-        lines[sref].append((turn, ts, snap_uuid, sid, None))
+    # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks
+    # or a new turn.
+    Entry = tuple[int, datetime, str, int | None, "_Prepared | None", list[derive.BlockRef] | None]
+    lines: dict[int, list[Entry]] = defaultdict(list)
+    for sid, sref, turn, ts, snap_uuid, keys, kinds, hashes, tokens in cur.fetchall():
+        stored = list(map(derive.BlockRef, keys, kinds, hashes, tokens))
+        lines[sref].append((turn, ts, snap_uuid, sid, None, stored))
     for p in fresh:
-        lines[p.session_ref].append((p.snap["turn"], p.snap["ts"], p.snap["snapshot_id"], None, p))
+        lines[p.session_ref].append((p.snap["turn"], p.snap["ts"], p.snap["snapshot_id"], None, p, None))
     updates = []
     for line in lines.values():
         line.sort(key=lambda e: (e[0], e[1], e[2]))
@@ -544,7 +518,7 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
         prev_turn: int | None = None
         prev_is_new = False
         first = True
-        for turn, _ts, _u, stored_id, p in line:
+        for turn, _ts, _u, stored_id, p, stored_blocks in line:
             if p is not None:
                 cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"]) for b in p.blocks]
                 # The first entry of the line may be a new turn with nothing stored before it.
@@ -552,7 +526,7 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
                 p.prev_turn = prev_turn
                 prev_is_new = True
             else:
-                cur_blocks = stored_blocks.get(stored_id or 0, [])
+                cur_blocks = stored_blocks or []
                 if prev_is_new:
                     updates.append({"id": stored_id, "prev_turn": prev_turn,
                                     "change": derive.block_change(prev_blocks, cur_blocks, prev_turn)})

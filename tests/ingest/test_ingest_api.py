@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from ctxobs.wire import LIMITS
-from ingest.models import AgentSession, BlockContent, IngestKey, Snapshot, SnapshotBlock
+from ingest.models import BLOCK_PINNED, AgentSession, BlockContent, IngestKey, Snapshot
 from ingest.services import ingest_key_revoke, project_create
 from tests.factories import SYSTEM_PROMPT, block, full_snapshot, message, snapshot
 
@@ -163,10 +163,15 @@ def test_fifty_turns_sharing_a_system_prompt_store_it_once(api, project):
     ]
     assert api.post_snapshots(batch[:25]).status_code == 200
     assert api.post_snapshots(batch[25:]).status_code == 200
-    system_hashes = set(SnapshotBlock.objects.filter(project=project, key="system").values_list("content_hash", flat=True))
+    rows = list(
+        Snapshot.objects.filter(project=project).values_list("block_keys", "block_hashes", "block_flags")
+    )
+    assert len(rows) == 50
+    assert all(keys == ["system", "user"] for keys, _, _ in rows)
+    assert all(flags[0] & BLOCK_PINNED and not flags[1] & BLOCK_PINNED for _, _, flags in rows)
+    system_hashes = {hashes[0] for _, hashes, _ in rows}
     assert len(system_hashes) == 1
     assert BlockContent.objects.filter(project=project, hash__in=system_hashes).count() == 1
-    assert SnapshotBlock.objects.filter(project=project, key="system").count() == 50
     assert BlockContent.objects.filter(project=project).count() == 51
 
 

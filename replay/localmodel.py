@@ -94,9 +94,9 @@ def start(
     log_path: Path | str | None = None,
     extra_args: list[str] | None = None,
 ) -> LocalModelServer:
-    """Spawn `python -m llama_cpp.server` on HOST:PORT (a free port when PORT is None) with the
-    Gemma 3 270M model; returns at once (use wait_ready). Its output goes to LOG_PATH (or is
-    discarded)."""
+    """Spawn llama-cpp-python's server (through replay.llamaserver) on HOST:PORT (a free port
+    when PORT is None) with the Gemma 3 270M model; returns at once (use wait_ready). Its output
+    goes to LOG_PATH (or is discarded)."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the package is a declared dependency
@@ -108,7 +108,7 @@ def start(
     cmd = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "replay.llamaserver",
         "--model",
         str(model),
         "--host",
@@ -132,7 +132,11 @@ def start(
         lp.parent.mkdir(parents=True, exist_ok=True)
         log = lp.open("ab")
         out = log
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    # The launcher module lives in this project, which need not be installed where it runs.
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     logger.info("replay.localmodel_started pid=%s port=%s", proc.pid, port)
     return LocalModelServer(
         process=proc,

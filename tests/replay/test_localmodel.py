@@ -1,0 +1,58 @@
+"""The embedded model server (Gemma 3 270M behind llama-cpp-python): every block a replay sends
+reaches the model, which the server's own prompt-token count shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from replay import ablation, endpoints
+from replay.services import LOCAL_MODEL_NAME
+from tests import factories as f
+from tests.replay.helpers import PLANTED_MEMORY, PLANTED_QUESTION, PLANTED_SYSTEM
+
+pytestmark = pytest.mark.e2e
+
+
+def _blocks(*, with_memory: bool) -> list[dict[str, Any]]:
+    blocks = [
+        f.block("system", "system", PLANTED_SYSTEM, pinned=True),
+        f.block("memory", "memory", PLANTED_MEMORY),
+        f.block("user", "user", PLANTED_QUESTION),
+    ]
+    return blocks if with_memory else [b for b in blocks if b["key"] != "memory"]
+
+
+def _prompt_tokens(base_url: str, mode: str, *, with_memory: bool) -> int:
+    request = ablation.render_request(_blocks(with_memory=with_memory), {"temperature": 0, "max_tokens": 1})
+    path, body = ablation.call_body(request=request, model=LOCAL_MODEL_NAME, mode=mode)
+    res = endpoints.complete(base_url=base_url, path=path, body=body, api_key="", timeout=60.0)
+    assert res.prompt_tokens is not None
+    return res.prompt_tokens
+
+
+def _server_tokens(base_url: str, text: str) -> int:
+    resp = httpx.post(base_url.removesuffix("/v1") + "/extras/tokenize", json={"input": text}, timeout=30.0)
+    return len(resp.json()["tokens"]) - 1  # minus BOS
+
+
+def test_a_second_system_message_reaches_the_model_only_through_the_rendered_transcript(
+    local_model: Any,
+) -> None:
+    url = local_model.base_url
+    memory_tokens = _server_tokens(url, f"System: {PLANTED_MEMORY}\n")
+    assert memory_tokens > 5
+
+    # The server's chat format keeps the first system message only: the memory block (a second
+    # system message) is dropped without an error, so with and without it the prompt is the same.
+    chat_with = _prompt_tokens(url, "chat", with_memory=True)
+    chat_without = _prompt_tokens(url, "chat", with_memory=False)
+    assert chat_with == chat_without
+
+    # The transcript ctxobs renders (the local endpoint's completions mode) carries it: the
+    # server counts exactly the block's tokens more.
+    text_with = _prompt_tokens(url, "completions", with_memory=True)
+    text_without = _prompt_tokens(url, "completions", with_memory=False)
+    assert abs((text_with - text_without) - memory_tokens) <= 2, (text_with, text_without, memory_tokens)

@@ -12,7 +12,10 @@ What it does per user message, one model call = one ctxobs turn (snapshot):
   tool_results / user, in that order (stable first);
 - after each call the agent reads `t.watermark()`: from 60% it drops old tool outputs from
   history (kept in an archive, referenced by id), from 70% it folds older history into a
-  rolling summary; each step is recorded as a compression event on the next turn;
+  rolling summary; each step is recorded as a compression event on the next turn. The
+  agent budgets a 1,280-token window (`--context-window`) so that two rounds of flight
+  search results pass 70% by the third message, as a long conversation would on a real
+  window;
 - the reply must be JSON {"action", "reply", "flight_id"}: a structure layer (JSON, required
   fields, enum) and a semantic layer (known flight, within budget, sane reply length);
   on failure the error is fed back and the call retried (at most twice), then a fixed
@@ -104,7 +107,8 @@ class ModelServerUnreachable(RuntimeError):
 @dataclass
 class Session:
     session_id: str
-    rng: random.Random
+    rng: random.Random  # the world: tool failures, flights, recall noise
+    model_rng: random.Random  # sampling seeds, so retries do not change what the tools return
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: str = ""
     constraints: list[str] = field(default_factory=list)
@@ -410,7 +414,7 @@ def user_turn(
                     messages=t.messages(),
                     max_tokens=max_tokens,
                     temperature=0.8,
-                    seed=s.rng.randint(0, 2**31 - 1),
+                    seed=s.model_rng.randint(0, 2**31 - 1),
                     response_format={"type": "json_object"},
                 )
                 out_text = resp.choices[0].message.content
@@ -469,7 +473,7 @@ def run(
     turns: int = 8,
     seed: int = 7,
     *,
-    context_window: int = 2048,
+    context_window: int = 1280,
     max_tokens: int = 64,
     spool_path: str | None = None,
 ) -> dict[str, Any]:
@@ -486,7 +490,11 @@ def run(
     stats = {"sessions": sessions, "calls": 0, "retries": 0, "fallbacks": 0, "compressions": 0}
     started = time.perf_counter()
     for n in range(sessions):
-        s = Session(session_id=f"tern-{seed}-{n}-{rng.randint(1000, 9999)}", rng=random.Random(rng.random()))
+        s = Session(
+            session_id=f"tern-{seed}-{n}-{rng.randint(1000, 9999)}",
+            rng=random.Random(rng.random()),
+            model_rng=random.Random(rng.random()),
+        )
         script = USER_SCRIPT[:]
         for i in range(turns):
             user_turn(
@@ -514,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=2)
     p.add_argument("--turns", type=int, default=8)
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--context-window", type=int, default=2048)
+    p.add_argument("--context-window", type=int, default=1280)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--spool", help="JSONL file for snapshots the server could not take")
     args = p.parse_args(argv)

@@ -8,9 +8,11 @@ the alerts queue and a local webhook receiver (http.server, signature verified),
 1. latency: for each of N sessions, ingests a calm turn and then a turn in the force tier, and
    measures from the start of the committing ingest call to the first alert row of that session
    (its created_at) and to the first signed webhook request the receiver accepts;
-2. flat cost: grows one session to --turns turns (watermark oscillating across the tiers, so
-   rules fire and episodes extend) and at several lengths times `alerts_evaluate` on freshly
-   appended turns, with its query count.
+2. flat cost: grows one session to --turns turns (watermark cycling across the tiers every 40
+   turns, a minute apart, so each cycle raises new alerts and the session's alerts pile up) and
+   at several lengths times `alerts_evaluate` on one freshly appended turn, over a full cycle of
+   turns, with its query count. "Flat": the median at the longest length is at most 1.25x the
+   median at one cycle (40 turns), with no more queries.
 
 The last line printed is one JSON object with the headline figures.
 """
@@ -112,16 +114,17 @@ def start_worker() -> subprocess.Popen[bytes]:
 
     env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REDIS_URL=settings.REDIS_URL)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "alerts", "-c", "4", "--pool", "prefork",
-         "-l", "WARNING", "-n", f"bench-alerts-{os.getpid()}@%h"],
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "alerts", "-c", "4",
+         "--pool", "prefork", "-l", "WARNING", "-n", f"bench-alerts-{os.getpid()}@%h"],
         env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    name = f"bench-alerts-{os.getpid()}@{os.uname().nodename}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError("celery worker exited early")
         try:
-            if app.control.inspect(timeout=1, destination=[f"bench-alerts-{os.getpid()}@{os.uname().nodename}"]).ping():
+            if app.control.inspect(timeout=1, destination=[name]).ping():
                 return proc
         except Exception:  # noqa: BLE001, S110 - the broker may not answer yet
             pass
@@ -153,8 +156,8 @@ def latency(n_sessions: int, project: Project) -> dict[str, Any]:
             deadline = time.monotonic() + 30
             created = None
             while time.monotonic() < deadline:
-                row = Alert.objects.filter(project=project, session_id=sid).order_by("created_at").values_list(
-                    "created_at", flat=True).first()
+                row = (Alert.objects.filter(project=project, session_id=sid).order_by("created_at")
+                       .values_list("created_at", flat=True).first())
                 if row is not None:
                     created = row
                     break
@@ -177,68 +180,93 @@ def latency(n_sessions: int, project: Project) -> dict[str, Any]:
     }
 
 
+CYCLE = 40  # turns of one fill cycle (calm -> break tier -> compression)
+# Turns of the long session are a minute apart, so the default cooldowns (20 turns, 30 min) end
+# within each cycle and every cycle raises new alerts: the session's alert count grows with it.
+FLAT_STEP = timedelta(seconds=60)
+FLAT_TS = datetime.now(UTC) - timedelta(days=3)
+FLAT_RATIO_MAX = 1.25
+
+
 def fill_at(turn: int) -> float:
-    # Climbs from 30% into the break tier over 40 turns, then a compression drops it back.
-    phase = turn % 40
-    return 0.3 + 0.68 * phase / 39
+    # Climbs from 30% into the break tier over a cycle, then a compression drops it back.
+    return 0.3 + 0.68 * (turn % CYCLE) / (CYCLE - 1)
 
 
-def extras(turn: int) -> dict[str, Any]:
+def long_snap(turn: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if turn % 40 == 0 and turn:
-        out["compression"] = [{"strategy": "rolling_summary", "block": "history", "tokens_before": 6000,
-                               "tokens_after": 1500, "watermark": 0.98}]
-    out["validation"] = [{"layer": "structure", "check": "json_schema", "passed": turn % 3 != 0,
-                          "code": "" if turn % 3 else "E_JSON"}]
-    out["recall"] = [{"memory_id": "m1", "channel": "vector", "score": 0.5, "rank": 1, "injected": turn % 2 == 0}]
-    out["output"] = {"text": "ok", "usage": {"prompt_tokens": int(fill_at(turn) * USABLE) + (0 if turn % 5 else 900)}}
-    return out
+    if turn % CYCLE == 0 and turn:
+        out["compression"] = [
+            {"strategy": "rolling_summary", "block": "history", "tokens_before": 6000,
+             "tokens_after": 1500, "watermark": 0.98}
+        ]
+    out["validation"] = [
+        {"layer": "structure", "check": "json_schema", "passed": turn % 3 != 0,
+         "code": "" if turn % 3 else "E_JSON"}
+    ]
+    out["recall"] = [
+        {"memory_id": "m1", "channel": "vector", "score": 0.5, "rank": 1, "injected": turn % 2 == 0}
+    ]
+    prompt_tokens = int(fill_at(turn) * USABLE) + (0 if turn % 5 else 900)
+    out["output"] = {"text": "ok", "usage": {"prompt_tokens": prompt_tokens}}
+    s = snap("long-session", turn, fill_at(turn), **out)
+    s["ts"] = (FLAT_TS + FLAT_STEP * turn).isoformat()
+    return s
 
 
 def flat_cost(max_turns: int) -> dict[str, Any]:
+    """Time and queries of `alerts_evaluate` on one freshly ingested turn at several session
+    lengths. Each checkpoint times the last full cycle of turns before it, so every length sees
+    the same mix of quiet turns and turns that raise or extend alerts."""
     project, _ = project_create(name=f"bench-alerts-flat-{uuid.uuid4().hex[:8]}")
-    sid = "long-session"
-    checkpoints = [c for c in (10, 100, 500, 1000, 2000, max_turns) if c <= max_turns]
-    checkpoints = sorted(set(checkpoints))
-    probes = 15
+    checkpoints = sorted({c for c in (CYCLE, 3 * CYCLE, 13 * CYCLE, 1000, 2000, max_turns) if c <= max_turns})
     out: dict[str, dict[str, float]] = {}
     # Evaluation is driven by hand here: the worker must not race the measurements.
     snapshots_committed.disconnect(dispatch_uid="alerts.evaluate")
     try:
         turn = 0
         for cp in checkpoints:
-            # Grow to cp - probes turns without timing (evaluated in bulk so episodes exist).
-            while turn < cp - probes:
-                n = min(250, cp - probes - turn)
-                batch = [snap(sid, t, fill_at(t), **extras(t)) for t in range(turn, turn + n)]
-                snapshot_batch_ingest(project=project, batch=batch)
-                refs = list(Snapshot.objects.filter(project=project, turn__gte=turn, turn__lt=turn + n)
-                            .values_list("id", flat=True))
+            # Grow to one cycle before cp without timing (evaluated in bulk so alerts exist).
+            while turn < cp - CYCLE:
+                n = min(250, cp - CYCLE - turn)
+                snapshot_batch_ingest(project=project, batch=[long_snap(t) for t in range(turn, turn + n)])
+                refs = list(
+                    Snapshot.objects.filter(project=project, turn__gte=turn, turn__lt=turn + n)
+                    .values_list("id", flat=True)
+                )
                 for chunk in range(0, len(refs), 50):
-                    alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[chunk:chunk + 50])
+                    part = refs[chunk:chunk + 50]
+                    alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=part)
                 turn += n
-            ms, queries = [], []
+            ms, queries, quiet, firing = [], [], [], []
             while turn < cp:
-                snapshot_batch_ingest(project=project, batch=[snap(sid, turn, fill_at(turn), **extras(turn))])
-                ref = Snapshot.objects.get(project=project, session_id=sid, turn=turn).id
+                snapshot_batch_ingest(project=project, batch=[long_snap(turn)])
+                ref = Snapshot.objects.get(project=project, session_id="long-session", turn=turn).id
                 with CaptureQueriesContext(connection) as ctx:
                     started = time.perf_counter()
-                    alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
-                    ms.append((time.perf_counter() - started) * 1000)
+                    res = alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+                    elapsed = (time.perf_counter() - started) * 1000
+                ms.append(elapsed)
+                (firing if res.created or res.updated else quiet).append(elapsed)
                 queries.append(len(ctx.captured_queries))
                 turn += 1
-            out[str(cp)] = {"ms_median": round(statistics.median(ms), 2), "ms_p95": round(pct(ms, 0.95), 2),
-                            "queries_max": max(queries)}
-        n_alerts = Alert.objects.filter(project=project).count()
+            out[str(cp)] = {
+                "ms_median": round(statistics.median(ms), 2), "ms_p95": round(pct(ms, 0.95), 2),
+                "ms_median_quiet": round(statistics.median(quiet), 2) if quiet else None,
+                "ms_median_firing": round(statistics.median(firing), 2) if firing else None,
+                "firing": len(firing), "queries_max": max(queries),
+                "alerts_in_session": Alert.objects.filter(project=project).count(),
+            }
     finally:
         from alerts import receivers
 
         snapshots_committed.connect(receivers.on_snapshots_committed, dispatch_uid="alerts.evaluate")
         project.delete()
     first, last = out[str(checkpoints[0])], out[str(checkpoints[-1])]
-    return {"by_turns": out, "alerts_in_session": n_alerts,
-            "ms_ratio_last_to_first": round(last["ms_median"] / max(first["ms_median"], 1e-6), 2),
-            "queries_first": first["queries_max"], "queries_last": last["queries_max"]}
+    ratio = round(last["ms_median"] / max(first["ms_median"], 1e-6), 2)
+    return {"by_turns": out, "first": checkpoints[0], "last": checkpoints[-1],
+            "ms_ratio_last_to_first": ratio,
+            "flat": ratio <= FLAT_RATIO_MAX and last["queries_max"] <= first["queries_max"]}
 
 
 def main() -> None:
@@ -261,13 +289,18 @@ def main() -> None:
     print(f"latency: {json.dumps(lat)}", flush=True)
     flat = flat_cost(args.turns)
     print(f"evaluation cost by session length: {json.dumps(flat['by_turns'])}", flush=True)
+    by_turns = flat["by_turns"]
     print(json.dumps({
         "commit_to_alert_p95_s": lat["alert_p95_s"], "commit_to_alert_p50_s": lat["alert_p50_s"],
         "commit_to_webhook_p95_s": lat["webhook_p95_s"], "commit_to_webhook_p50_s": lat["webhook_p50_s"],
         "latency_sessions": lat["sessions"], "bad_signatures": lat["bad_signatures"],
-        "eval_ms_median_by_turns": {k: v["ms_median"] for k, v in flat["by_turns"].items()},
-        "eval_queries_max_by_turns": {k: v["queries_max"] for k, v in flat["by_turns"].items()},
-        "eval_ms_ratio_2000_vs_10": flat["ms_ratio_last_to_first"],
+        "eval_ms_median_by_turns": {k: v["ms_median"] for k, v in by_turns.items()},
+        "eval_ms_p95_by_turns": {k: v["ms_p95"] for k, v in by_turns.items()},
+        "eval_ms_median_firing_by_turns": {k: v["ms_median_firing"] for k, v in by_turns.items()},
+        "eval_queries_max_by_turns": {k: v["queries_max"] for k, v in by_turns.items()},
+        "alerts_in_session_by_turns": {k: v["alerts_in_session"] for k, v in by_turns.items()},
+        f"eval_ms_ratio_{flat['last']}_vs_{flat['first']}": flat["ms_ratio_last_to_first"],
+        "eval_flat_max_ratio": FLAT_RATIO_MAX, "eval_flat": flat["flat"],
         "seconds": round(time.monotonic() - started, 1),
     }))
 

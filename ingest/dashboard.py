@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, date, datetime, time
 from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from ingest import derive, selectors, textdiff
 from ingest.models import AgentSession, Project, Snapshot
@@ -187,92 +187,186 @@ BANDS = 11  # 0 .. 110%+
 MAX_TURN_GAP_SECONDS = 600
 
 
-def project_overview(*, project: Project, since: datetime | None) -> dict[str, Any]:
-    """Aggregates of PROJECT since SINCE (all time when None): five queries."""
+# Snapshots inserted this many ids before the last refresh are looked at again: a batch still
+# in flight then (ids taken, not yet committed) becomes visible later with ids below the mark.
+RESCAN_IDS = 10_000
+_ROLLUP_LOCK = 0x6F76_7277  # advisory lock namespace of the overview refresh
+
+_REFRESH_DAYS_SQL = """
+WITH days AS (SELECT unnest(%(days)s::date[]) AS day),
+b AS (
+    -- Each day with the 10 minutes after it, so a turn just before midnight finds its successor.
+    SELECT d.day, s.session_ref, s.turn, s.ts, s.watermark, s.tier, s.n_recall, s.n_recall_injected,
+           s.n_validation, s.n_validation_failed, s.n_compression,
+           lead(s.ts) OVER (PARTITION BY d.day, s.session_ref ORDER BY s.turn, s.ts) AS nxt
+    FROM days d JOIN ingest_snapshot s
+      ON s.project_id = %(pid)s AND s.ts >= d.day
+     AND s.ts < d.day + interval '1 day' + %(gap)s * interval '1 s'
+),
+r AS (
+    SELECT b.*, LEAST(%(nb)s - 1, floor(watermark / %(bw)s))::int AS bucket,
+           CASE WHEN nxt IS NOT NULL THEN LEAST(%(gap)s, extract(epoch FROM nxt - ts))
+                -- the next turn is further away than the gap cap: the cap; no next turn: nothing
+                WHEN EXISTS (SELECT 1 FROM ingest_snapshot n WHERE n.project_id = %(pid)s
+                             AND n.session_ref = b.session_ref AND n.turn > b.turn) THEN %(gap)s
+                ELSE 0 END AS gap
+    FROM b WHERE ts < day + interval '1 day'
+),
+per_day AS (
+    SELECT day, count(DISTINCT session_ref) AS sessions, count(*) AS turns,
+           coalesce(sum(n_recall), 0) AS recalled, coalesce(sum(n_recall_injected), 0) AS injected,
+           count(*) FILTER (WHERE n_validation > 0) AS validated,
+           count(*) FILTER (WHERE n_validation_failed > 0) AS failed,
+           coalesce(sum(n_compression), 0) AS compressions, coalesce(max(watermark), 0) AS max_watermark
+    FROM r GROUP BY day
+),
+per_bucket AS (
+    SELECT day, jsonb_object_agg(bucket, jsonb_build_array(n, v, f)) AS buckets
+    FROM (SELECT day, bucket, count(*) AS n, count(*) FILTER (WHERE n_validation > 0) AS v,
+                 count(*) FILTER (WHERE n_validation_failed > 0) AS f
+          FROM r GROUP BY day, bucket) x
+    GROUP BY day
+),
+per_tier AS (
+    SELECT day, jsonb_object_agg(tier, jsonb_build_array(n, secs)) AS tiers
+    FROM (SELECT day, tier, count(*) AS n, sum(gap)::float8 AS secs FROM r GROUP BY day, tier) x
+    GROUP BY day
+),
+per_strategy AS (
+    SELECT d.day, jsonb_object_agg(c.strategy, c.n) AS strategies
+    FROM days d
+    JOIN LATERAL (SELECT strategy, count(*) AS n FROM ingest_compressionevent
+                  WHERE project_id = %(pid)s AND ts >= d.day AND ts < d.day + interval '1 day'
+                  GROUP BY strategy) c ON true
+    GROUP BY d.day
+)
+INSERT INTO ingest_overview_day (project_id, day, sessions, turns, recalled, injected, validated, failed,
+                                 compressions, max_watermark, buckets, tiers, strategies)
+SELECT %(pid)s, p.day, p.sessions, p.turns, p.recalled, p.injected, p.validated, p.failed, p.compressions,
+       p.max_watermark, pb.buckets, pt.tiers, coalesce(ps.strategies, '{}'::jsonb)
+FROM per_day p JOIN per_bucket pb USING (day) JOIN per_tier pt USING (day)
+LEFT JOIN per_strategy ps USING (day)
+"""
+
+
+def overview_refresh(*, project_id: int) -> list[date]:
+    """Bring the daily rollup of PROJECT_ID up to date: recompute every day that snapshots added
+    since the last refresh fall on (late ones for old days included). Returns those days. Safe to
+    run concurrently: a refresh already running for the project makes this one return at once."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_ROLLUP_LOCK, project_id])
+        if not cur.fetchone()[0]:
+            return []
+        cur.execute(
+            """
+            WITH st AS (SELECT coalesce((SELECT covered_snapshot FROM ingest_overview_state
+                                         WHERE project_id = %(pid)s), 0) AS covered)
+            SELECT st.covered, (SELECT max(id) FROM ingest_snapshot WHERE project_id = %(pid)s),
+                   (SELECT coalesce(array_agg(DISTINCT date_trunc('day', ts)::date), '{}')
+                    FROM ingest_snapshot WHERE project_id = %(pid)s AND id > st.covered - %(rescan)s)
+            FROM st
+            """,
+            {"pid": project_id, "rescan": RESCAN_IDS},
+        )
+        covered, top, days = cur.fetchone()
+        if top is None or top <= covered:
+            return []
+        params = {
+            "pid": project_id,
+            "days": days,
+            "gap": MAX_TURN_GAP_SECONDS,
+            "nb": WM_BUCKETS,
+            "bw": WM_BUCKET,
+        }
+        cur.execute(
+            "DELETE FROM ingest_overview_day WHERE project_id = %(pid)s AND day = ANY(%(days)s::date[])",
+            params,
+        )
+        cur.execute(_REFRESH_DAYS_SQL, params)
+        cur.execute(
+            """
+            INSERT INTO ingest_overview_state (project_id, covered_snapshot, refreshed_at)
+            VALUES (%s, %s, now())
+            ON CONFLICT (project_id) DO UPDATE
+            SET covered_snapshot = EXCLUDED.covered_snapshot, refreshed_at = EXCLUDED.refreshed_at
+            """,
+            [project_id, top],
+        )
+    return list(days)
+
+
+def project_overview(*, project: Project, since: date | None) -> dict[str, Any]:
+    """Aggregates of PROJECT from the day SINCE on (all time when None), read from the daily
+    rollup after bringing it up to date: the cost follows the number of days shown and the
+    snapshots new since the last view, not the project's history."""
+    from ctxobs.wire import TIERS
+
     pid = project.pk
-    since_sql = "AND ts >= %s" if since is not None else ""
+    overview_refresh(project_id=pid)
+    since_sql = "AND day >= %s" if since is not None else ""
     args: list[Any] = [since] if since is not None else []
     out: dict[str, Any] = {}
     with connection.cursor() as cur:
         cur.execute(
             f"""
-            SELECT date_trunc('day', ts) AS d, count(DISTINCT session_ref), count(*),
-                   coalesce(sum(n_recall), 0), coalesce(sum(n_recall_injected), 0),
-                   count(*) FILTER (WHERE n_validation > 0), count(*) FILTER (WHERE n_validation_failed > 0),
-                   coalesce(sum(n_compression), 0), coalesce(max(watermark), 0)
-            FROM ingest_snapshot WHERE project_id = %s {since_sql}
-            GROUP BY 1 ORDER BY 1
+            SELECT day, sessions, turns, recalled, injected, validated, failed, compressions, max_watermark,
+                   buckets, tiers, strategies
+            FROM ingest_overview_day WHERE project_id = %s {since_sql} ORDER BY day
             """,  # noqa: S608 - only a fixed fragment is interpolated
             [pid, *args],
         )
-        days = cur.fetchall()
-        out["days"] = [d[0] for d in days]
-        out["sessions"] = [d[1] for d in days]
-        out["turns"] = [d[2] for d in days]
-        out["recalled"] = [d[3] for d in days]
-        out["injected"] = [d[4] for d in days]
-        out["totals"] = {
-            "turns": sum(d[2] for d in days),
-            "recalled": sum(d[3] for d in days),
-            "injected": sum(d[4] for d in days),
-            "validated": sum(d[5] for d in days),
-            "failed": sum(d[6] for d in days),
-            "compressions": sum(d[7] for d in days),
-            "max_watermark": max((d[8] for d in days), default=0.0),
-        }
+        # Django has psycopg hand jsonb over as text.
+        days = [(*d[:9], *(json.loads(j) for j in d[9:])) for d in cur.fetchall()]
         cur.execute(
             f"""
             SELECT count(*), count(*) FILTER (WHERE max_tier IN ('force', 'break')),
                    count(*) FILTER (WHERE alert_count > 0)
-            FROM ingest_session WHERE project_id = %s {since_sql.replace("ts", "last_seen")}
+            FROM ingest_session WHERE project_id = %s {since_sql.replace("day", "last_seen")}
             """,  # noqa: S608
             [pid, *args],
         )
         n_sessions, n_hot, n_alerted = cur.fetchone()
-        out["totals"].update({"sessions": n_sessions, "hot_sessions": n_hot, "alerted_sessions": n_alerted})
 
-        cur.execute(
-            f"""
-            SELECT LEAST(%s - 1, floor(watermark / %s))::int AS b, count(*),
-                   count(*) FILTER (WHERE n_validation > 0), count(*) FILTER (WHERE n_validation_failed > 0)
-            FROM ingest_snapshot WHERE project_id = %s {since_sql}
-            GROUP BY 1 ORDER BY 1
-            """,  # noqa: S608
-            [WM_BUCKETS, WM_BUCKET, pid, *args],
-        )
-        hist = {b: (n, c, f) for b, n, c, f in cur.fetchall()}
-        out["wm_buckets"] = [(round(b * WM_BUCKET, 2), hist.get(b, (0, 0, 0))[0]) for b in range(WM_BUCKETS)]
-        bands: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-        for b, (_n, c, f) in hist.items():
-            band = min(BANDS - 1, int(b * WM_BUCKET / BAND + 1e-9))
-            bands[band][0] += c
-            bands[band][1] += f
-        out["bands"] = [(round(i * BAND, 2), bands[i][0], bands[i][1]) for i in range(BANDS) if i in bands]
-
-        cur.execute(
-            f"""
-            SELECT tier, count(*), coalesce(sum(LEAST(gap, %s)), 0)
-            FROM (
-                SELECT tier,
-                       extract(epoch FROM lead(ts) OVER (PARTITION BY session_ref ORDER BY turn, ts) - ts)
-                       AS gap
-                FROM ingest_snapshot WHERE project_id = %s {since_sql}
-            ) t GROUP BY 1
-            """,  # noqa: S608
-            [MAX_TURN_GAP_SECONDS, pid, *args],
-        )
-        tiers = {t: (n, float(sec or 0)) for t, n, sec in cur.fetchall()}
-        from ctxobs.wire import TIERS
-
-        out["tiers"] = [(t, tiers.get(t, (0, 0.0))[1] / 3600, tiers.get(t, (0, 0.0))[0]) for t in TIERS]
-
-        cur.execute(
-            f"""
-            SELECT date_trunc('day', ts), strategy, count(*)
-            FROM ingest_compressionevent WHERE project_id = %s {since_sql}
-            GROUP BY 1, 2 ORDER BY 1, 2
-            """,  # noqa: S608
-            [pid, *args],
-        )
-        out["compression"] = cur.fetchall()
+    midnight = time(tzinfo=UTC)
+    out["days"] = [datetime.combine(d[0], midnight) for d in days]
+    out["sessions"] = [d[1] for d in days]
+    out["turns"] = [d[2] for d in days]
+    out["recalled"] = [d[3] for d in days]
+    out["injected"] = [d[4] for d in days]
+    out["totals"] = {
+        "turns": sum(d[2] for d in days),
+        "recalled": sum(d[3] for d in days),
+        "injected": sum(d[4] for d in days),
+        "validated": sum(d[5] for d in days),
+        "failed": sum(d[6] for d in days),
+        "compressions": sum(d[7] for d in days),
+        "max_watermark": max((d[8] for d in days), default=0.0),
+        "sessions": n_sessions,
+        "hot_sessions": n_hot,
+        "alerted_sessions": n_alerted,
+    }
+    hist: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    tiers: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for d in days:
+        for b, (n, v, f) in d[9].items():
+            h = hist[int(b)]
+            h[0], h[1], h[2] = h[0] + n, h[1] + v, h[2] + f
+        for t, (n, secs) in d[10].items():
+            tiers[t][0] += n
+            tiers[t][1] += secs or 0.0
+    out["wm_buckets"] = [(round(b * WM_BUCKET, 2), hist[b][0] if b in hist else 0) for b in range(WM_BUCKETS)]
+    bands: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for b, (_n, c, f) in hist.items():
+        band = min(BANDS - 1, int(b * WM_BUCKET / BAND + 1e-9))
+        bands[band][0] += c
+        bands[band][1] += f
+    out["bands"] = [(round(i * BAND, 2), bands[i][0], bands[i][1]) for i in range(BANDS) if i in bands]
+    out["tiers"] = [
+        (t, tiers[t][1] / 3600 if t in tiers else 0.0, int(tiers[t][0]) if t in tiers else 0) for t in TIERS
+    ]
+    out["compression"] = [
+        (day, strategy, n)
+        for day, d in zip(out["days"], days, strict=True)
+        for strategy, n in sorted(d[11].items())
+    ]
     return out

@@ -7,9 +7,11 @@ on the number of sessions or turns shown.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,44 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
+def _legacy_redirect(request: HttpRequest, project: Project, rest: str) -> HttpResponse | None:
+    """Where an old link with a raw session id (REST: what followed `/s/`) points: the first
+    reading, in the order the old routes tried them, whose session exists and that is not the
+    page already requested; None when there is none."""
+    readings = legacy_session_paths(rest)
+    known = selectors.session_ids_existing(project=project, session_ids=[sid for sid, _, _ in readings])
+    for sid, name, args in readings:
+        if sid in known:
+            url = reverse(name, kwargs={"project_id": project.pk, "session_id": sid, **args})
+            if url == request.path:
+                continue
+            query = request.META.get("QUERY_STRING", "")
+            return redirect(f"{url}?{query}" if query else url)
+    return None
+
+
+def legacy_links(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Session pages: a link made before session ids were escaped can look like another page of
+    another session (`/s/a/t/5/` was the timeline of "a/t/5"); when the page it routes to does not
+    exist, send it to the page it named."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, project_id: int, session_id: str, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, project_id, session_id, **kwargs)
+        except Http404:
+            prefix = f"/p/{project_id}/s/"
+            if prefix not in request.path_info:
+                raise
+            project, _ = project_access(request, project_id)
+            resp = _legacy_redirect(request, project, request.path_info.split(prefix, 1)[1])
+            if resp is None:
+                raise
+            return resp
+
+    return wrapper
+
+
 # --- projects -------------------------------------------------------------------------
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
@@ -121,7 +161,9 @@ def overview(request: HttpRequest, project_id: int) -> HttpResponse:
     days = request.GET.get("days", "30")
     if days not in OVERVIEW_RANGES and days != "all":
         days = "30"
-    since = None if days == "all" else timezone.now() - timedelta(days=OVERVIEW_RANGES[days])
+    # Whole days, the rollup's grain: "7 days" is today and the six before it.
+    today = timezone.now().astimezone(UTC).date()
+    since = None if days == "all" else today - timedelta(days=OVERVIEW_RANGES[days] - 1)
     stats = dashboard.project_overview(project=project, since=since)
     th = project.thresholds
     figures = {
@@ -150,7 +192,7 @@ def overview(request: HttpRequest, project_id: int) -> HttpResponse:
             totals=t,
             days=days,
             day_choices=[
-                ("1", "24 h"),
+                ("1", "today"),
                 ("7", "7 days"),
                 ("30", "30 days"),
                 ("90", "90 days"),
@@ -207,6 +249,7 @@ def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[
 
 
 @login_required
+@legacy_links
 def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResponse:
     project, membership = project_access(request, project_id)
     session = _session_or_404(project, session_id)
@@ -245,6 +288,7 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
 
 
 @login_required
+@legacy_links
 def chart_data(request: HttpRequest, project_id: int, session_id: str) -> HttpResponse:
     """The timeline figure as plotly JSON (typed arrays), for Plotly.newPlot."""
     project, _ = project_access(request, project_id)
@@ -296,6 +340,7 @@ def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot
 
 
 @login_required
+@legacy_links
 def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: int) -> HttpResponse:
     project, membership = project_access(request, project_id)
     session = _session_or_404(project, session_id)
@@ -381,6 +426,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
 
 
 @login_required
+@legacy_links
 def block_content(
     request: HttpRequest, project_id: int, session_id: str, turn: int, position: int
 ) -> HttpResponse:
@@ -400,18 +446,12 @@ def block_content(
 
 @login_required
 def session_legacy_link(request: HttpRequest, project_id: int, rest: str) -> HttpResponse:
-    """A session page link from before session ids were escaped (raw slashes in the id): to the
-    page it named. When an id with slashes makes it ambiguous, the reading the old routes chose
-    wins if that session exists, otherwise the first reading that names an existing session."""
+    """A session page link with raw slashes in the session id (made before ids were escaped)."""
     project, _ = project_access(request, project_id)
-    readings = legacy_session_paths(rest)
-    known = selectors.session_ids_existing(project=project, session_ids=[sid for sid, _, _ in readings])
-    for sid, name, args in readings:
-        if sid in known:
-            url = reverse(name, kwargs={"project_id": project.pk, "session_id": sid, **args})
-            query = request.META.get("QUERY_STRING", "")
-            return redirect(f"{url}?{query}" if query else url)
-    raise Http404("no such session")
+    resp = _legacy_redirect(request, project, rest)
+    if resp is None:
+        raise Http404("no such session")
+    return resp
 
 
 # --- settings: ingest keys and members (admin) ----------------------------------------------

@@ -229,3 +229,35 @@ def many_sessions(n: int, *, turns: int = 3, prefix: str = "bulk") -> list[dict[
                 )
             )
     return out
+
+
+def long_session(*, session_id: str = "marathon", turns: int = 2000) -> list[dict[str, Any]]:
+    """A session of TURNS turns: a growing history cut back by a rolling summary every 50 turns,
+    so the chart has every kind, compressions and tier changes across its width."""
+    base = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+    out = []
+    for t in range(turns):
+        since_summary = t % 50
+        blocks = [
+            block("system", "system", SYSTEM_PROMPT, pinned=True, tokens=400),
+            block(
+                "summary", "summary", f"Summary up to turn {t - since_summary}", compressed=True, tokens=300
+            ),
+            block("history", "history", f"history at turn {t}", tokens=120 * (since_summary + 1)),
+            block("user", "user", f"step {t}", tokens=20),
+        ]
+        extra: dict[str, Any] = {}
+        if since_summary == 0 and t > 0:
+            extra["compression"] = [{"strategy": "rolling_summary", "block": "history", "tokens_before": 6000,
+                                     "tokens_after": 120}]
+        out.append(
+            snapshot(
+                session_id=session_id,
+                turn=t,
+                blocks=blocks,
+                context_window=WINDOW,
+                ts=base + timedelta(seconds=5 * t),
+                **extra,
+            )
+        )
+    return out

@@ -13,7 +13,13 @@ from django.contrib.auth import get_user_model
 
 from ingest.models import Membership, Project
 from ingest.services import project_create
-from tests.ingest.dashboard_factories import demo_session, hostile_session, ingest, many_sessions
+from tests.ingest.dashboard_factories import (
+    demo_session,
+    hostile_session,
+    ingest,
+    long_session,
+    many_sessions,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -181,4 +187,47 @@ def test_hostile_session_renders_as_text(
     assert page.locator("#diff pre.diff").count() >= 1
     assert page.evaluate("() => window.__pwned === undefined")
     assert page.evaluate("() => [...document.scripts].every(s => !s.textContent.includes('__pwned'))")
+    assert errors == [], errors
+
+
+def test_a_2000_turn_timeline_renders_and_answers_clicks(
+    live_server: Any, seeded: Project, browser_page: tuple[Any, list[str]]
+) -> None:
+    snaps = long_session(session_id="marathon/2000", turns=2000)
+    for i in range(0, len(snaps), 500):
+        ingest(seeded, snaps[i : i + 500])
+    page, errors = browser_page
+    base = live_server.url.replace("127.0.0.1", "localhost")
+    _login(page, base)
+    page.click("nav.nav >> text=Sessions")
+    page.fill("input[name=q]", "marathon")
+    page.wait_for_function("document.querySelectorAll('table.sessions tbody tr').length === 1")
+    page.click("table.sessions tbody a")
+    page.wait_for_selector("#timeline-chart[data-rendered='1']", timeout=60_000)
+    assert "marathon/2000" in page.locator("h1").inner_text()
+    drawn = page.evaluate(
+        """() => {
+            const gd = document.getElementById('timeline-chart');
+            const bars = gd._fullData.filter(t => t.type === 'bar');
+            return {bars: bars.length, width: Math.max(...bars.map(t => t._length || t.x.length)),
+                    range: gd._fullLayout.xaxis.range};
+        }"""
+    )
+    assert drawn["bars"] >= 4 and drawn["width"] == 2000, drawn
+    assert drawn["range"][1] >= 1999, drawn
+    # The chart still answers: a click on a column far to the right opens that turn.
+    point = page.evaluate(
+        """() => {
+            const gd = document.getElementById('timeline-chart');
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+            const box = gd.getBoundingClientRect();
+            return {x: box.left + xa._offset + xa.l2p(1900), y: box.top + ya._offset + ya.l2p(200)};
+        }"""
+    )
+    page.mouse.move(point["x"], point["y"])
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_url("**/t/*/")
+    turn = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    assert 1880 <= turn <= 1920, page.url
+    assert "marathon~2F2000" in page.url
     assert errors == [], errors

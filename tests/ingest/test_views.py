@@ -332,6 +332,29 @@ def test_overview_aggregates(admin_client: Client, project: Project, demo: Agent
         assert f'id="{fig}"' in body
 
 
+def test_overview_rollup_follows_new_and_late_snapshots(admin_client: Client, project: Project) -> None:
+    from datetime import UTC, datetime
+
+    from ingest.dashboard import overview_refresh
+
+    url = reverse("ingest:overview", args=[project.pk])
+    ingest(project, demo_session(turns=6, compress_at=3))
+    first = admin_client.get(url, {"days": "all"}).context["stats"]
+    assert first["totals"]["turns"] == 6
+    assert overview_refresh(project_id=project.pk) == []  # nothing new: nothing recomputed
+    # Another session the same day, and a late one for a day weeks earlier.
+    ingest(project, demo_session(session_id="later", turns=4, compress_at=2))
+    ingest(project, demo_session(session_id="late", turns=3, start=datetime(2026, 10, 3, 9, tzinfo=UTC)))
+    again = admin_client.get(url, {"days": "all"}).context["stats"]
+    assert again["totals"]["turns"] == 13
+    assert again["totals"]["compressions"] == 2
+    assert [d.date().isoformat() for d in again["days"]] == ["2026-10-03", "2026-12-01"]
+    assert again["turns"] == [3, 10] and again["sessions"] == [1, 2]
+    # Time in tier: 30 s between turns, the last turn of each session counts nothing.
+    assert sum(h for _, h, _ in again["tiers"]) * 3600 == pytest.approx(30 * (5 + 3 + 2))
+    assert {s for _, s, _ in again["compression"]} == {"rolling_summary"}
+
+
 def test_plotly_js_is_served_from_the_package(client: Client) -> None:
     import plotly
 

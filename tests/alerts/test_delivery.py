@@ -1,14 +1,24 @@
-"""Deliveries to a real local webhook receiver and through Django's e-mail backend."""
+"""Deliveries to a real local webhook receiver and a real local SMTP server, through Django's
+e-mail backend configured from the environment, and the channels' "send test" action."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from django.contrib.auth import get_user_model
 from django.core import mail
 
 from alerts import channels, services
 from alerts.models import Alert, AlertRule, Channel, Delivery
+from ingest.models import Membership
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.receiver import Receiver
+from tests.alerts.smtp_server import SmtpServer
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +183,110 @@ def test_secret_round_trip_is_encrypted():
     token = channels.secret_encrypt("whsec_abc")
     assert "whsec_abc" not in token
     assert channels.secret_decrypt(token) == "whsec_abc"
+
+
+SMTP_SCRIPT = """
+import json, django
+django.setup()
+from django.conf import settings
+from alerts.channels import email_send
+r = email_send(recipients=["oncall@example.com"], subject="[ctxobs] env check", text="hello")
+print(json.dumps({"backend": settings.EMAIL_BACKEND, "ok": r.ok, "error": r.error}))
+"""
+
+
+# The local server takes a login over plain SMTP on loopback; aiosmtpd warns about that.
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_smtp_settings_from_the_environment_reach_a_real_smtp_server():
+    """The SMTP host, port, credentials and sender come from CTXOBS_* variables: a fresh process
+    configured only by them delivers to a real local SMTP server that requires the login."""
+    with SmtpServer(user="alerts", password="smtp-pw") as smtp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTXOBS_SMTP")}
+        env.pop("CTXOBS_EMAIL_BACKEND", None)
+        env.update(
+            DJANGO_SETTINGS_MODULE="config.settings",
+            CTXOBS_SMTP_HOST="127.0.0.1",
+            CTXOBS_SMTP_PORT=str(smtp.port),
+            CTXOBS_SMTP_USER="alerts",
+            CTXOBS_SMTP_PASSWORD="smtp-pw",
+            CTXOBS_EMAIL_FROM="ctxobs-alerts@example.com",
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", SMTP_SCRIPT],
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert result == {"backend": "django.core.mail.backends.smtp.EmailBackend", "ok": True, "error": ""}
+        (got,) = smtp.received
+        assert got["from"] == "ctxobs-alerts@example.com" and got["to"] == ["oncall@example.com"]
+        assert got["login"] == "alerts" and smtp.logins == ["alerts"]
+        assert got["message"]["Subject"] == "[ctxobs] env check"
+
+        env["CTXOBS_SMTP_PASSWORD"] = "wrong"
+        out = subprocess.run(
+            [sys.executable, "-c", SMTP_SCRIPT],
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        refused = json.loads(out.stdout.strip().splitlines()[-1])
+        assert refused["ok"] is False and "Authentication" in refused["error"]
+        assert len(smtp.received) == 1
+
+
+@pytest.fixture
+def smtp_backend(settings):
+    with SmtpServer() as smtp:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", smtp.port
+        settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+        settings.EMAIL_USE_TLS = False
+        yield smtp
+
+
+def test_send_test_action_on_the_channel_page_for_both_kinds(client, private_ok, smtp_backend):
+    """The channel page's "send test" button queues a test delivery; it reaches a real webhook
+    receiver (signed) and a real SMTP server, and the delivery log on the page shows it."""
+    admin = get_user_model().objects.create_user("admin", password="pw")
+    Membership.objects.create(project=private_ok, user=admin, role="admin")
+    client.force_login(admin)
+    with Receiver() as rx:
+        hook, rx.secret = webhook(private_ok, rx.url)
+        email, _ = services.channel_create(
+            project=private_ok, kind="email", data={"name": "oncall", "recipients": "oncall@example.com"}
+        )
+        for c in (hook, email):
+            r = client.post(f"/p/{private_ok.pk}/alerts/channels/{c.pk}/test/")
+            assert r.status_code in (200, 302)
+            d = Delivery.objects.get(channel=c, is_test=True)
+            assert d.status == "pending"
+            run_delivery(d.pk)
+            d.refresh_from_db()
+            assert d.status == "sent" and d.attempts == 1
+            page = client.get(f"/p/{private_ok.pk}/alerts/channels/{c.pk}/").content.decode()
+            assert "sent" in page
+        (got,) = rx.accepted()
+        assert got["body"]["event"] == "test" and got["signature_ok"]
+        assert Delivery.objects.get(channel=hook).last_status_code == 200
+    (msg,) = smtp_backend.messages()
+    assert "test message" in msg["Subject"] and msg["To"] == "oncall@example.com"
+
+
+def test_send_test_action_is_for_admins(client, project):
+    viewer = get_user_model().objects.create_user("viewer", password="pw")
+    Membership.objects.create(project=project, user=viewer, role="viewer")
+    email, _ = services.channel_create(
+        project=project, kind="email", data={"name": "oncall", "recipients": "oncall@example.com"}
+    )
+    client.force_login(viewer)
+    r = client.post(f"/p/{project.pk}/alerts/channels/{email.pk}/test/")
+    assert r.status_code in (403, 404)
+    assert not Delivery.objects.filter(channel=email).exists()

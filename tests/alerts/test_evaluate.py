@@ -146,14 +146,20 @@ def test_count_drift(poster, project):
     assert a.turn == 1 and a.value > 10
 
 
-def test_rule_narrowed_to_a_model_ignores_other_models(poster, project):
+@pytest.mark.parametrize(
+    ("field", "narrowed_to", "other"),
+    [("model", "gpt-4o-mini", "gpt-4o"), ("agent", "billing-bot", "travel-bot")],
+    ids=["model", "agent"],
+)
+def test_rule_narrowed_to_an_agent_or_a_model_ignores_the_others(poster, project, field, narrowed_to, other):
     only_rule(project, R.COUNT_DRIFT, drift_pct=10)
-    AlertRule.objects.filter(project=project).update(model="gpt-4o-mini")
+    AlertRule.objects.filter(project=project).update(**{field: narrowed_to})
     out = {"text": "ok", "usage": {"prompt_tokens": 1000}}
-    poster.post([sized_snapshot(turn=0, fill=0.3, output=out)])
+    poster.post([sized_snapshot(turn=0, fill=0.3, output=out, **{field: other})])
     assert alerts_of(project) == []
-    poster.post([sized_snapshot(turn=0, fill=0.3, output=out, session_id="s-2", model="gpt-4o-mini")])
-    assert [a.session_id for a in alerts_of(project)] == ["s-2"]
+    poster.post([sized_snapshot(turn=0, fill=0.3, output=out, session_id="s-2", **{field: narrowed_to})])
+    (a,) = alerts_of(project)
+    assert a.session_id == "s-2" and getattr(a, field) == narrowed_to
 
 
 PROFILE = [0.2, 0.3, 0.5, 0.65, 0.8, 0.9, 0.88, 0.97, 0.6, 0.4, 0.45, 0.9]
@@ -249,10 +255,52 @@ def test_session_alert_count_and_timeline_markers(poster, project):
     assert session.alert_count == Alert.objects.filter(project=project).count()
 
 
-def test_evaluation_cost_does_not_grow_with_the_session(poster, project, django_assert_max_num_queries):
-    snaps = [sized_snapshot(turn=i, fill=0.3 + 0.1 * (i % 2)) for i in range(300)]
-    refs = poster.post(snaps, evaluate=False)
-    with django_assert_max_num_queries(12):
-        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[-1:])
-    with django_assert_max_num_queries(12):
+def test_evaluation_cost_does_not_grow_with_the_session(
+    poster, project, django_assert_num_queries, django_assert_max_num_queries
+):
+    # Every other turn enters the compress tier, a minute apart, so alerts pile up in the session.
+    AlertRule.objects.filter(project=project).exclude(kind=R.TIER_CROSSING).delete()
+    AlertRule.objects.filter(project=project).update(cooldown_turns=1, cooldown_seconds=0)
+    start = timezone.now() - timedelta(days=1)
+    snaps = [
+        sized_snapshot(turn=i, fill=0.3 + 0.45 * (i % 2), ts=start + timedelta(minutes=i)) for i in range(300)
+    ]
+    refs = poster.post(snaps)
+    assert len(alerts_of(project)) >= 100
+    quiet = sized_snapshot(turn=300, fill=0.3, ts=start + timedelta(minutes=300))
+    (ref,) = poster.post([quiet], evaluate=False)
+    with django_assert_num_queries(2):  # rules, then the turn's neighbourhood: nothing fires
+        services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+    firing = sized_snapshot(turn=301, fill=0.75, ts=start + timedelta(minutes=301))
+    (ref,) = poster.post([firing], evaluate=False)
+    with django_assert_max_num_queries(11):
+        res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+    assert res.created or res.updated
+    with django_assert_max_num_queries(12):  # a late turn re-evaluates the turns after it
         services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[5:6])
+
+
+def test_episode_scan_past_its_limit_still_finds_a_long_alert(project):
+    """More alerts end after a turn than one bounded scan reads: the long alert that spans them
+    (possible when a time cooldown joins distant turns) is still found."""
+    rule = only_rule(project, R.COUNT_DRIFT)
+    t0 = timezone.now() - timedelta(days=1)
+
+    def alert(first: int, last: int) -> Alert:
+        return Alert.objects.create(
+            project=project, rule=rule, rule_kind=rule.kind, severity="info", title="t", session_ref=1,
+            session_id="s", turn=first, snapshot_ref=first, ts=t0 + timedelta(minutes=first),
+            last_turn=last, last_ts=t0 + timedelta(minutes=last), value=1, threshold=1, peak_value=1,
+            dedup_key=f"{rule.pk}:1:{first}",
+        )  # fmt: skip
+
+    long = alert(0, 100)
+    n_short = selectors.EPISODE_SCAN_LIMIT + 4
+    for i in range(n_short):
+        alert(51 + i, 51 + i)
+    probe = selectors.EpisodeProbe(session_ref=1, rule_id=rule.pk, from_turn=50, from_ts=None)
+    found = selectors.episodes_near(project_id=project.pk, probes=[probe])
+    assert long.pk in {a.pk for a in found}
+    assert len(found) == n_short + 1
+    probe = selectors.EpisodeProbe(session_ref=1, rule_id=rule.pk, from_turn=200, from_ts=t0)
+    assert long.pk in {a.pk for a in selectors.episodes_near(project_id=project.pk, probes=[probe])}

@@ -175,6 +175,15 @@ def test_rule_preview_counts_what_would_have_fired(client, poster, project):
         {"kind": R.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "20", "cooldown_seconds": "0"},
     )
     assert r.context["preview"]["fired"] == 3
+    # Only the last seven days count: one session moved to eight days ago drops out.
+    Snapshot.objects.filter(project=project, session_id="c").update(ts=timezone.now() - timedelta(days=8))
+    r = client.post(
+        f"/p/{project.pk}/alerts/rules/preview/",
+        {"kind": R.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "1", "cooldown_seconds": "0"},
+    )
+    assert (r.context["preview"]["fired"], r.context["preview"]["sessions"]) == (4, 2)
+    assert r.context["preview"]["days"] == 7
+    assert b'would have fired <b id="preview-fired">4</b> times in the last 7 days' in r.content
     assert Alert.objects.filter(project=project).count() == 0, "a preview writes nothing"
 
 

@@ -208,12 +208,15 @@ def test_a_2000_turn_timeline_renders_and_answers_clicks(
     drawn = page.evaluate(
         """() => {
             const gd = document.getElementById('timeline-chart');
-            const bars = gd._fullData.filter(t => t.type === 'bar');
-            return {bars: bars.length, width: Math.max(...bars.map(t => t._length || t.x.length)),
+            const kinds = gd._fullData.filter(t => t.stackgroup === 'tokens');
+            return {kinds: kinds.length, width: Math.max(...kinds.map(t => t._length || t.x.length)),
+                    paths: document.querySelectorAll('#timeline-chart .scatterlayer .js-fill').length,
                     range: gd._fullLayout.xaxis.range};
         }"""
     )
-    assert drawn["bars"] >= 4 and drawn["width"] == 2000, drawn
+    # Every kind as one filled area over all 2,000 turns (not 2,000 rectangles each).
+    assert drawn["kinds"] == 4 and drawn["width"] == 2000, drawn
+    assert drawn["paths"] >= 4, drawn
     assert drawn["range"][1] >= 1999, drawn
     # The chart still answers: a click on a column far to the right opens that turn.
     point = page.evaluate(

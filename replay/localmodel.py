@@ -136,6 +136,9 @@ def start(
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # llama.cpp's OpenMP threads spin while they wait; on a machine whose cores are shared with
+    # the web server, the worker and PostgreSQL, spinning threads slow every token several-fold.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     logger.info("replay.localmodel_started pid=%s port=%s", proc.pid, port)
     return LocalModelServer(

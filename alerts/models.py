@@ -89,7 +89,9 @@ class Alert(models.Model):
             models.Index(fields=["project", "state", "-created_at"], name="alert_state_idx"),
             models.Index(fields=["project", "session_ref", "rule", "turn"], name="alert_session_idx"),
             # The episodes new findings may extend: those ending at or after a turn or a time.
-            models.Index(fields=["project", "session_ref", "rule", "last_turn"], name="alert_episode_turn_idx"),
+            models.Index(
+                fields=["project", "session_ref", "rule", "last_turn"], name="alert_episode_turn_idx"
+            ),
             models.Index(fields=["project", "session_ref", "rule", "last_ts"], name="alert_episode_ts_idx"),
         ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import defaultdict
@@ -309,10 +310,7 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             _session_alert_counts_add(project_id=project_id, added=per_session)
             new_deliveries = _deliveries_create(project_id=project_id, alerts=to_create)
         if to_update:
-            now = timezone.now()
-            for a in to_update:
-                a.updated_at = now
-            Alert.objects.bulk_update(to_update, ALERT_EPISODE_FIELDS)
+            _alerts_update(to_update)
             res.updated = len(to_update)
     if new_deliveries:
         transaction.on_commit(lambda: _deliveries_enqueue(new_deliveries))
@@ -320,7 +318,9 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
     return res
 
 
-ALERT_EPISODE_FIELDS = [
+# The columns an episode change writes, in the order of the UPDATE below.
+_UPDATE_COLUMNS = (
+    "id",
     "turn",
     "ts",
     "snapshot_ref",
@@ -331,10 +331,37 @@ ALERT_EPISODE_FIELDS = [
     "peak_value",
     "title",
     "unit",
-    "contributors",
     "dedup_key",
-    "updated_at",
-]
+    "contributors",
+)
+
+
+def _alerts_update(alerts: list[Alert]) -> None:
+    """Write the episode fields of changed ALERTS in one statement. Plain SQL: the ORM's
+    bulk_update builds a CASE per field and row, which costs more than the update itself."""
+    now = timezone.now()
+    cols: dict[str, list[Any]] = {f: [] for f in _UPDATE_COLUMNS}
+    for a in alerts:
+        a.updated_at = now
+        for f in _UPDATE_COLUMNS[:-1]:
+            cols[f].append(getattr(a, f))
+        cols["contributors"].append(json.dumps(a.contributors))
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE alerts_alert a SET turn = v.turn, ts = v.ts, snapshot_ref = v.snapshot_ref,
+                last_turn = v.last_turn, last_ts = v.last_ts, value = v.value, threshold = v.threshold,
+                peak_value = v.peak_value, title = v.title, unit = v.unit, dedup_key = v.dedup_key,
+                contributors = v.contributors::jsonb, updated_at = %s
+            FROM unnest(%s::bigint[], %s::int[], %s::timestamptz[], %s::bigint[], %s::int[],
+                        %s::timestamptz[], %s::float8[], %s::float8[], %s::float8[], %s::text[],
+                        %s::text[], %s::text[], %s::text[])
+                AS v(id, turn, ts, snapshot_ref, last_turn, last_ts, value, threshold, peak_value,
+                     title, unit, dedup_key, contributors)
+            WHERE a.id = v.id
+            """,
+            [now, *cols.values()],
+        )
 
 
 def _findings(

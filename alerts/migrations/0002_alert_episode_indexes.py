@@ -4,18 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alerts', '0001_initial'),
+        ("alerts", "0001_initial"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='alert',
-            index=models.Index(fields=['project', 'session_ref', 'rule', 'last_turn'], name='alert_episode_turn_idx'),
+            model_name="alert",
+            index=models.Index(
+                fields=["project", "session_ref", "rule", "last_turn"], name="alert_episode_turn_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='alert',
-            index=models.Index(fields=['project', 'session_ref', 'rule', 'last_ts'], name='alert_episode_ts_idx'),
+            model_name="alert",
+            index=models.Index(
+                fields=["project", "session_ref", "rule", "last_ts"], name="alert_episode_ts_idx"
+            ),
         ),
     ]

@@ -273,7 +273,90 @@ def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | Non
     return m
 
 
+_KIND_SET = frozenset(BLOCK_KINDS)
+_ROLE_SET = frozenset(MESSAGE_ROLES)
+
+
+def _block_fast(b: Any) -> dict[str, Any] | None:
+    """The normalised block when B is plainly valid, else None and `_block` finds the errors.
+
+    The common case (every field of the expected type and within limits) decides in one pass
+    over the messages; anything unusual goes the full way, so the errors stay the same.
+    """
+    if type(b) is not dict:
+        return None
+    key = b.get("key")
+    kind = b.get("kind") or "other"
+    msgs = b.get("messages")
+    if (type(key) is not str or not key or len(key) > 128 or type(kind) is not str or kind not in _KIND_SET
+            or type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block):
+        return None
+    chars = 0
+    plain = True
+    for m in msgs:
+        if type(m) is not dict:
+            return None
+        role = m.get("role")
+        if type(role) is not str or role not in _ROLE_SET:
+            return None
+        c = m.get("content")
+        if type(c) is str:
+            chars += len(c)
+        elif c is not None:
+            if type(c) is not list:
+                return None
+            plain = False
+        if len(m) != 2 or "content" not in m:  # more than {role, content}
+            calls = m.get("tool_calls")
+            if calls is not None:
+                if type(calls) is not list:
+                    return None
+                plain = False
+            for k in ("name", "tool_call_id"):
+                v = m.get(k)
+                if v is not None and type(v) is not str:
+                    return None
+    if not plain:
+        chars = block_chars(msgs)
+    if chars > LIMITS.max_chars_per_block:
+        return None
+    tokens = b.get("tokens")
+    if tokens is not None and (type(tokens) is not int or tokens < 0):
+        return None
+    flags = []
+    for k in ("estimated", "pinned", "compressed"):
+        v = b.get(k)
+        if v is None:
+            v = False
+        elif type(v) is not bool:
+            return None
+        flags.append(v)
+    refs = b.get("refs")
+    if refs is None:
+        refs = []
+    elif type(refs) is not list or len(refs) > LIMITS.max_list_items or any(type(r) is not str for r in refs):
+        return None
+    return {
+        "key": key,
+        "kind": kind,
+        "messages": list(msgs),
+        "tokens": tokens,
+        "estimated": flags[0],
+        "pinned": flags[1],
+        "compressed": flags[2],
+        "refs": refs,
+        "chars": chars,
+    }
+
+
 def _block(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
+    fast = _block_fast(b)
+    if fast is not None:
+        return fast
+    return _block_full(b, loc, err)
+
+
+def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
     if not isinstance(b, dict):
         err.add(loc, "must be an object", "send each block as {'key': ..., 'kind': ..., 'messages': [...]}")
         return None

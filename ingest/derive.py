@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxobs.tokens import REPLY_PRIMING
 from ctxobs.wire import tier_for
 
 
-@dataclass(frozen=True, slots=True)
-class BlockRef:
-    """What a turn-to-turn comparison needs of one block."""
+class BlockRef(NamedTuple):
+    """What a turn-to-turn comparison needs of one block (a tuple: ingest builds one per block)."""
 
     key: str
     kind: str

@@ -241,6 +241,17 @@ def _j(value: Any) -> str:
         return _ENCODER.encode(value)
 
 
+def _text_array(values: list[str]) -> str:
+    """A PostgreSQL text[] literal: psycopg adapts Python lists element by element in Python,
+    which cost more than the rest of the snapshot row."""
+    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
+
+
+def _plain_array(values: list[Any]) -> str:
+    """A PostgreSQL array literal of numbers or hex hashes (nothing to quote)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 _STORE_ATTEMPTS = 3
 
 
@@ -265,8 +276,8 @@ _SNAPSHOT_COPY = (
     " received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params, tags,"
     " total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall, n_recall_injected,"
     " n_validation, n_validation_failed, retries, fallback_used, output, prompt_tokens_reported,"
-    " completion_tokens, cached_tokens, latency_ms, count_drift, prev_turn, change, block_keys, block_kinds, block_hashes,"
-    " block_tokens, block_flags, block_refs) FROM STDIN"
+    " completion_tokens, cached_tokens, latency_ms, count_drift, prev_turn, change, block_keys, block_kinds,"
+    " block_hashes, block_tokens, block_flags, block_refs) FROM STDIN"
 )
 
 
@@ -301,26 +312,35 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         by_session: dict[str, list[_Prepared]] = defaultdict(list)
         for p in fresh:
             by_session[p.snap["session_id"]].append(p)
-        cols: tuple[list[Any], ...] = tuple([] for _ in range(11))
+        # Columns: session id, agent, model, first seen, last seen, max tier; then turns, max turn,
+        # max watermark, failed validations, compression events.
+        text_cols: tuple[list[str], ...] = ([], [], [], [], [], [])
+        num_cols: tuple[list[Any], ...] = ([], [], [], [], [])
         for sid in sorted(by_session):
             ps = by_session[sid]
             latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
-            for col, value in zip(cols, (
-                sid, latest.snap["agent"], latest.snap["model"]["name"], len(ps),
-                max(p.snap["turn"] for p in ps), min(p.snap["ts"] for p in ps), latest.snap["ts"],
-                max(p.watermark for p in ps), TIERS[max(TIERS.index(p.tier) for p in ps)],
+            for col, text in zip(text_cols, (
+                sid, latest.snap["agent"], latest.snap["model"]["name"],
+                min(p.snap["ts"] for p in ps).isoformat(), latest.snap["ts"].isoformat(),
+                TIERS[max(TIERS.index(p.tier) for p in ps)],
+            ), strict=True):
+                col.append(text)
+            for col, num in zip(num_cols, (
+                len(ps), max(p.snap["turn"] for p in ps), max(p.watermark for p in ps),
                 sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
                 sum(len(p.snap["compression"]) for p in ps),
             ), strict=True):
-                col.append(value)
+                col.append(num)
         cur.execute(
             """
             INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
                 first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
                 alert_count)
-            SELECT %s, x.* , 0 FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                %s::timestamptz[], %s::timestamptz[], %s::float8[], %s::text[], %s::int[], %s::int[])
-                AS x(session_id, agent, model, n, max_turn, first_seen, last_seen, max_watermark, max_tier,
+            SELECT %s, x.session_id, x.agent, x.model, x.n, x.max_turn, x.first_seen, x.last_seen,
+                x.max_watermark, x.max_tier, x.failed, x.compressions, 0
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                %s::int[], %s::int[], %s::float8[], %s::int[], %s::int[])
+                AS x(session_id, agent, model, first_seen, last_seen, max_tier, n, max_turn, max_watermark,
                      failed, compressions)
             ORDER BY x.session_id
             ON CONFLICT (project_id, session_id) DO UPDATE SET
@@ -341,7 +361,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 compression_events = s.compression_events + EXCLUDED.compression_events
             RETURNING id, session_id
             """,
-            [pid, *cols],
+            [pid, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
         )
         session_refs = {sid: ref for ref, sid in cur.fetchall()}
         for p in fresh:
@@ -370,10 +390,10 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                     _j(out) if out is not None else None, usage.get("prompt_tokens"),
                     usage.get("completion_tokens"), usage.get("cached_tokens"),
                     out.get("latency_ms") if out else None, p.drift, p.prev_turn, _j(p.change),
-                    [b["key"] for b in blocks], [b["kind"] for b in blocks], [b["hash"] for b in blocks],
-                    [b["tokens"] for b in blocks],
-                    [block_flags(estimated=b["estimated"], pinned=b["pinned"], compressed=b["compressed"])
-                     for b in blocks],
+                    _text_array([b["key"] for b in blocks]), _text_array([b["kind"] for b in blocks]),
+                    _plain_array([b["hash"] for b in blocks]), _plain_array([b["tokens"] for b in blocks]),
+                    _plain_array([block_flags(estimated=b["estimated"], pinned=b["pinned"],
+                                              compressed=b["compressed"]) for b in blocks]),
                     _j(refs) if refs is not None else None,
                 ))
 
@@ -399,8 +419,10 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 ON CONFLICT (project_id, hash) DO NOTHING
                 RETURNING hash
                 """,
-                [pid, now, maybe_new, [",".join(b["message_hashes"]) for b, _ in rows],
-                 [b["chars"] for b, _ in rows], [b["tokens"] for b, _ in rows], [enc for _, enc in rows]],
+                [pid, now, _plain_array(maybe_new),
+                 _text_array([",".join(b["message_hashes"]) for b, _ in rows]),
+                 _plain_array([b["chars"] for b, _ in rows]), _plain_array([b["tokens"] for b, _ in rows]),
+                 _text_array([enc for _, enc in rows])],
             )
             new_blocks = [r[0] for r in cur.fetchall()]
         messages: dict[str, dict[str, Any]] = {}

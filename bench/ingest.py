@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -160,20 +161,30 @@ def _pids(match: Any) -> list[int]:
         if d.name.isdigit():
             try:
                 stat = (d / "stat").read_text()
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
             comm = stat[stat.index("(") + 1 : stat.rindex(")")]
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if match(comm, ppid):
+            if match(comm, ppid, cmdline):
                 out.append(int(d.name))
     return out
 
 
 def cpu_snapshot(server_pid: int) -> dict[str, float]:
-    """CPU seconds so far of the web server (master and workers) and of every PostgreSQL process
-    on this machine (backends, WAL writer, checkpointer: all of the store's work)."""
-    server = [server_pid, *_pids(lambda _c, ppid: ppid == server_pid)]
-    postgres = _pids(lambda comm, _p: comm.startswith("postgres"))
+    """CPU seconds so far of the web server (master and workers) and of PostgreSQL: the backends
+    connected to this database and the shared background processes (WAL writer, checkpointer...),
+    not the backends of other databases on the same server."""
+    db = str(settings.DATABASES["default"]["NAME"])
+    server = [server_pid, *_pids(lambda _c, ppid, _cmd: ppid == server_pid)]
+
+    def is_store(comm: str, _ppid: int, cmd: str) -> bool:
+        if not comm.startswith("postgres"):
+            return False
+        backend = re.match(r"postgres: (?:\S+: )?\S+ (\S+) \S+\(\d+\)", cmd)  # user db host(port)
+        return backend is None or backend.group(1) == db
+
+    postgres = _pids(is_store)
     return {"server": sum(map(_proc_cpu_s, server)), "postgres": sum(map(_proc_cpu_s, postgres)),
             "client": time.process_time()}
 

@@ -137,7 +137,10 @@ class Snapshot(models.Model):
     `change`/`prev_turn` are derived and recomputed when an earlier turn arrives late."""
 
     pk = models.CompositePrimaryKey("project_id", "id")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    # No database-level constraint: a deferred per-row check and share lock on the project row at
+    # every commit cost ingest more than the rest of the row. Ingest writes only the authenticated
+    # key's project, and deleting a project cascades in Django.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     id = models.BigIntegerField(db_default=next_id("ingest_snapshot_id_seq"))
     snapshot_id = models.UUIDField()
     session_ref = models.BigIntegerField()  # AgentSession.id within the same project
@@ -219,7 +222,7 @@ class BlockContent(models.Model):
     its messages' hashes (see ctxobs.wire.block_hashes)."""
 
     pk = models.CompositePrimaryKey("project_id", "hash")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message_hashes = ArrayField(models.CharField(max_length=32))
     chars = models.IntegerField()

@@ -7,7 +7,9 @@ caller may retry after `retry_after` seconds, and permanent ones, which end the 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -19,6 +21,22 @@ import httpx
 from replay.errors import EndpointError
 
 MAX_RETRY_AFTER_S = 120.0
+
+_client_lock = threading.Lock()
+_client: httpx.Client | None = None
+_client_pid = 0
+
+
+def shared_client() -> httpx.Client:
+    """This process's pooled HTTP client. Building a client loads the CA bundle (tens of ms,
+    as much as the rest of a run's bookkeeping), and the pool keeps the connection to the model
+    server open between runs. A forked worker child builds its own: sockets are not shared."""
+    global _client, _client_pid
+    with _client_lock:
+        if _client is None or _client_pid != os.getpid():
+            _client = httpx.Client()
+            _client_pid = os.getpid()
+        return _client
 
 
 class CallError(Exception):
@@ -133,10 +151,7 @@ def post_json(
     url = base_url.rstrip("/") + path
     t0 = time.perf_counter()
     try:
-        if client is not None:
-            resp = client.post(url, json=body, headers=_headers(api_key), timeout=timeout)
-        else:
-            resp = httpx.post(url, json=body, headers=_headers(api_key), timeout=timeout)
+        resp = (client or shared_client()).post(url, json=body, headers=_headers(api_key), timeout=timeout)
     except httpx.TimeoutException:
         raise CallError(f"timed out after {timeout:g}s", transient=True) from None
     except httpx.TransportError as exc:

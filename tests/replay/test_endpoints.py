@@ -154,3 +154,41 @@ def test_a_bad_base_url_is_explained_on_the_page(admin_client_: Any, project: Pr
 @pytest.mark.django_db
 def test_editors_cannot_manage_endpoints(editor_client: Any, private_project: Project) -> None:
     assert editor_client.get(f"/p/{private_project.pk}/endpoints/").status_code == 403
+
+
+def test_model_calls_of_one_process_share_one_kept_alive_connection() -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    peers: list[tuple[str, int]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keeps the connection open unless the client closes it
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            peers.append(self.client_address)
+            payload = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        for _ in range(3):
+            res = endpoints.complete(base_url=base, path="/completions", body={"prompt": "x"}, api_key="",
+                                     timeout=5.0)
+            assert res.text == "ok"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(peers) == 3 and len(set(peers)) == 1, peers
+    assert endpoints.shared_client() is endpoints.shared_client()

@@ -11,6 +11,7 @@ into the same tables. The last line printed is one JSON object with the headline
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import json
 import os
@@ -189,7 +190,7 @@ def cpu_snapshot(server_pid: int) -> dict[str, float]:
             "client": time.process_time()}
 
 
-def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzipped: bool) -> dict[str, Any]:
     """POST the pre-built BODIES over keep-alive connections from CONCURRENCY threads.
 
     The standard library's client keeps the load generator's share of the two cores small.
@@ -200,6 +201,8 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int) -> d
     it = iter(bodies)
     host, port = base.removeprefix("http://").split(":")
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
 
     def worker() -> None:
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -354,6 +357,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--web-workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
     args = ap.parse_args()
 
     from django.core.management import call_command
@@ -366,16 +370,23 @@ def main() -> None:
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
     batches = make_batches(args.batches, args.seed)
     bodies = [json.dumps({"snapshots": b}).encode() for b in batches]
+    json_mb = len(bodies[0]) / 1e6
+    if not args.no_gzip:
+        bodies = [gzip.compress(b, compresslevel=5) for b in bodies]
     avg_tokens = statistics.mean(sum(bl["tokens"] for bl in s["blocks"]) for s in batches[0])
-    print(f"body size {len(bodies[0]) / 1e6:.2f} MB per batch, ~{avg_tokens:.0f} tokens per snapshot", flush=True)
+    print(f"body {json_mb:.2f} MB of JSON per batch, {len(bodies[0]) / 1e6:.2f} MB sent,"
+          f" ~{avg_tokens:.0f} tokens per snapshot", flush=True)
 
     proc, base = start_server(args.web_workers)
     try:
         # Warm-up (connections, caches), not counted.
         warm_batches = make_batches(2, args.seed + 1)
-        http_ingest(base, key, [json.dumps({"snapshots": b}).encode() for b in warm_batches], 2)
+        warm = [json.dumps({"snapshots": b}).encode() for b in warm_batches]
+        if not args.no_gzip:
+            warm = [gzip.compress(b, compresslevel=5) for b in warm]
+        http_ingest(base, key, warm, 2, not args.no_gzip)
         cpu0 = cpu_snapshot(proc.pid)
-        http = http_ingest(base, key, bodies, args.concurrency)
+        http = http_ingest(base, key, bodies, args.concurrency, not args.no_gzip)
         cpu1 = cpu_snapshot(proc.pid)
     finally:
         proc.terminate()
@@ -391,6 +402,9 @@ def main() -> None:
         "batch_size": BATCH,
         "concurrency": args.concurrency,
         "web_workers": args.web_workers,
+        "gzip": not args.no_gzip,
+        "json_mb_per_batch": round(json_mb, 2),
+        "sent_mb_per_batch": round(len(bodies[0]) / 1e6, 3),
         "tokens_per_snapshot": round(avg_tokens),
         "http_snapshots_per_s": round(http["snapshots_per_s"]),
         "raw_copy_snapshots_per_s": round(copy_rate),

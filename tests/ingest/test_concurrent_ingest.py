@@ -1,0 +1,71 @@
+"""Two batches written at the same time by separate database connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from ingest.models import AgentSession, Snapshot
+from ingest.services import snapshot_batch_ingest
+from tests.factories import snapshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_for_blocked_copy(timeout: float = 20.0) -> bool:
+    """True once another backend waits on a lock in `COPY ingest_snapshot` (ours holds it)."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'COPY ingest_snapshot %%'"
+            )
+            if cur.fetchone()[0]:
+                return True
+            time.sleep(0.02)
+    return False
+
+
+def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(project: Any) -> None:
+    """A resend that reaches another connection while the first send is still being written:
+    the second batch's duplicate check cannot see the uncommitted row, so its COPY meets it at
+    the unique index. The batch is then run again and reports the snapshot as a duplicate, and
+    the rest of it is stored once."""
+    resent = snapshot(session_id="first", turn=0)
+    other = snapshot(session_id="second", turn=1)
+    moved = dict(resent, session_id="second")  # same snapshot_id, another session: no shared lock
+
+    holding = threading.Event()
+    saw_blocked: list[bool] = []
+
+    def first_batch() -> None:
+        try:
+            with transaction.atomic():
+                snapshot_batch_ingest(project=project, batch=[resent])
+                holding.set()
+                saw_blocked.append(_wait_for_blocked_copy())
+        finally:
+            holding.set()
+            connection.close()
+
+    t = threading.Thread(target=first_batch)
+    t.start()
+    assert holding.wait(20)
+    result = snapshot_batch_ingest(project=project, batch=[moved, other])
+    t.join(30)
+
+    assert saw_blocked == [True], "the second batch's COPY never waited on the first batch"
+    assert [(r["snapshot_id"], r["status"]) for r in result.results] == [
+        (resent["snapshot_id"], "duplicate"), (other["snapshot_id"], "created")]
+    stored = Snapshot.objects.get(project=project, snapshot_id=resent["snapshot_id"])
+    assert stored.session_id == "first"
+    assert Snapshot.objects.filter(project=project).count() == 2
+    # The aggregates of the rolled-back attempt are gone with it: "second" counts one turn.
+    assert AgentSession.objects.get(project=project, session_id="second").turn_count == 1
+    assert AgentSession.objects.get(project=project, session_id="first").turn_count == 1

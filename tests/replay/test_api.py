@@ -25,9 +25,15 @@ def _post(client: Client, path: str, body: dict[str, Any], **extra: Any) -> Any:
 
 
 @pytest.mark.django_db
-def test_preview_shows_the_cost_and_stores_nothing(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
-    resp = _post(api.client, "/replays/preview", {"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 3},
-                 **api.headers())
+def test_preview_shows_the_cost_and_stores_nothing(
+    api: Any, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    resp = _post(
+        api.client,
+        "/replays/preview",
+        {"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 3},
+        **api.headers(),
+    )
     assert resp.status_code == 200, resp.content
     body = resp.json()
     assert body["estimate"]["model_calls"] == 3 + 3
@@ -38,26 +44,47 @@ def test_preview_shows_the_cost_and_stores_nothing(api: Any, planted: dict[str, 
 
 @pytest.mark.django_db
 def test_an_ingest_key_starts_and_reads_a_job(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
-    resp = _post(api.client, "/replays", {"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "memory",
-                                          "samples": 2, "params": {"max_tokens": 8}}, **api.headers())
+    resp = _post(
+        api.client,
+        "/replays",
+        {
+            "kind": "without",
+            "snapshot_id": planted["snapshot_id"],
+            "block": "memory",
+            "samples": 2,
+            "params": {"max_tokens": 8},
+        },
+        **api.headers(),
+    )
     assert resp.status_code == 201, resp.content
     job = resp.json()
     assert job["status"] == "pending" and job["n_runs"] == 3 and job["estimate"]["model_calls"] == 3
     got = api.get(f"/replays/{job['id']}")
     assert got.status_code == 200
     turns = got.json()["turns"]
-    assert len(turns) == 1 and [v["label"] for v in turns[0]["variants"]] == ["baseline (unchanged)", "without memory"]
+    assert len(turns) == 1 and [v["label"] for v in turns[0]["variants"]] == [
+        "baseline (unchanged)",
+        "without memory",
+    ]
     cancel = _post(api.client, f"/replays/{job['id']}/cancel", {}, **api.headers())
     assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled"
 
 
 @pytest.mark.django_db
 def test_bad_requests_are_explained(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
-    resp = _post(api.client, "/replays", {"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "nope"},
-                 **api.headers())
+    resp = _post(
+        api.client,
+        "/replays",
+        {"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "nope"},
+        **api.headers(),
+    )
     assert resp.status_code == 400 and "no block" in resp.json()["detail"]
-    resp = _post(api.client, "/replays", {"kind": "plain", "snapshot_id": "00000000-0000-0000-0000-000000000000"},
-                 **api.headers())
+    resp = _post(
+        api.client,
+        "/replays",
+        {"kind": "plain", "snapshot_id": "00000000-0000-0000-0000-000000000000"},
+        **api.headers(),
+    )
     assert resp.status_code == 404
 
 
@@ -66,16 +93,27 @@ def test_another_projects_key_sees_no_job(api: Any, planted: dict[str, Any], stu
     from ingest.services import project_create
 
     _, other_key = project_create(name="other")
-    resp = _post(api.client, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]}, **api.headers())
+    resp = _post(
+        api.client, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]}, **api.headers()
+    )
     job_id = resp.json()["id"]
     assert api.get(f"/replays/{job_id}", key=other_key).status_code == 404
-    assert _post(api.client, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]},
-                 **api.headers(other_key)).status_code == 404
+    assert (
+        _post(
+            api.client,
+            "/replays",
+            {"kind": "plain", "snapshot_id": planted["snapshot_id"]},
+            **api.headers(other_key),
+        ).status_code
+        == 404
+    )
 
 
 @pytest.mark.django_db
 def test_logged_in_viewers_read_but_only_editors_start_jobs(
-    private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
 ) -> None:
     viewer = member_client(private_project, "viewer")
     body = {"kind": "plain", "snapshot_id": planted["snapshot_id"]}
@@ -87,8 +125,9 @@ def test_logged_in_viewers_read_but_only_editors_start_jobs(
 
 
 @pytest.mark.django_db
-def test_a_session_post_without_the_csrf_token_is_refused(private_project: Any, planted: dict[str, Any],
-                                                          stub_endpoint: Any) -> None:
+def test_a_session_post_without_the_csrf_token_is_refused(
+    private_project: Any, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
     from django.contrib.auth import get_user_model
 
     from ingest.models import Membership

@@ -28,7 +28,10 @@ def _run_all(job: ReplayJob) -> None:
 
 
 def test_the_first_post_shows_the_cost_and_the_confirm_starts_the_job(
-    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+    editor_client: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
 ) -> None:
     url = f"/p/{private_project.pk}/replays/new"
     data = {"snapshot_id": planted["snapshot_id"], "kind": "loo"}
@@ -43,10 +46,13 @@ def test_the_first_post_shows_the_cost_and_the_confirm_starts_the_job(
     assert job.n_runs == 6 and job.params == {"max_tokens": 16}
 
 
-def test_viewers_cannot_start_replays(viewer_client: Any, private_project: Any, planted: dict[str, Any],
-                                      stub_endpoint: Any) -> None:
-    resp = viewer_client.post(f"/p/{private_project.pk}/replays/new",
-                              {"snapshot_id": planted["snapshot_id"], "kind": "plain", "confirm": "1"})
+def test_viewers_cannot_start_replays(
+    viewer_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    resp = viewer_client.post(
+        f"/p/{private_project.pk}/replays/new",
+        {"snapshot_id": planted["snapshot_id"], "kind": "plain", "confirm": "1"},
+    )
     assert resp.status_code == 403
     assert not ReplayJob.objects.exists()
 
@@ -57,8 +63,11 @@ def test_a_non_member_gets_404(private_project: Any, planted: dict[str, Any], st
 
     other, _ = project_create(name="elsewhere")
     outsider = member_client(other, "admin", username="outsider")
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                     spec={"kind": "plain", "snapshot_id": planted["snapshot_id"]})
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "plain", "snapshot_id": planted["snapshot_id"]},
+    )
     assert outsider.get(f"/p/{private_project.pk}/replays/{job.pk}/").status_code == 404
     assert outsider.get(f"/p/{private_project.pk}/replays/").status_code == 404
 
@@ -74,23 +83,38 @@ def test_the_turn_actions_are_for_editors_only(private_project: Any, planted: di
     blocks = ingest_selectors.snapshot_blocks(project_id=private_project.pk, snapshot_ref=snap.id)
     request = RequestFactory().get("/")
     for role, visible in (("viewer", False), ("editor", True), ("admin", True)):
-        html = render_to_string("replay/_turn_actions.html", {
-            "project": private_project, "membership": Membership(role=role), "snapshot": snap, "blocks": blocks,
-        }, request=request)
+        html = render_to_string(
+            "replay/_turn_actions.html",
+            {
+                "project": private_project,
+                "membership": Membership(role=role),
+                "snapshot": snap,
+                "blocks": blocks,
+            },
+            request=request,
+        )
         assert ('data-testid="replay-without-memory"' in html) is visible
         assert ("<form" in html) is visible
 
 
 def test_the_side_by_side_page_escapes_model_output(
-    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any,
+    editor_client: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
+    stub_server: Any,
 ) -> None:
     stub_server.text = "<script>alert('x')</script> & <b>Paris</b>"
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                     spec={"kind": "without", "snapshot_id": planted["snapshot_id"],
-                                           "block": "memory", "samples": 1})
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "memory", "samples": 1},
+    )
     _run_all(job)
     variant_run = job.runs.get(variant__is_baseline=False)
-    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/runs/{variant_run.pk}/").content.decode()
+    page = editor_client.get(
+        f"/p/{private_project.pk}/replays/{job.pk}/runs/{variant_run.pk}/"
+    ).content.decode()
     assert "<script>alert" not in page and "<b>Paris" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     # Against the original answer ("Guangzhou."): the old word is deleted, the new ones inserted.
@@ -99,10 +123,17 @@ def test_the_side_by_side_page_escapes_model_output(
 
 
 def test_the_results_show_changed_and_within_noise_verdicts(
-    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any,
+    editor_client: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
+    stub_server: Any,
 ) -> None:
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                     spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 2})
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 2},
+    )
     runs = list(job.runs.order_by("variant__position", "sample"))
     for r in runs:
         key = r.variant.target_key
@@ -116,10 +147,16 @@ def test_the_results_show_changed_and_within_noise_verdicts(
 
 
 def test_the_progress_partial_polls_until_the_job_ends_then_reloads(
-    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+    editor_client: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
 ) -> None:
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                     spec={"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 2})
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 2},
+    )
     url = f"/p/{private_project.pk}/replays/{job.pk}/progress?was_running=1"
     resp = editor_client.get(url, HTTP_HX_REQUEST="true")
     assert 'hx-trigger="every 1s"' in resp.content.decode() and "HX-Refresh" not in resp
@@ -130,12 +167,19 @@ def test_the_progress_partial_polls_until_the_job_ends_then_reloads(
 
 
 def test_a_batch_shows_in_how_many_turns_the_answer_changed(
-    editor_client: Any, api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any,
+    editor_client: Any,
+    api: Any,
+    private_project: Any,
+    stub_endpoint: Any,
+    stub_server: Any,
 ) -> None:
     for turn in range(4):
         post(api, f.snapshot(session_id="many", turn=turn))
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                     spec={"kind": "batch", "session_id": "many", "block": "memory", "samples": 1})
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "batch", "session_id": "many", "block": "memory", "samples": 1},
+    )
     for r in job.runs.order_by("variant__position"):
         changed_turn = r.variant.turn in (1, 3) and not r.variant.is_baseline
         stub_server.text = "something else entirely" if changed_turn else "Guangzhou window seat"
@@ -147,14 +191,21 @@ def test_a_batch_shows_in_how_many_turns_the_answer_changed(
 
 @pytest.mark.parametrize("pages", ["detail", "list", "compare"])
 def test_query_count_does_not_grow_with_the_rows_shown(
-    editor_client: Any, api: Any, private_project: Any, stub_endpoint: Any, django_assert_max_num_queries: Any,
+    editor_client: Any,
+    api: Any,
+    private_project: Any,
+    stub_endpoint: Any,
+    django_assert_max_num_queries: Any,
     pages: str,
 ) -> None:
     def make(n_blocks: int) -> ReplayJob:
         wire = f.snapshot(blocks=[f.block(f"b{i}", "other", f"text {i}") for i in range(n_blocks)])
         post(api, wire)
-        job = services.replay_job_create(project=private_project, endpoint=stub_endpoint,
-                                         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2})
+        job = services.replay_job_create(
+            project=private_project,
+            endpoint=stub_endpoint,
+            spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2},
+        )
         _run_all(job)
         return job
 
@@ -168,3 +219,45 @@ def test_query_count_does_not_grow_with_the_rows_shown(
             url = f"/p/{private_project.pk}/replays/{job.pk}/runs/{job.runs.order_by('-pk').first().pk}/"
         with django_assert_max_num_queries(12):
             assert editor_client.get(url).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "embeddings_model", ["stub-embed", ""], ids=["embeddings-configured", "no-embeddings"]
+)
+def test_embedding_similarity_is_shown_where_an_embeddings_endpoint_is_configured(
+    editor_client: Any,
+    private_project: Any,
+    planted: dict[str, Any],
+    stub_endpoint: Any,
+    stub_server: Any,
+    embeddings_model: str,
+) -> None:
+    import math
+
+    from replay.models import ModelEndpoint
+
+    ModelEndpoint.objects.filter(pk=stub_endpoint.pk).update(embeddings_model=embeddings_model)
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=stub_endpoint,
+        spec={"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "memory", "samples": 1},
+    )
+    texts = {True: "Guangzhou.", False: "I do not know where you are flying."}
+    for r in job.runs.order_by("variant__position"):
+        stub_server.text = texts[r.variant.is_baseline]
+        services.replay_run_execute(run_id=r.pk)
+    embed_calls = [c for c in stub_server.calls if c["path"].endswith("/embeddings")]
+    variant_run = job.runs.get(variant__is_baseline=False)
+    page = editor_client.get(
+        f"/p/{private_project.pk}/replays/{job.pk}/runs/{variant_run.pk}/"
+    ).content.decode()
+    if not embeddings_model:
+        assert embed_calls == [] and variant_run.embedding is None
+        assert "embedding similarity" not in page
+        return
+    # The scripted server embeds a text as [its length, 1, 0.5]: one call per answer, stored per run.
+    assert [c["body"] for c in embed_calls] == [{"model": "stub-embed", "input": t} for t in texts.values()]
+    assert variant_run.embedding == [float(len(texts[False])), 1.0, 0.5]
+    a, b = [float(len(texts[True])), 1.0, 0.5], variant_run.embedding
+    cos = sum(x * y for x, y in zip(a, b, strict=True)) / (math.hypot(*a) * math.hypot(*b))
+    assert "embedding similarity" in page and f"{cos:.3f}" in page

@@ -332,7 +332,7 @@ def pct(values: list[float], q: float) -> float:
 def overhead(job: Any, dispatched: float, calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Per unit of a job run by one worker process, one unit at a time: its share of the wall
     time and the model's own time for it (the proxy's record that falls inside its claim)."""
-    runs = sorted(job.runs.all(), key=lambda r: r.finished_at)
+    runs = sorted(job.runs.select_related("variant"), key=lambda r: r.finished_at)
     calls = sorted(calls, key=lambda c: c["start"])
     if len(runs) != len(calls):
         raise RuntimeError(f"{len(runs)} runs but {len(calls)} model calls")
@@ -345,6 +345,8 @@ def overhead(job: Any, dispatched: float, calls: list[dict[str, Any]]) -> dict[s
         share_ms = (finished - prev) * 1000.0
         units.append(
             {
+                "unit": f"{run.variant.label} #{run.sample}",
+                "prompt_tokens": run.prompt_tokens,
                 "share_ms": share_ms,
                 "model_ms": call["ms"],
                 "overhead_ms": share_ms - call["ms"],
@@ -361,6 +363,14 @@ def overhead(job: Any, dispatched: float, calls: list[dict[str, Any]]) -> dict[s
     model_ms = sum(u["model_ms"] for u in units)
     o = [u["overhead_pct"] for u in units]
     first = units[0]
+    for u in units:
+        print(
+            f"  {u['unit']:34s} prompt {u['prompt_tokens']:4d} tok  model {u['model_ms']:7.0f} ms  "
+            f"overhead {u['overhead_ms']:5.0f} ms ({u['overhead_pct']:4.1f}%)  "
+            f"before task {u['before_task_ms']:4.0f}  in task {u['in_task_ms']:4.0f}  "
+            f"http {u['http_ms']:3.0f}",
+            flush=True,
+        )
     return {
         "units": len(units),
         "job_wall_s": round(wall_ms / 1000.0, 2),

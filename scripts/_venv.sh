@@ -14,6 +14,9 @@ WANT="$(cat pyproject.toml | "$VENV/bin/python" -c 'import hashlib,sys; print(ha
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "ctxobs: installing dependencies ($EXTRAS) — the first run builds llama-cpp-python (about 5 minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
+  # A portable llama.cpp build: -march=native turns on AMX kernels that fault on hosts which
+  # report AMX without enabling its tile state (seen on some VMs), crashing the local model.
+  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON}"
   "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
   echo "$WANT" > "$STAMP"
 fi

@@ -182,6 +182,10 @@ class CountingProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle's algorithm on, the body would
+            # wait for the client's delayed ACK (40 ms) on a kept-alive connection. The model
+            # server (uvicorn) sets TCP_NODELAY too.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass

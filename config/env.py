@@ -39,6 +39,31 @@ def ctxobs_home() -> Path:
     return Path(os.environ.get("CTXOBS_HOME") or Path.home() / ".ctxobs").expanduser()
 
 
+def local_secret(name: str) -> str:
+    """A random secret kept 0600 in CTXOBS_HOME, made on first use and the same for every process
+    of this install afterwards, so that a single-machine install never runs on a public default."""
+    import secrets
+
+    path = ctxobs_home() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(48) + "\n")
+    # A process that lost the creation race may read before the winner's write lands.
+    for _ in range(50):
+        value = path.read_text().strip()
+        if value:
+            return value
+        import time
+
+        time.sleep(0.02)
+    raise RuntimeError(f"{path} is empty; delete it to make a new secret")
+
+
 def redis_client_url(url: str) -> str:
     """redis-py spells a unix socket `unix://`; Celery/kombu spell it `redis+socket://`."""
     if url.startswith("redis+socket://"):

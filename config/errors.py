@@ -56,4 +56,5 @@ def install_exception_handlers(api: Any) -> None:
         if isinstance(exc, OperationalError | InterfaceError):
             return _unavailable(request, exc)
         logger.exception("store.error path=%s", request.path)
-        return api.create_response(request, {"detail": "internal storage error; nothing was stored"}, status=500)
+        detail = {"detail": "internal storage error; nothing was stored"}
+        return api.create_response(request, detail, status=500)

@@ -7,13 +7,23 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 from config import embedded
-from config.env import ctxobs_home, env_bool, env_float, env_int, env_list, env_str, redis_client_url  # noqa: F401
+from config.env import (  # noqa: F401
+    ctxobs_home,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    local_secret,
+    redis_client_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # --- core -------------------------------------------------------------------
 DEBUG = env_bool("CTXOBS_DEBUG", False)
-SECRET_KEY = env_str("CTXOBS_SECRET_KEY") or "ctxobs-dev-insecure-secret-key-change-me-in-production"
+# Set it in production; a single-machine install gets a random one kept in CTXOBS_HOME.
+SECRET_KEY = env_str("CTXOBS_SECRET_KEY") or local_secret("secret-key")
 ALLOWED_HOSTS = env_list("CTXOBS_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CTXOBS_CSRF_TRUSTED_ORIGINS", [])
 # Field encryption for provider keys; derived from SECRET_KEY unless set explicitly.

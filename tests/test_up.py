@@ -26,15 +26,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(home: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _start(home: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CTXOBS_HOME"] = str(home)
+    args = list(extra) or ["--no-model", "--no-demo"]
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "ctxobs_up", "--port", str(port), "--no-model", "--no-demo", "--workers", "1"],
+        [sys.executable, "manage.py", "ctxobs_up", "--port", str(port), "--workers", "1", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     found: dict[str, str] = {}
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     lines = []
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -48,7 +49,9 @@ def _start(home: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str]
             found["user"], found["password"] = m.group(1), m.group(2)
         if m := re.search(r"demo ingest key:\s+(\S+)", line):
             found["key"] = m.group(1)
-        if {"url", "key", "password"} <= set(found) and "API docs" in line:
+        if m := re.search(r"local model \(OpenAI-compatible\):\s+(\S+)", line):
+            found["model"] = m.group(1)
+        if {"url", "key", "password"} <= set(found) and "logs:" in line:
             return proc, found
     proc.kill()
     raise AssertionError("ctxobs_up did not come up:\n" + "".join(lines))
@@ -93,5 +96,58 @@ def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tm
         r = httpx.get(f"{again['url']}/api/v1/snapshots/{sent['snapshot_id']}",
                       headers={"Authorization": f"Bearer {again['key']}"}, timeout=10)
         assert r.status_code == 200 and r.json()["session_id"] == sent["session_id"]
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.e2e
+def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_path):
+    """The first command with its defaults: the local model is registered as the demo
+    project's endpoint, the example agent fills the demo project through the real ingest API,
+    and a "without memory" replay of a demo turn runs on the worker against that model."""
+    home = tmp_path / "home"
+    port = _free_port()
+    proc, found = _start(home, port, "--demo-sessions", "1", "--demo-turns", "3")
+    try:
+        assert "model" in found, "the local model server was not started"
+        assert proc.stdout is not None
+        demo = ""
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and "example agent" not in demo:
+            demo = proc.stdout.readline()
+            assert demo, "ctxobs_up stopped before the example agent finished"
+        assert "filled the demo project" in demo, demo
+        base = found["url"]
+        headers = {"Authorization": f"Bearer {found['key']}"}
+        with httpx.Client(base_url=f"{base}/api/v1", headers=headers, timeout=30) as api:
+            items = api.get("/sessions").json()["items"]
+            assert len(items) == 1 and items[0]["turn_count"] >= 3, items
+            timeline = api.get(f"/sessions/{items[0]['session_id']}/timeline").json()
+            snaps = [api.get(f"/snapshots/{t['snapshot_id']}").json() for t in timeline["turns"]]
+            for snap in snaps:
+                assert snap["blocks"][0]["key"] == "system"
+            # The agent's calls reached the local model: its answers and reported usage are stored.
+            answered = [s for s in snaps if s["output"] and s["output"].get("usage", {}).get("prompt_tokens")]
+            assert answered, [s["output"] for s in snaps]
+            # Recall injects the memory block on the turns whose message matches a memory.
+            snap = next(s for s in snaps if any(b["key"] == "memory" for b in s["blocks"]))
+            snap_id = snap["snapshot_id"]
+
+            r = api.post("/replays", json={"kind": "without", "snapshot_id": snap_id, "block": "memory",
+                                           "samples": 1, "params": {"max_tokens": 16}})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            deadline = time.monotonic() + 240
+            job = r.json()
+            while time.monotonic() < deadline and job["status"] not in ("done", "failed", "cancelled"):
+                time.sleep(1)
+                job = api.get(f"/replays/{job_id}").json()
+            assert job["status"] == "done", job
+            runs = [run for t in job["turns"] for v in t["variants"] for run in v["runs"]]
+            assert len(runs) == 2 and all(run["status"] == "done" for run in runs), runs
+            without = next(v for t in job["turns"] for v in t["variants"] if not v["is_baseline"])
+            baseline = next(v for t in job["turns"] for v in t["variants"] if v["is_baseline"])
+            # The local model saw fewer prompt tokens without the memory block: it reached the model.
+            assert without["runs"][0]["prompt_tokens"] < baseline["runs"][0]["prompt_tokens"]
     finally:
         _stop(proc)

@@ -87,6 +87,9 @@ def _read_body(request: HttpRequest) -> bytes:
         raise BadRequest(f"body is not valid gzip: {exc}") from None
     if len(out) > limit or d.unconsumed_tail:
         raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
+    if not d.eof:
+        # ISA-L waits for more input where zlib rejects a bad header at once.
+        raise BadRequest("body is not valid gzip: not a gzip stream, or truncated")
     return out
 
 

@@ -116,6 +116,14 @@ def test_gzip_encoded_batch_is_accepted(api, project):
     assert r.json()["created"] == 2
 
 
+def test_truncated_gzip_body_is_400_and_stores_nothing(api, project):
+    packed = gzip.compress(json.dumps({"snapshots": [snapshot(turn=0)]}).encode())
+    r = api.client.post("/api/v1/snapshots", data=packed[: len(packed) // 2], content_type="application/json",
+                        HTTP_CONTENT_ENCODING="gzip", **api.headers())
+    assert r.status_code == 400 and "gzip" in r.json()["detail"]
+    assert not Snapshot.objects.filter(project=project).exists()
+
+
 def test_corrupt_gzip_and_bad_json_are_400(api):
     r = api.client.post("/api/v1/snapshots", data=b"not gzip", content_type="application/json",
                         HTTP_CONTENT_ENCODING="gzip", **api.headers())

@@ -359,6 +359,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
     args = ap.parse_args()
+    started = time.perf_counter()
 
     from django.core.management import call_command
 
@@ -419,6 +420,7 @@ def main() -> None:
         "stored_vs_naive": round(actual / naive, 3),
         "naive_compressed_bytes_per_snapshot": round(naive_compressed),
         "stored_vs_naive_compressed": round(actual / naive_compressed, 3),
+        "seconds": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(result))
 

@@ -284,9 +284,12 @@ _SNAPSHOT_COPY = (
 def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
     pid = project.pk
     now = timezone.now()
-    with transaction.atomic():
-        cur = connection.cursor()
-        raw = cur.cursor  # psycopg cursor, for COPY
+    # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
+    with transaction.atomic(), connection.wrap_database_errors:
+        raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
+        # Parameters bound server-side: the batch's arrays and JSON travel apart from the SQL text
+        # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.
+        cur = psycopg.Cursor(raw.connection)
 
         # 1. Duplicates already stored (a resend) are never stored twice; ids for the rest, in the
         #    same round trip (a few may go unused, as sequences allow).

@@ -524,6 +524,10 @@ def main() -> None:
 
         # 3: the same job with two worker processes.
         workers.append(start_worker(f"bench-replay-2-{os.getpid()}", tmp / "worker-2.log"))
+        # llama.cpp reuses the longest prompt prefix of its previous request; replaying the
+        # unrelated turn first gives the second job the same starting point as the first.
+        wid, _ = start_job(client, key, {"kind": "plain", "snapshot_id": warm["snapshot_id"], "samples": 1})
+        wait_job(wid)
         job2_id, dispatched2 = start_job(client, key, loo)
         job2 = wait_job(job2_id)
         if job2.status != "done":

@@ -79,6 +79,8 @@ def canonical_json(value: Any) -> str:
 
 _SIMPLE_KEYS = frozenset(("role", "content", "name", "tool_call_id"))
 _hash_memo: dict[tuple[Any, ...], str] = {}
+_pair_memo: dict[tuple[str, str], str] = {}
+_block_memo: dict[tuple[str, ...], str] = {}
 _HASH_MEMO_MAX = 100_000
 
 
@@ -88,6 +90,18 @@ def message_hash(message: dict[str, Any]) -> str:
     Plain text messages (the system prompt, memory, documents) repeat on every turn; they are
     memoised by value, which skips the JSON encoding that dominates hashing them.
     """
+    if len(message) == 2:
+        # {"role": str, "content": str}: the shape of nearly every repeated message.
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str:
+            pair = (role, content)
+            found = _pair_memo.get(pair)
+            if found is None:
+                found = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+                if len(_pair_memo) >= _HASH_MEMO_MAX:
+                    _pair_memo.clear()
+                _pair_memo[pair] = found
+            return found
     memo_key: tuple[Any, ...] | None = None
     if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):
         memo_key = (
@@ -112,7 +126,14 @@ def block_hashes(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:
     gains one message per turn shares every earlier message with the previous turn.
     """
     mh = [message_hash(m) for m in messages]
-    return hashlib.sha256("".join(mh).encode("ascii")).hexdigest()[:HASH_CHARS], mh
+    key = tuple(mh)
+    h = _block_memo.get(key)
+    if h is None:
+        h = hashlib.sha256("".join(mh).encode("ascii")).hexdigest()[:HASH_CHARS]
+        if len(_block_memo) >= _HASH_MEMO_MAX:
+            _block_memo.clear()
+        _block_memo[key] = h
+    return h, mh
 
 
 def content_hash(messages: list[dict[str, Any]]) -> str:

@@ -1,0 +1,44 @@
+"""Content addresses do not depend on the memos that make repeated hashing cheap."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from ctxobs.wire import HASH_CHARS, block_hashes, canonical_json, message_hash
+
+
+def _fresh(message: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param({"role": "system", "content": "Ünïcode \"quoted\" \\ text"}, id="pair"),
+        pytest.param({"content": "same text", "role": "user"}, id="pair-other-key-order"),
+        pytest.param({"role": "user", "name": "ann"}, id="two-keys-no-content"),
+        pytest.param({"role": "user", "content": None}, id="null-content"),
+        pytest.param({"role": "tool", "tool_call_id": "c1", "content": "42"}, id="tool"),
+        pytest.param({"role": "user", "content": [{"type": "text", "text": "hi"}]}, id="parts"),
+    ],
+)
+def test_message_hash_is_the_sha256_of_canonical_json_on_every_call(message: dict[str, Any]) -> None:
+    assert message_hash(message) == _fresh(message)
+    assert message_hash(dict(message)) == _fresh(message)
+
+
+def test_messages_with_the_same_text_and_another_role_hash_apart() -> None:
+    user, assistant = {"role": "user", "content": "x"}, {"role": "assistant", "content": "x"}
+    assert message_hash(user) != message_hash(assistant)
+
+
+def test_block_hash_is_the_sha256_of_its_message_hashes_on_every_call() -> None:
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    expected = [_fresh(m) for m in messages]
+    block = hashlib.sha256("".join(expected).encode("ascii")).hexdigest()[:HASH_CHARS]
+    assert block_hashes(messages) == (block, expected)
+    assert block_hashes([dict(m) for m in messages]) == (block, expected)
+    assert block_hashes(messages[:1])[0] != block

@@ -4,8 +4,8 @@
         --sessions 2 --turns 8            # snapshots go to CTXOBS_ENDPOINT with CTXOBS_API_KEY
 
 What it does per user message, one model call = one ctxobs turn (snapshot):
-- tools run by the agent's router (search_flights fails now and then with an error result,
-  which stays in history — the "echo chamber" the dashboard should make visible);
+- tools run by the agent's router (search_flights and get_weather fail now and then with an
+  error result, which stays in history — the "echo chamber" the dashboard should make visible);
 - memory recall by keyword overlap (scored, ranked, injected above a threshold; a stale
   memory is flagged) and retrieval of policy documents;
 - blocks system / tools / constraints / memory / summary / history / retrieval /
@@ -146,6 +146,8 @@ def search_flights(s: Session, day: str) -> dict[str, Any]:
 
 
 def get_weather(s: Session, city: str) -> dict[str, Any]:
+    if s.rng.random() < 0.3:
+        return {"status": "error", "message": "weather service returned 503", "retry": True}
     return {"status": "ok", "city": city, "forecast": s.rng.choice(["sunny 29C", "showers 24C", "humid 31C"])}
 
 

@@ -322,7 +322,12 @@ class Turn:
         kind = kind or kind_for_key(key)
         if kind == "tools" and messages and all(isinstance(m, dict) and "role" not in m for m in messages):
             return self.tools(messages, key=key)
-        copies = [clean_message(m) for m in messages]
+        # Plain {role, content} dicts (most messages) cannot carry tags: copied without the checks.
+        copies = [
+            dict(m) if m.__class__ is dict and len(m) == 2 and "role" in m and "content" in m
+            else clean_message(m)
+            for m in messages
+        ]
         existing = self._blocks.get(key)
         if existing is not None:
             existing.messages.extend(copies)

@@ -200,10 +200,14 @@ class TokenCache:
 def message_tokens(message: dict[str, Any], counter: Counter) -> int:
     """Tokens of one chat message, overhead included (OpenAI's rule)."""
     n = TOKENS_PER_MESSAGE
+    count = counter.count_text
     for key, value in message.items():
         if key == "block" or key.startswith("ctxobs_"):
             continue
-        n += counter.count_text(_value_text(value))
+        if value.__class__ is str:
+            n += count(value)
+        elif value is not None:
+            n += count(_value_text(value))
         if key == "name":
             n += TOKENS_PER_NAME
     return n

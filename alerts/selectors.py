@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,7 +13,7 @@ from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
-from ingest.models import CompressionEvent, Snapshot
+from ingest.models import Snapshot
 
 
 def session_alert_markers(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
@@ -193,24 +194,27 @@ def snapshot_neighbourhoods(
     columns = TURN_COLUMNS + (BLOCK_COLUMNS if with_blocks else ())
     cols = ", ".join(f"s.{c}" for c in columns)
     inner = ", ".join(columns)
+    # The project id never reaches the planner as a literal (a sub-select, then the rows found):
+    # with a literal and statistics that lag a fast-growing project, it estimates one row for
+    # the project and may scan all of it through the (project, ts) index instead.
     sql = f"""
         WITH n AS (
-            SELECT session_ref, turn FROM ingest_snapshot
-            WHERE project_id = %(p)s AND id = ANY(%(refs)s::bigint[])
+            SELECT project_id, session_ref, turn FROM ingest_snapshot
+            WHERE project_id = (SELECT %(p)s::bigint) AND id = ANY(%(refs)s::bigint[])
         )
         SELECT DISTINCT ON (s.id) {cols} FROM n
         JOIN LATERAL (
             -- Ordered by turn alone so that the (project, session_ref, turn) index ends each
             -- scan after WINDOW rows; ties within a turn are ordered in Python.
             (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn < n.turn
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn < n.turn
                ORDER BY s.turn DESC LIMIT %(w)s)
             UNION ALL
             (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn = n.turn)
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn = n.turn)
             UNION ALL
             (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn > n.turn
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn > n.turn
                ORDER BY s.turn LIMIT %(w)s)
         ) s ON true
     """  # noqa: S608 - the interpolated text is a fixed column list
@@ -235,16 +239,24 @@ def anchors_of(
 ) -> dict[int, tuple[list[dict[str, Any]], dict[str, Any]]]:
     """Block metadata (position, key, kind, tokens; no messages) in order and the turn-to-turn
     change of some snapshots (one query)."""
-    rows = Snapshot.objects.filter(project_id=project_id, id__in=snapshot_refs).values_list(
-        "id", "block_keys", "block_kinds", "block_tokens", "change"
-    )
+    if not snapshot_refs:
+        return {}
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `snapshot_neighbourhoods`.
+        cur.execute(
+            "SELECT id, block_keys, block_kinds, block_tokens, change FROM ingest_snapshot"
+            " WHERE project_id = (SELECT %s::bigint) AND id = ANY(%s::bigint[])",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
     out: dict[int, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
     for ref, keys, kinds, tokens, change in rows:
         blocks = [
             {"position": i, "key": k, "kind": kd, "tokens": t}
             for i, (k, kd, t) in enumerate(zip(keys, kinds, tokens, strict=True))
         ]
-        out[ref] = (blocks, change or {})
+        # Django reads jsonb as text and leaves decoding to the field; this is a raw query.
+        out[ref] = (blocks, (json.loads(change) if isinstance(change, str) else change) or {})
     return out
 
 
@@ -253,9 +265,14 @@ def compressed_tokens_by_block_per_snapshot(
 ) -> dict[int, dict[str, int]]:
     """Per snapshot: tokens removed per block key by its compression events (one query)."""
     out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    rows = CompressionEvent.objects.filter(project_id=project_id, snapshot_ref__in=snapshot_refs).values_list(
-        "snapshot_ref", "block", "tokens_before", "tokens_after"
-    )
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `snapshot_neighbourhoods`.
+        cur.execute(
+            "SELECT snapshot_ref, block, tokens_before, tokens_after FROM ingest_compressionevent"
+            " WHERE project_id = (SELECT %s::bigint) AND snapshot_ref = ANY(%s::bigint[])",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
     for ref, block, before, after in rows:
         if before is not None and after is not None:
             out[ref][block] += max(1, before - after)
@@ -286,7 +303,8 @@ def episodes_near(*, project_id: int, probes: list[EpisodeProbe]) -> list[Alert]
     session whose span ends at or after the probe's turn or time, plus possibly others (callers
     filter). Index range scans on (project, session, rule, last_turn / last_ts) bounded by
     EPISODE_SCAN_LIMIT, so the cost does not grow with the session; a probe whose scan hits the
-    limit is read again without it (one more query, exact)."""
+    limit is read again without it (one more query, exact). The project id is a sub-select for
+    the reason given in `snapshot_neighbourhoods`."""
     if not probes:
         return []
     sql = """
@@ -295,12 +313,14 @@ def episodes_near(*, project_id: int, probes: list[EpisodeProbe]) -> list[Alert]
             WITH ORDINALITY AS k(session_ref, rule_id, from_turn, from_ts, i)
         CROSS JOIN LATERAL (
             (SELECT a.id, 'turn' AS dir FROM alerts_alert a
-               WHERE a.project_id = %(p)s AND a.session_ref = k.session_ref AND a.rule_id = k.rule_id
+               WHERE a.project_id = (SELECT %(p)s::bigint) AND a.session_ref = k.session_ref
+                 AND a.rule_id = k.rule_id
                  AND a.last_turn >= k.from_turn
                ORDER BY a.last_turn LIMIT %(n)s)
             UNION ALL
             (SELECT a.id, 'ts' AS dir FROM alerts_alert a
-               WHERE a.project_id = %(p)s AND a.session_ref = k.session_ref AND a.rule_id = k.rule_id
+               WHERE a.project_id = (SELECT %(p)s::bigint) AND a.session_ref = k.session_ref
+                 AND a.rule_id = k.rule_id
                  AND a.last_ts >= k.from_ts
                ORDER BY a.last_ts LIMIT %(n)s)
         ) x

@@ -10,8 +10,8 @@ the alerts queue and a local webhook receiver (http.server, signature verified),
    (its created_at) and to the first signed webhook request the receiver accepts;
 2. flat cost: grows one session to --turns turns (watermark cycling across the tiers every 40
    turns, a minute apart, so each cycle raises new alerts and the session's alerts pile up) and
-   at several lengths times `alerts_evaluate` on one freshly appended turn over a full cycle,
-   interleaved with the first cycle of a fresh session, with query counts. "Flat": at the
+   at several lengths times `alerts_evaluate` on one freshly appended turn over three cycles,
+   interleaved with the first cycles of a fresh session, with query counts. "Flat": at the
    longest length the median is at most 1.25x the fresh session's, with no more queries.
 
 The last line printed is one JSON object with the headline figures.
@@ -181,6 +181,7 @@ def latency(n_sessions: int, project: Project) -> dict[str, Any]:
 
 
 CYCLE = 40  # turns of one fill cycle (calm -> break tier -> compression)
+PROBE_CYCLES = 3  # cycles timed per session length
 # Turns of the long session are a minute apart, so the default cooldowns (20 turns, 30 min) end
 # within each cycle and every cycle raises new alerts: the session's alert count grows with it.
 FLAT_STEP = timedelta(seconds=60)
@@ -228,23 +229,23 @@ def timed_evaluate(project: Project, session_id: str, turn: int) -> dict[str, An
 def flat_cost(max_turns: int) -> dict[str, Any]:
     """Time and queries of `alerts_evaluate` on one freshly ingested turn as a session grows.
 
-    At each checkpoint the last full cycle of turns before it is timed, interleaved turn by turn
-    with the first cycle of a fresh session (same phase, same rules, same project), so both see
-    the same mix of quiet and firing turns and the same load from anything else on the machine;
-    the figure per length is the ratio of the two medians."""
+    At each checkpoint the last PROBE_CYCLES full cycles of turns before it are timed, interleaved
+    turn by turn with the first cycles of a fresh session (same phase, same rules, same project),
+    so both see the same mix of quiet and firing turns and the same load from anything else on
+    the machine; the figure per length is the ratio of the two medians."""
     project, _ = project_create(name=f"bench-alerts-flat-{uuid.uuid4().hex[:8]}")
-    checkpoints = sorted(
-        {c for c in (3 * CYCLE, 13 * CYCLE, 25 * CYCLE, 50 * CYCLE, max_turns) if CYCLE < c <= max_turns}
-    )
+    timed = PROBE_CYCLES * CYCLE
+    lengths = (4 * CYCLE, 13 * CYCLE, 25 * CYCLE, 50 * CYCLE, max_turns)
+    checkpoints = sorted({c for c in lengths if timed < c <= max_turns})
     out: dict[str, dict[str, Any]] = {}
     # Evaluation is driven by hand here: the worker must not race the measurements.
     snapshots_committed.disconnect(dispatch_uid="alerts.evaluate")
     try:
         turn = 0
         for cp in checkpoints:
-            # Grow to one cycle before cp without timing (evaluated in bulk so alerts exist).
-            while turn < cp - CYCLE:
-                n = min(250, cp - CYCLE - turn)
+            # Grow to the timed cycles before cp without timing (evaluated in bulk so alerts exist).
+            while turn < cp - timed:
+                n = min(250, cp - timed - turn)
                 snapshot_batch_ingest(project=project, batch=[long_snap(t) for t in range(turn, turn + n)])
                 refs = list(
                     Snapshot.objects.filter(project=project, turn__gte=turn, turn__lt=turn + n)
@@ -256,9 +257,14 @@ def flat_cost(max_turns: int) -> dict[str, Any]:
                 turn += n
             long: list[dict[str, Any]] = []
             short: list[dict[str, Any]] = []
-            for i in range(CYCLE):
-                short.append(timed_evaluate(project, f"short-{cp}", i))
-                long.append(timed_evaluate(project, "long-session", turn))
+            for i in range(timed):
+                # Alternating which goes first (ABBA) so neither gains from the other's warm-up.
+                if i % 2 == 0:
+                    short.append(timed_evaluate(project, f"short-{cp}", i))
+                    long.append(timed_evaluate(project, "long-session", turn))
+                else:
+                    long.append(timed_evaluate(project, "long-session", turn))
+                    short.append(timed_evaluate(project, f"short-{cp}", i))
                 turn += 1
             row: dict[str, Any] = {}
             for name, runs in (("short", short), ("long", long)):

@@ -1,11 +1,13 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
-    python bench/ingest.py [--batches 200] [--concurrency 4] [--web-workers 2]
+    python bench/ingest.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
 port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
-previous turn of their 50-turn session) in batches of 100, then COPYs the same rows straight
-into the same tables. The last line printed is one JSON object with the headline figures.
+previous turn of their 50-turn session) in batches of 100, gzip-compressed as the SDK sends
+them and built before the clock starts, then COPYs the same rows straight into the same tables.
+Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
+generator. The last line printed is one JSON object with the headline figures.
 """
 
 from __future__ import annotations
@@ -46,8 +48,12 @@ from ingest.services import project_create  # noqa: E402
 
 # A few thousand distinct pseudo-words, so that text compresses about as well as real prose.
 _SYL = ["ka", "ro", "mi", "te", "su", "lan", "dor", "vi", "ne", "sha", "quo", "bri", "el", "tum", "xa", "po"]
-WORDS = [a + b + c for a in _SYL for b in _SYL for c in ("", "n", "s", "r", "ta", "le", "mo", "ik", "us", "ed",
-                                                            "or", "ia", "um", "en", "al", "ix")]
+WORDS = [
+    a + b + c
+    for a in _SYL
+    for b in _SYL
+    for c in ("", "n", "s", "r", "ta", "le", "mo", "ik", "us", "ed", "or", "ia", "um", "en", "al", "ix")
+]
 TURNS_PER_SESSION = 50
 BATCH = 100
 
@@ -63,9 +69,14 @@ class SessionGen:
         self.rng, self.sid, self.turn = rng, sid, 0
         # ~0.75 words per token: block sizes add up to about 6k tokens.
         self.stable = {
-            "system": text(rng, 420), "tools": text(rng, 850), "constraints": text(rng, 110),
-            "memory": text(rng, 300), "retrieval_1": text(rng, 640), "retrieval_2": text(rng, 640),
-            "retrieval_3": text(rng, 640), "other": text(rng, 60),
+            "system": text(rng, 420),
+            "tools": text(rng, 850),
+            "constraints": text(rng, 110),
+            "memory": text(rng, 300),
+            "retrieval_1": text(rng, 640),
+            "retrieval_2": text(rng, 640),
+            "retrieval_3": text(rng, 640),
+            "other": text(rng, 60),
         }
         self.summary = text(rng, 480)
         self.history: list[str] = []
@@ -78,17 +89,29 @@ class SessionGen:
         if len(self.history) > 30:  # a rolling summary every so often
             self.history = self.history[-10:]
             self.summary = text(rng, 480)
-        kinds = [("system", "system"), ("tools", "tools"), ("constraints", "constraints"), ("memory", "memory"),
-                 ("summary", "summary"), ("history", "history"), ("retrieval_1", "retrieval"),
-                 ("retrieval_2", "retrieval"), ("retrieval_3", "retrieval"), ("tool_results", "tool_results"),
-                 ("other", "other"), ("user", "user")]
+        kinds = [
+            ("system", "system"),
+            ("tools", "tools"),
+            ("constraints", "constraints"),
+            ("memory", "memory"),
+            ("summary", "summary"),
+            ("history", "history"),
+            ("retrieval_1", "retrieval"),
+            ("retrieval_2", "retrieval"),
+            ("retrieval_3", "retrieval"),
+            ("tool_results", "tool_results"),
+            ("other", "other"),
+            ("user", "user"),
+        ]
         blocks = []
         for key, kind in kinds:
             if key == "summary":
                 msgs = [{"role": "system", "content": self.summary}]
             elif key == "history":
-                msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": h}
-                        for i, h in enumerate(self.history[-12:])]
+                msgs = [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": h}
+                    for i, h in enumerate(self.history[-12:])
+                ]
             elif key == "tool_results":
                 msgs = [{"role": "tool", "tool_call_id": f"c{t}", "content": text(rng, 250)}]
             elif key == "user":
@@ -96,15 +119,24 @@ class SessionGen:
             else:
                 msgs = [{"role": "system", "content": self.stable[key]}]
             words = sum(len((m["content"] or "").split()) for m in msgs)
-            blocks.append({"key": key, "kind": kind, "messages": msgs, "tokens": int(words * 1.33) + 3 * len(msgs)})
+            blocks.append(
+                {"key": key, "kind": kind, "messages": msgs, "tokens": int(words * 1.33) + 3 * len(msgs)}
+            )
         return {
-            "snapshot_id": str(uuid.uuid4()), "session_id": self.sid, "turn": t, "agent": "bench-agent",
+            "snapshot_id": str(uuid.uuid4()),
+            "session_id": self.sid,
+            "turn": t,
+            "agent": "bench-agent",
             "ts": (self.t0 + timedelta(seconds=t)).isoformat(),
             "model": {"name": "gpt-4o", "context_window": 128000, "encoding": "o200k_base"},
-            "params": {"temperature": 0}, "blocks": blocks,
-            "output": {"text": text(rng, 30), "finish_reason": "stop",
-                       "usage": {"prompt_tokens": sum(b["tokens"] for b in blocks), "completion_tokens": 40},
-                       "latency_ms": 800},
+            "params": {"temperature": 0},
+            "blocks": blocks,
+            "output": {
+                "text": text(rng, 30),
+                "finish_reason": "stop",
+                "usage": {"prompt_tokens": sum(b["tokens"] for b in blocks), "completion_tokens": 40},
+                "latency_ms": 800,
+            },
         }
 
 
@@ -128,12 +160,30 @@ def free_port() -> int:
 
 def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REDIS_URL=settings.REDIS_URL,
-               CTXOBS_INGEST_RATE_LIMIT="0", CTXOBS_LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        DATABASE_URL=settings.DATABASE_URL,
+        REDIS_URL=settings.REDIS_URL,
+        CTXOBS_INGEST_RATE_LIMIT="0",
+        CTXOBS_LOG_LEVEL="WARNING",
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--timeout", "120", "--log-level", "warning"],
-        cwd=str(ROOT), env=env,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--timeout",
+            "120",
+            "--log-level",
+            "warning",
+        ],
+        cwd=str(ROOT),
+        env=env,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -186,8 +236,11 @@ def cpu_snapshot(server_pid: int) -> dict[str, float]:
         return backend is None or backend.group(1) == db
 
     postgres = _pids(is_store)
-    return {"server": sum(map(_proc_cpu_s, server)), "postgres": sum(map(_proc_cpu_s, postgres)),
-            "client": time.process_time()}
+    return {
+        "server": sum(map(_proc_cpu_s, server)),
+        "postgres": sum(map(_proc_cpu_s, postgres)),
+        "client": time.process_time(),
+    }
 
 
 def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzipped: bool) -> dict[str, Any]:
@@ -288,23 +341,65 @@ def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
                         if mh not in seen_m:
                             seen_m.add(mh)
                             message_rows.append((pid, mh, json.dumps(m)))
-            snap_rows.append((pid, sid, s["snapshot_id"], 0, s["session_id"], s["turn"], s["agent"], s["ts"], now,
-                              "gpt-4o", 128000, 19200, "o200k_base", False, "{}", "{}", total, total / 108800, "ok",
-                              "{}", 12, 0, 0, 0, 0, 0, 0, False, json.dumps(s["output"]), "{}",
-                              [b["key"] for b in s["blocks"]], [b["kind"] for b in s["blocks"]], hashes,
-                              [b["tokens"] for b in s["blocks"]], [0] * len(s["blocks"])))
-    snap_data, content_data, message_data = _copy_data(snap_rows), _copy_data(content_rows), _copy_data(message_rows)
+            snap_rows.append(
+                (
+                    pid,
+                    sid,
+                    s["snapshot_id"],
+                    0,
+                    s["session_id"],
+                    s["turn"],
+                    s["agent"],
+                    s["ts"],
+                    now,
+                    "gpt-4o",
+                    128000,
+                    19200,
+                    "o200k_base",
+                    False,
+                    "{}",
+                    "{}",
+                    total,
+                    total / 108800,
+                    "ok",
+                    "{}",
+                    12,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    False,
+                    json.dumps(s["output"]),
+                    "{}",
+                    [b["key"] for b in s["blocks"]],
+                    [b["kind"] for b in s["blocks"]],
+                    hashes,
+                    [b["tokens"] for b in s["blocks"]],
+                    [0] * len(s["blocks"]),
+                )
+            )
+    snap_data, content_data, message_data = (
+        _copy_data(snap_rows),
+        _copy_data(content_rows),
+        _copy_data(message_rows),
+    )
     t0 = time.perf_counter()
     with connection.cursor() as cur:
         raw = cur.cursor
-        with raw.copy("COPY ingest_snapshot (project_id, id, snapshot_id, session_ref, session_id, turn, agent, ts,"
-                      " received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params,"
-                      " tags, total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall,"
-                      " n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,"
-                      " change, block_keys, block_kinds, block_hashes, block_tokens, block_flags) FROM STDIN") as c:
+        with raw.copy(
+            "COPY ingest_snapshot (project_id, id, snapshot_id, session_ref, session_id, turn, agent, ts,"
+            " received_at, model_name, context_window, reserve_tokens, encoding, counts_estimated, params,"
+            " tags, total_tokens, watermark, tier, kind_tokens, n_blocks, n_compression, n_recall,"
+            " n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,"
+            " change, block_keys, block_kinds, block_hashes, block_tokens, block_flags) FROM STDIN"
+        ) as c:
             c.write(snap_data)
-        with raw.copy("COPY ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,"
-                      " created_at) FROM STDIN") as c:
+        with raw.copy(
+            "COPY ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,"
+            " created_at) FROM STDIN"
+        ) as c:
             c.write(content_data)
         with raw.copy("COPY ingest_messagecontent (project_id, hash, message) FROM STDIN") as c:
             c.write(message_data)
@@ -320,9 +415,12 @@ def stored_bytes(project: Project) -> tuple[float, float, float]:
         cur.execute(
             """
             SELECT
-              (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM ingest_snapshot s WHERE s.project_id = %(p)s),
-              (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM ingest_blockcontent c WHERE c.project_id = %(p)s),
-              (SELECT coalesce(sum(pg_column_size(m.*)), 0) FROM ingest_messagecontent m WHERE m.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM ingest_snapshot s
+               WHERE s.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM ingest_blockcontent c
+               WHERE c.project_id = %(p)s),
+              (SELECT coalesce(sum(pg_column_size(m.*)), 0) FROM ingest_messagecontent m
+               WHERE m.project_id = %(p)s),
               (SELECT count(*) FROM ingest_snapshot s WHERE s.project_id = %(p)s)
             """,
             {"p": pid},
@@ -332,7 +430,8 @@ def stored_bytes(project: Project) -> tuple[float, float, float]:
         cur.execute(
             """
             WITH per_block AS (
-              SELECT c.hash, sum(octet_length(m.message::text)) AS raw_b, sum(pg_column_size(m.message)) AS col_b
+              SELECT c.hash, sum(octet_length(m.message::text)) AS raw_b,
+                     sum(pg_column_size(m.message)) AS col_b
               FROM ingest_blockcontent c
               CROSS JOIN LATERAL unnest(c.message_hashes) AS mh(h)
               JOIN ingest_messagecontent m ON m.project_id = c.project_id AND m.hash = mh.h
@@ -375,8 +474,11 @@ def main() -> None:
     if not args.no_gzip:
         bodies = [gzip.compress(b, compresslevel=5) for b in bodies]
     avg_tokens = statistics.mean(sum(bl["tokens"] for bl in s["blocks"]) for s in batches[0])
-    print(f"body {json_mb:.2f} MB of JSON per batch, {len(bodies[0]) / 1e6:.2f} MB sent,"
-          f" ~{avg_tokens:.0f} tokens per snapshot", flush=True)
+    print(
+        f"body {json_mb:.2f} MB of JSON per batch, {len(bodies[0]) / 1e6:.2f} MB sent,"
+        f" ~{avg_tokens:.0f} tokens per snapshot",
+        flush=True,
+    )
 
     proc, base = start_server(args.web_workers)
     try:
@@ -413,7 +515,9 @@ def main() -> None:
         "p50_request_ms": round(http["p50_ms"], 1),
         "p99_request_ms": round(http["p99_ms"], 1),
         "http_errors": http["errors"],
-        "cpu_ms_per_snapshot": {k: round(1000 * (cpu1[k] - cpu0[k]) / (args.batches * BATCH), 3) for k in cpu0},
+        "cpu_ms_per_snapshot": {
+            k: round(1000 * (cpu1[k] - cpu0[k]) / (args.batches * BATCH), 3) for k in cpu0
+        },
         "cpu_cores_busy": round(sum(cpu1[k] - cpu0[k] for k in cpu0) / http["elapsed_s"], 2),
         "stored_bytes_per_snapshot": round(actual),
         "naive_bytes_per_snapshot": round(naive),

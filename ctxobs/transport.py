@@ -456,7 +456,8 @@ class Transport:
                 report.duplicate.append(item.snapshot_id)
             elif status == "rejected":
                 report.rejected.append(item.snapshot_id)
-                errors = r.get("errors") if isinstance(r.get("errors"), list) else []
+                raw_errors = r.get("errors")
+                errors: list[Any] = raw_errors if isinstance(raw_errors, list) else []
                 log.warning(
                     "ctxobs.transport.item_rejected snapshot_id=%s errors=%d", item.snapshot_id, len(errors)
                 )

@@ -356,7 +356,7 @@ def user_turn(
     model: str,
     window: int,
     max_tokens: int,
-    stats: dict[str, int],
+    stats: dict[str, Any],
 ) -> None:
     counter = tokens.get_counter(model=model)
     update_constraints(s, text)
@@ -411,7 +411,7 @@ def user_turn(
                 stats["compressions"] += 1
             s.pending_compression = []
             try:
-                resp = llm.chat.completions.create(
+                resp = llm.chat.completions.create(  # type: ignore[call-overload]  # plain message dicts
                     model=model,
                     messages=t.messages(),
                     max_tokens=max_tokens,
@@ -489,7 +489,9 @@ def run(
         base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "local"), timeout=300, max_retries=1
     )
     rng = random.Random(seed)
-    stats = {"sessions": sessions, "calls": 0, "retries": 0, "fallbacks": 0, "compressions": 0}
+    stats: dict[str, Any] = {
+        "sessions": sessions, "calls": 0, "retries": 0, "fallbacks": 0, "compressions": 0
+    }
     started = time.perf_counter()
     for n in range(sessions):
         s = Session(

@@ -56,3 +56,21 @@ def test_a_second_system_message_reaches_the_model_only_through_the_rendered_tra
     text_with = _prompt_tokens(url, "completions", with_memory=True)
     text_without = _prompt_tokens(url, "completions", with_memory=False)
     assert abs((text_with - text_without) - memory_tokens) <= 2, (text_with, text_without, memory_tokens)
+
+
+def _answer(base_url: str, blocks: list[dict[str, Any]]) -> str:
+    request = ablation.render_request(blocks, {"temperature": 0, "seed": 42, "max_tokens": 24})
+    path, body = ablation.call_body(request=request, model=LOCAL_MODEL_NAME, mode="completions")
+    return endpoints.complete(base_url=base_url, path=path, body=body, api_key="", timeout=60.0).text
+
+
+def test_the_same_context_gets_the_same_answer_whatever_the_server_answered_before(local_model: Any) -> None:
+    # The demo turn's context; its answer at temperature 0 flips if the server reuses the
+    # previous request's evaluated prompt instead of evaluating it whole.
+    blocks = f.snapshot(turn=3)["blocks"]
+    url = local_model.base_url
+    first = _answer(url, blocks)
+    again = _answer(url, blocks)  # the whole prompt is what the server evaluated last
+    _answer(url, blocks[:-1])  # a shared prefix, as the next leave-one-out variant would send
+    after_variant = _answer(url, blocks)
+    assert first and first == again == after_variant, (first, again, after_variant)

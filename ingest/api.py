@@ -83,7 +83,7 @@ def _read_body(request: HttpRequest) -> bytes:
     d = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
     try:
         out = d.decompress(body, limit + 1)
-    except isal_zlib.error as exc:
+    except isal_zlib.error as exc:  # type: ignore[misc]  # IsalError, an Exception subclass
         raise BadRequest(f"body is not valid gzip: {exc}") from None
     if len(out) > limit or d.unconsumed_tail:
         raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")

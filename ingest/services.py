@@ -301,7 +301,9 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
             """,
             [pid, [p.snap["snapshot_id"] for p in prepared], len(prepared)],
         )
-        existing_ids, new_ids = cur.fetchone()
+        row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        existing_ids, new_ids = row
         existing = set(existing_ids)
         fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
         if not fresh:
@@ -536,19 +538,20 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
         lines[sref].append((turn, ts, snap_uuid, sid, None, stored))
     for p in fresh:
         lines[p.session_ref].append((p.snap["turn"], p.snap["ts"], p.snap["snapshot_id"], None, p, None))
-    updates = []
+    updates: list[dict[str, Any]] = []
     for line in lines.values():
         line.sort(key=lambda e: (e[0], e[1], e[2]))
         prev_blocks: list[derive.BlockRef] | None = None
         prev_turn: int | None = None
         prev_is_new = False
         first = True
-        for turn, _ts, _u, stored_id, p, stored_blocks in line:
-            if p is not None:
-                cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"]) for b in p.blocks]
+        for turn, _ts, _u, stored_id, new, stored_blocks in line:
+            if new is not None:
+                cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"])
+                              for b in new.blocks]
                 # The first entry of the line may be a new turn with nothing stored before it.
-                p.change = derive.block_change(None if first else prev_blocks, cur_blocks, prev_turn)
-                p.prev_turn = prev_turn
+                new.change = derive.block_change(None if first else prev_blocks, cur_blocks, prev_turn)
+                new.prev_turn = prev_turn
                 prev_is_new = True
             else:
                 cur_blocks = stored_blocks or []

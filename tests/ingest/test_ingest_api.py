@@ -67,7 +67,9 @@ def test_batch_with_only_bad_items_is_422(api):
     ("mutate", "limit_name"),
     [
         pytest.param(
-            lambda s: s.update(blocks=[block(f"b{i}", "other", "x") for i in range(LIMITS.max_blocks_per_snapshot + 1)]),
+            lambda s: s.update(
+                blocks=[block(f"b{i}", "other", "x") for i in range(LIMITS.max_blocks_per_snapshot + 1)]
+            ),
             "max_blocks_per_snapshot", id="blocks-per-snapshot",
         ),
         pytest.param(

@@ -324,7 +324,7 @@ def main() -> None:
         "eval_queries_max_by_turns": {k: v["long"]["queries_max"] for k, v in by_turns.items()},
         "eval_queries_max_fresh_session": max(v["short"]["queries_max"] for v in by_turns.values()),
         "alerts_in_session_by_turns": {k: v["alerts_in_long_session"] for k, v in by_turns.items()},
-        f"eval_ms_ratio_{flat['last']}_vs_{CYCLE}": flat["ratio"],
+        f"eval_ms_ratio_{flat['last']}_vs_fresh_session": flat["ratio"],
         "eval_flat_max_ratio": FLAT_RATIO_MAX, "eval_flat": flat["flat"],
         "seconds": round(time.monotonic() - started, 1),
     }))

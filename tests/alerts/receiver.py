@@ -12,10 +12,15 @@ from alerts.channels import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_verify
 
 
 class Receiver:
-    def __init__(self, *, fail_first: int = 0, fail_status: int = 500) -> None:
+    def __init__(
+        self, *, fail_first: int = 0, fail_status: int = 500, slow_first: int = 0, slow_seconds: float = 0.0
+    ) -> None:
         self.secret = ""
         self.fail_first = fail_first
         self.fail_status = fail_status
+        # The first SLOW_FIRST requests are answered only after SLOW_SECONDS (timeouts).
+        self.slow_first = slow_first
+        self.slow_seconds = slow_seconds
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         receiver = self
@@ -41,6 +46,8 @@ class Receiver:
                             "at": time.time(),
                         }
                     )
+                if n < receiver.slow_first:
+                    time.sleep(receiver.slow_seconds)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -84,6 +84,21 @@ def test_signed_webhook_is_retried_after_a_500(poster, private_ok, settings):
     assert run_delivery(d.pk) == [] and d.log.count() == 2, "a sent delivery is never sent again"
 
 
+def test_a_webhook_slower_than_its_timeout_is_retried(poster, private_ok, settings):
+    settings.CTXOBS_ALERT_RETRY_BASE_SECONDS = 0.01
+    with Receiver(slow_first=1, slow_seconds=1.5) as rx:
+        ch, rx.secret = webhook(private_ok, rx.url, timeout_seconds=0.3)
+        alert = raise_one_alert(poster)
+        d = Delivery.objects.get(alert=alert, channel=ch)
+        assert len(run_delivery(d.pk)) == 1
+        assert len(rx.accepted()) >= 1
+    d.refresh_from_db()
+    assert (d.status, d.attempts, d.last_status_code) == ("sent", 2, 200)
+    first, second = d.log.all()
+    assert first.status_code is None and "timed out" in first.error and first.duration_ms < 1400
+    assert second.status_code == 200
+
+
 def test_a_wrong_secret_fails_verification_and_4xx_is_not_retried(poster, private_ok):
     with Receiver() as rx:
         ch, _secret = webhook(private_ok, rx.url)

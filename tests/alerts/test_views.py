@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -219,3 +221,29 @@ def test_private_webhook_urls_are_refused_unless_allowed(client, project):
     )
     assert r.status_code == 422 and "private or local" in r.content.decode()
     assert not Channel.objects.filter(project=project).exists()
+
+
+def test_timeline_markers_and_session_list_counts(client, with_alerts):
+    """The session timeline's chart marks the alert turns, its header counts them, and the
+    sessions list shows each session's alert count."""
+    project = with_alerts
+    client.force_login(member(project, "viewer"))
+    alerts = list(Alert.objects.filter(project=project, session_id="s-1").order_by("turn"))
+    turns = sorted({a.turn for a in alerts})
+    fig = client.get(f"/p/{project.pk}/s/s-1/chart.json").json()
+    (trace,) = [t for t in fig["data"] if t.get("name") == "alert"]
+    assert len(trace["text"]) == len(turns)
+    hover = "".join(trace["text"])
+    assert all(html.escape(a.title, quote=False) in hover for a in alerts)
+    assert "<script>" not in hover, "untrusted block keys in titles stay escaped"
+    page = client.get(f"/p/{project.pk}/s/s-1/")
+    assert page.context["n_alerts"] == len(alerts)
+    assert [m["alert_id"] for m in page.context["alerts"]] == [a.pk for a in alerts]
+    listing = client.get(f"/p/{project.pk}/sessions/")
+    counts = {s.session_id: s.alert_count for s in listing.context["rows"]}
+    expected = {
+        sid: Alert.objects.filter(project=project, session_id=sid).count() for sid in ("s-1", "s/2 <b>")
+    }
+    assert counts == expected and all(expected.values())
+    for n in expected.values():
+        assert f'<td class="r bad">{n}</td>' in listing.content.decode()

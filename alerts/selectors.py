@@ -338,7 +338,8 @@ def episodes_near(*, project_id: int, probes: list[EpisodeProbe]) -> list[Alert]
     per_scan: dict[tuple[int, str], int] = defaultdict(int)
     for a in Alert.objects.raw(sql, params):
         found[a.pk] = a
-        per_scan[(a.probe_i, a.probe_dir)] += 1
+        extra = vars(a)  # the raw query's probe columns, set on the instance
+        per_scan[(extra["probe_i"], extra["probe_dir"])] += 1
     full = sorted({i for (i, _), n in per_scan.items() if n >= EPISODE_SCAN_LIMIT})
     if full:
         q = Q()

@@ -80,6 +80,8 @@ def canonical_json(value: Any) -> str:
 _SIMPLE_KEYS = frozenset(("role", "content", "name", "tool_call_id"))
 _hash_memo: dict[tuple[Any, ...], str] = {}
 _pair_memo: dict[tuple[str, str], str] = {}
+_pair_memo_chars = 0
+_PAIR_MEMO_MAX_CHARS = 50_000_000
 _block_memo: dict[tuple[str, ...], str] = {}
 _HASH_MEMO_MAX = 100_000
 
@@ -97,10 +99,14 @@ def message_hash(message: dict[str, Any]) -> str:
             pair = (role, content)
             found = _pair_memo.get(pair)
             if found is None:
+                global _pair_memo_chars
                 found = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
-                if len(_pair_memo) >= _HASH_MEMO_MAX:
+                # The memo holds the texts themselves: bounded by their size as well as their number.
+                if len(_pair_memo) >= _HASH_MEMO_MAX or _pair_memo_chars > _PAIR_MEMO_MAX_CHARS:
                     _pair_memo.clear()
+                    _pair_memo_chars = 0
                 _pair_memo[pair] = found
+                _pair_memo_chars += len(content)
             return found
     memo_key: tuple[Any, ...] | None = None
     if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):

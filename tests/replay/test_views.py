@@ -261,3 +261,44 @@ def test_embedding_similarity_is_shown_where_an_embeddings_endpoint_is_configure
     a, b = [float(len(texts[True])), 1.0, 0.5], variant_run.embedding
     cos = sum(x * y for x, y in zip(a, b, strict=True)) / (math.hypot(*a) * math.hypot(*b))
     assert "embedding similarity" in page and f"{cos:.3f}" in page
+
+
+def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_block_over_the_noise_band(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any
+) -> None:
+    from replay import diff, selectors
+
+    spec = {"kind": "loo", "snapshot_id": planted["snapshot_id"]}
+    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec)
+    baseline_texts = [
+        "You fly to Guangzhou.",
+        "You fly to Guangzhou today, I think.",
+        "You fly to Guangzhou.",
+    ]
+    answers = {
+        "system": "You fly to Guangzhou today.",  # differs from the baseline less than it differs from itself
+        "memory": "I do not know that.",
+        "user": "You fly to Guangzhou.",
+    }
+    runs = list(job.runs.select_related("variant").order_by("variant__position", "sample"))
+    assert [r.variant.is_baseline for r in runs].count(True) == 3  # k = 3 unless asked otherwise
+    for r in runs:
+        v = r.variant
+        stub_server.text = baseline_texts[r.sample] if v.is_baseline else answers[v.target_key]
+        services.replay_run_execute(run_id=r.pk)
+    (turn,) = selectors.job_results(job=job)["turns"]
+    fig = selectors.loo_figure(turn=turn)
+    assert fig is not None
+    (bars,) = [t for t in fig["data"] if t["type"] == "bar"]
+    assert list(bars["x"]) == ["system", "memory", "user"]
+    noise_max = diff.distance(baseline_texts[0], baseline_texts[1])
+    assert turn["noise"]["max"] == pytest.approx(noise_max) and noise_max > 0
+    (band,) = fig["layout"]["shapes"]
+    assert band["y0"] == 0 and band["y1"] == pytest.approx(noise_max)
+    # Only the bar above the band is marked as an effect; the others are within noise.
+    heights = dict(zip(bars["x"], bars["y"], strict=True))
+    assert heights["memory"] > noise_max >= heights["system"] > 0
+    assert list(bars["marker"]["color"]) == ["#95a5a6", "#c0392b", "#95a5a6"]
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
+    assert page.count('class="verdict noise">within noise') == 1
+    assert page.count('class="verdict changed"') == 1 and page.count('class="verdict same"') == 1

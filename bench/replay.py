@@ -1,6 +1,6 @@
 """Replay orchestration overhead, model-call count and worker scaling, end to end.
 
-    .venv/bin/python bench/replay.py          # about 2-3 minutes; last line is one JSON object
+    .venv/bin/python bench/replay.py          # about a minute; last line is one JSON object
 
 Uses the PostgreSQL of DATABASE_URL (or the embedded one) but runs on a throwaway database of its
 own (created and dropped here) and on a Celery queue of its own on REDIS_URL, so it neither
@@ -92,7 +92,7 @@ RETRIEVAL = (
     "letter. The metro line 8 stops at Xingang East and Pazhou stations next to the halls. Hotels "
     "near the venue fill up early; book at least a month ahead during the fair."
 )
-HISTORY = [
+HISTORY: list[dict[str, Any]] = [
     {"role": "user", "content": "Hi, I need to plan my trip for the trade fair next month."},
     {"role": "assistant", "content": "Happy to help. Which dates are you thinking of?"},
     {"role": "user", "content": "Leaving on the 14th and back on the 19th, from Frankfurt."},

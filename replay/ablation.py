@@ -334,11 +334,11 @@ def plan_variants(
     if kind == "loo":
         seen: set[str] = set()
         for key in keys:
-            if key in seen:
+            if not isinstance(key, str) or key in seen:
                 continue
             seen.add(key)
-            ops = [{"op": "remove", "key": key}]
-            plans.append(VariantPlan(label=describe(ops), operations=ops, target_key=key))
+            remove: list[dict[str, Any]] = [{"op": "remove", "key": key}]
+            plans.append(VariantPlan(label=describe(remove), operations=remove, target_key=key))
         return plans
     if kind == "without":
         ops = [{"op": "remove", "key": block_key}]

@@ -101,7 +101,7 @@ def validate_base_url(base_url: str, *, allow_private: bool, resolve: bool = Tru
             )
         except socket.gaierror:
             raise EndpointError(f"the host {host[:100]!r} does not resolve") from None
-        if host.lower() in ("localhost", "localhost.localdomain") or any(_is_private(a) for a in addrs):
+        if host.lower() in ("localhost", "localhost.localdomain") or any(_is_private(str(a)) for a in addrs):
             raise EndpointError(
                 "this address is loopback or private; the project must allow private endpoints to use it"
             )

@@ -41,7 +41,7 @@ def _generate_from_scratch(self: Llama, tokens: Sequence[int], *args: Any, **kwa
 
 def main() -> None:
     llama_lib.llama_model_default_params = _model_default_params
-    Llama.generate = _generate_from_scratch  # type: ignore[method-assign]
+    Llama.generate = _generate_from_scratch  # type: ignore[method-assign,assignment]
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()

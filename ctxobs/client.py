@@ -382,9 +382,10 @@ class Turn:
         return sum(self._count(b) for b in self._blocks.values()) + tokens.REPLY_PRIMING
 
     def watermark(self) -> float:
-        """Current fill: tokens / (context window - reserve). Compress when this passes ~0.70."""
+        """Current fill: the blocks' tokens / (context window - reserve), exactly as the server
+        derives it for the dashboard. Compress when this passes ~0.70."""
         usable = max(1, self.context_window - self.reserve_tokens)
-        return self.tokens() / usable
+        return sum(self._count(b) for b in self._blocks.values()) / usable
 
     def tier(self) -> str:
         """The watermark's tier: ok, warn, compress, force or break."""

@@ -12,33 +12,21 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
-from ninja.utils import check_csrf
 
 from alerts import channels, selectors, services
-from alerts.errors import Forbidden, NotFound
+from alerts.errors import NotFound
 from alerts.models import Alert, AlertRule
 from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
-from ingest.auth import Caller, ProjectReadAuth, bearer_token
-from ingest.errors import AuthError
+from ingest.auth import Caller, ProjectReadAuth
 from ingest.schemas import Detail
 
 router = Router(tags=["alerts"])
 
 
-class EditorAuth:
-    """A signed-in member with at least the editor role, CSRF-checked; never an ingest key."""
-
-    def __call__(self, request: HttpRequest) -> Caller:
-        if bearer_token(request) is not None:
-            raise Forbidden("ingest keys may read alerts but not change them: sign in as an editor")
-        if not request.user.is_authenticated:
-            raise AuthError("sign in as a project editor to change alerts")
-        if check_csrf(request) is not None:
-            raise Forbidden("CSRF check failed: send the X-CSRFToken header")
-        caller = ProjectReadAuth()(request)
-        if caller.membership is None or not caller.membership.at_least("editor"):
-            raise Forbidden("this needs the editor role")
-        return caller
+# A signed-in member with at least the editor role, CSRF-checked; never an ingest key.
+EDITOR_AUTH = ProjectReadAuth(
+    "editor", keys_refused="ingest keys may read alerts but not change them: sign in as an editor"
+)
 
 
 def _alert_out(a: Alert) -> dict[str, Any]:
@@ -132,7 +120,7 @@ def _transition(request: HttpRequest, alert_id: int, fn: Any) -> dict[str, Any]:
 
 @router.post(
     "/alerts/{alert_id}/ack",
-    auth=EditorAuth(),
+    auth=EDITOR_AUTH,
     response={200: AlertOut, 401: Detail, 403: Detail, 404: Detail},
     summary="Acknowledge an open alert (editor)",
 )
@@ -142,7 +130,7 @@ def alert_ack(request: HttpRequest, alert_id: int) -> dict[str, Any]:
 
 @router.post(
     "/alerts/{alert_id}/resolve",
-    auth=EditorAuth(),
+    auth=EDITOR_AUTH,
     response={200: AlertOut, 401: Detail, 403: Detail, 404: Detail},
     summary="Resolve an alert (editor)",
 )
@@ -163,7 +151,7 @@ def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post(
     "/alert-rules",
-    auth=EditorAuth(),
+    auth=EDITOR_AUTH,
     response={201: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
     summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.rules.PARAMS",
 )
@@ -175,7 +163,7 @@ def rule_create(request: HttpRequest, body: RuleIn) -> Status[dict[str, Any]]:
 
 @router.patch(
     "/alert-rules/{rule_id}",
-    auth=EditorAuth(),
+    auth=EDITOR_AUTH,
     response={200: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
     summary="Change some fields of a rule (editor)",
 )
@@ -189,7 +177,7 @@ def rule_update(request: HttpRequest, rule_id: int, body: RulePatch) -> dict[str
 
 @router.put(
     "/alert-rules/{rule_id}",
-    auth=EditorAuth(),
+    auth=EDITOR_AUTH,
     response={200: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
     summary="Replace a rule (editor)",
 )

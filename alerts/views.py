@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -20,23 +19,13 @@ from alerts import rules as R
 from alerts import selectors, services
 from alerts.errors import InvalidChannel, InvalidRule
 from alerts.models import Alert, AlertRule, Channel
-from ingest.access import project_access, user_projects
+from ingest.access import page_context, project_access
 from ingest.models import Membership, Project
 
 PAGE_SIZE = 50
 
 
-def _page(request: HttpRequest, project: Project, membership: Membership, **extra: Any) -> dict[str, Any]:
-    return {
-        "project": project,
-        "membership": membership,
-        "memberships": user_projects(request.user),
-        "is_admin": membership.at_least("admin"),
-        "is_editor": membership.at_least("editor"),
-        "replay_enabled": "replay" in settings.INSTALLED_APPS,
-        "alerts_enabled": True,
-        **extra,
-    }
+_page = page_context
 
 
 def _int(value: str | None) -> int | None:
@@ -206,6 +195,23 @@ def _rule_initial(rule: AlertRule | None, kind: str) -> dict[str, Any]:
     return data
 
 
+def _rule_submit(
+    request: HttpRequest, project: Project, membership: Membership, *, rule: AlertRule | None, kind: str
+) -> HttpResponse:
+    """Create RULE (None) or update it from the posted form; the form again with errors on 422."""
+    data = _form_data(request.POST, kind)
+    try:
+        if rule is None:
+            saved, verb = services.rule_create(project=project, data=data), "created"
+        else:
+            services.rule_update(rule=rule, data=data)
+            saved, verb = rule, "saved"
+    except InvalidRule as exc:
+        return _rule_form(request, project, membership, rule=rule, data=data, errors=exc.errors, status=422)
+    messages.success(request, f"Rule “{saved.name}” {verb}.")
+    return redirect("alerts:rules", project_id=project.pk)
+
+
 @login_required
 def rule_new(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "editor")
@@ -213,15 +219,7 @@ def rule_new(request: HttpRequest, project_id: int) -> HttpResponse:
     if kind not in R.KINDS:
         kind = R.TIER_CROSSING
     if request.method == "POST":
-        data = _form_data(request.POST, kind)
-        try:
-            rule = services.rule_create(project=project, data=data)
-        except InvalidRule as exc:
-            return _rule_form(
-                request, project, membership, rule=None, data=data, errors=exc.errors, status=422
-            )
-        messages.success(request, f"Rule “{rule.name}” created.")
-        return redirect("alerts:rules", project_id=project.pk)
+        return _rule_submit(request, project, membership, rule=None, kind=kind)
     return _rule_form(request, project, membership, rule=None, data=_rule_initial(None, kind), errors={})
 
 
@@ -236,15 +234,7 @@ def rule_edit(request: HttpRequest, project_id: int, rule_id: int) -> HttpRespon
         kind = rule.kind
     if request.method == "POST":
         project, membership = project_access(request, project_id, "editor")
-        data = _form_data(request.POST, kind)
-        try:
-            services.rule_update(rule=rule, data=data)
-        except InvalidRule as exc:
-            return _rule_form(
-                request, project, membership, rule=rule, data=data, errors=exc.errors, status=422
-            )
-        messages.success(request, f"Rule “{rule.name}” saved.")
-        return redirect("alerts:rules", project_id=project.pk)
+        return _rule_submit(request, project, membership, rule=rule, kind=kind)
     return _rule_form(request, project, membership, rule=rule, data=_rule_initial(rule, kind), errors={})
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
@@ -18,9 +21,30 @@ def user_projects(user: object) -> list[Membership]:
 def project_access(request: HttpRequest, project_id: int, role: str = "viewer") -> tuple[Project, Membership]:
     """The project and the caller's membership; 404 for non-members (no existence leak),
     403 when the member's role is below ROLE."""
-    m = Membership.objects.select_related("project").filter(user_id=request.user.pk, project_id=project_id).first()
+    m = (
+        Membership.objects.select_related("project")
+        .filter(user_id=request.user.pk, project_id=project_id)
+        .first()
+    )
     if m is None:
         raise Http404("no such project")
     if not m.at_least(role):
         raise PermissionDenied(f"this needs the {role} role")
     return m.project, m
+
+
+def page_context(
+    request: HttpRequest, project: Project, membership: Membership, **extra: Any
+) -> dict[str, Any]:
+    """The context the shared layout expects on every project page: the project, the caller's
+    role, the project switcher and which optional apps are installed."""
+    return {
+        "project": project,
+        "membership": membership,
+        "memberships": user_projects(request.user),
+        "is_admin": membership.at_least("admin"),
+        "is_editor": membership.at_least("editor"),
+        "replay_enabled": "replay" in settings.INSTALLED_APPS,
+        "alerts_enabled": "alerts" in settings.INSTALLED_APPS,
+        **extra,
+    }

@@ -47,13 +47,20 @@ def _csrf_ok(request: HttpRequest) -> bool:
 
 class ProjectReadAuth:
     """An ingest key, or a session login that is a member of `?project=<id>` (or of one project)
-    with at least ROLE; a session caller's unsafe methods also need the CSRF token."""
+    with at least ROLE; a session caller's unsafe methods also need the CSRF token.
+    With KEYS_REFUSED set, only members may call, and an ingest key gets 403 with that reason."""
 
-    def __init__(self, role: str = "viewer") -> None:
+    def __init__(self, role: str = "viewer", *, keys_refused: str | None = None) -> None:
         self.role = role
+        self.keys_refused = keys_refused
 
     def __call__(self, request: HttpRequest) -> Caller:
         token = bearer_token(request)
+        if self.keys_refused is not None:
+            if token is not None:
+                raise Forbidden(self.keys_refused)
+            if not request.user.is_authenticated:
+                raise AuthError(f"sign in as a project {self.role}")
         if token is not None or not request.user.is_authenticated:
             key = ingest_key_authenticate(raw=token)
             return Caller(project=key.project, key=key)

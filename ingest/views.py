@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import plotly
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -30,7 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
 from ingest import charts, dashboard, members, selectors
-from ingest.access import project_access, user_projects
+from ingest.access import page_context, project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
 from ingest.models import AgentSession, IngestKey, Membership, Project, Snapshot
 from ingest.routing import legacy_session_paths
@@ -74,23 +73,8 @@ def plotly_js(request: HttpRequest, version: str) -> HttpResponseBase:
 
 
 # --- helpers ------------------------------------------------------------------------
-def replay_enabled() -> bool:
-    return "replay" in settings.INSTALLED_APPS
-
-
 def _page(request: HttpRequest, project: Project, membership: Membership, **extra: Any) -> dict[str, Any]:
-    """Context every project page shares: the project, the caller's role, the project switcher."""
-    return {
-        "project": project,
-        "membership": membership,
-        "memberships": user_projects(request.user),
-        "is_admin": membership.at_least("admin"),
-        "is_editor": membership.at_least("editor"),
-        "replay_enabled": replay_enabled(),
-        "alerts_enabled": dashboard.alerts_enabled(),
-        "palette": charts.KIND_COLOURS,
-        **extra,
-    }
+    return page_context(request, project, membership, **{"palette": charts.KIND_COLOURS, **extra})
 
 
 def _session_or_404(project: Project, session_id: str) -> AgentSession:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ingest.access import project_access, user_projects
+from ingest.access import page_context, project_access
 from replay import selectors, services
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun
@@ -19,19 +18,7 @@ from replay.models import ModelEndpoint, ReplayRun
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
 
 
-def _page(request: HttpRequest, project: Any, membership: Any, **extra: Any) -> dict[str, Any]:
-    """The context the shared layout expects on every project page."""
-    return {
-        "project": project,
-        "membership": membership,
-        "memberships": user_projects(request.user),
-        "is_admin": membership.at_least("admin"),
-        "is_editor": membership.at_least("editor"),
-        "can_edit": membership.at_least("editor"),
-        "replay_enabled": True,
-        "alerts_enabled": "alerts" in settings.INSTALLED_APPS,
-        **extra,
-    }
+_page = page_context
 
 
 def _spec_from_post(data: Any) -> dict[str, Any]:

@@ -544,13 +544,12 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
         prev_blocks: list[derive.BlockRef] | None = None
         prev_turn: int | None = None
         prev_is_new = False
-        first = True
         for turn, _ts, _u, stored_id, new, stored_blocks in line:
             if new is not None:
                 cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"])
                               for b in new.blocks]
                 # The first entry of the line may be a new turn with nothing stored before it.
-                new.change = derive.block_change(None if first else prev_blocks, cur_blocks, prev_turn)
+                new.change = derive.block_change(prev_blocks, cur_blocks, prev_turn)
                 new.prev_turn = prev_turn
                 prev_is_new = True
             else:
@@ -559,5 +558,5 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
                     updates.append({"id": stored_id, "prev_turn": prev_turn,
                                     "change": derive.block_change(prev_blocks, cur_blocks, prev_turn)})
                 prev_is_new = False
-            prev_blocks, prev_turn, first = cur_blocks, turn, False
+            prev_blocks, prev_turn = cur_blocks, turn
     return updates

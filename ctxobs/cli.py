@@ -1,5 +1,9 @@
-"""`ctxobs` command line: `ctxobs push FILE` sends a spool file written while the server was down.
+"""`ctxobs` command line: `ctxobs push [PATH ...]` sends spooled snapshots.
 
+The SDK sends its spool by itself once the server answers again; `push` is for the offline case
+(a machine that recorded without a server, a spool copied elsewhere). PATH is a spool directory
+(its files are sent oldest first, each under the same lock the SDK takes, and removed once
+delivered) or a JSONL file; with no PATH, the default spool directory of the endpoint and key.
 Pushing is idempotent: the server deduplicates by snapshot_id, so a file (or part of it) that
 was already delivered is reported as duplicates, not stored twice.
 Exit status: 0 all delivered (created or duplicate), 1 some rejected, 2 some not delivered.
@@ -12,8 +16,10 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
-from ctxobs.transport import Transport, read_spool
+from ctxobs.spool import Spool, default_spool_dir
+from ctxobs.transport import DeliveryReport, Transport, _Item, read_spool
 
 
 def _push(args: argparse.Namespace) -> int:
@@ -22,6 +28,11 @@ def _push(args: argparse.Namespace) -> int:
     if not endpoint:
         print("ctxobs push: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
         return 2
+    paths = [Path(p) for p in args.paths] or [
+        Path(os.environ["CTXOBS_SPOOL"]).expanduser()
+        if os.environ.get("CTXOBS_SPOOL", "").strip()
+        else default_spool_dir(endpoint, api_key)
+    ]
     total = {
         "files": 0,
         "items": 0,
@@ -31,25 +42,20 @@ def _push(args: argparse.Namespace) -> int:
         "unsent": 0,
         "unreadable": 0,
     }
+    errors: list[str] = []
+    transport = Transport(
+        endpoint,
+        api_key,
+        batch_size=args.batch_size,
+        max_retries=args.retries,
+        timeout=args.timeout,
+        spool=False,
+        on_error=lambda e: errors.append(f"{e.kind}: {e}"),
+        flush_at_exit=False,
+    )
     worst = 0
-    for path in args.files:
-        try:
-            items, bad = read_spool(path)
-        except OSError as exc:
-            print(f"ctxobs push: cannot read {path}: {exc.strerror}", file=sys.stderr)
-            worst = max(worst, 2)
-            continue
-        errors: list[str] = []
-        transport = Transport(
-            endpoint,
-            api_key,
-            batch_size=args.batch_size,
-            max_retries=args.retries,
-            timeout=args.timeout,
-            on_error=lambda e, errors=errors: errors.append(f"{e.kind}: {e}"),
-            flush_at_exit=False,
-        )
-        report = transport.deliver(items)
+
+    def tally(path: Path, items: list[_Item], bad: int, report: DeliveryReport) -> int:
         counts = {
             "created": len(report.created),
             "duplicate": len(report.duplicate),
@@ -63,27 +69,71 @@ def _push(args: argparse.Namespace) -> int:
             total[k] += v
         for line in errors[:20]:
             print(f"ctxobs push: {path}: {line}", file=sys.stderr)
+        errors.clear()
         if counts["unsent"]:
+            return 2
+        return 1 if counts["rejected"] or bad else 0
+
+    for path in paths:
+        if path.is_dir():
+            spool = Spool(path)
+            while (claim := spool.claim_oldest()) is not None:
+                items, bad = _parse(claim.lines)
+                report = transport.deliver(items)
+                claim.finish([i.body for i in report.unsent + report.refused])
+                status = tally(claim.path, items, bad, report)
+                worst = max(worst, status)
+                if status == 2:
+                    break  # the server is not taking them now; the rest stays for later
+            continue
+        try:
+            items, bad = read_spool(path)
+        except OSError as exc:
+            print(f"ctxobs push: cannot read {path}: {exc.strerror}", file=sys.stderr)
             worst = max(worst, 2)
-        elif counts["rejected"] or bad:
-            worst = max(worst, 1)
-        elif args.delete:
+            continue
+        status = tally(path, items, bad, transport.deliver(items))
+        worst = max(worst, status)
+        if status == 0 and args.delete:
             os.remove(path)
     print(json.dumps(total))
     return worst
 
 
+def _parse(lines: list[bytes]) -> tuple[list[_Item], int]:
+    items: list[_Item] = []
+    bad = 0
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            items.append(_Item(str(obj.get("snapshot_id", "")), line))
+        else:
+            bad += 1
+    return items, bad
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxobs", description="ctxobs SDK tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    push = sub.add_parser("push", help="send spooled snapshots (JSONL) to the ingest API")
-    push.add_argument("files", nargs="+", metavar="FILE")
+    push = sub.add_parser("push", help="send spooled snapshots (a spool directory or JSONL files)")
+    push.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="spool directory or JSONL file (default: the spool of the endpoint and key)",
+    )
     push.add_argument("--endpoint", help="server base URL (default: CTXOBS_ENDPOINT)")
     push.add_argument("--api-key", help="project key (default: CTXOBS_API_KEY)")
     push.add_argument("--batch-size", type=int, default=200)
     push.add_argument("--retries", type=int, default=4, help="retries per batch on 429/5xx/errors")
     push.add_argument("--timeout", type=float, default=30.0)
-    push.add_argument("--delete", action="store_true", help="remove a file once all of it was delivered")
+    push.add_argument(
+        "--delete", action="store_true", help="remove a FILE once all of it was delivered (spool "
+        "directories always lose their delivered files)"
+    )
     push.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")

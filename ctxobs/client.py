@@ -605,6 +605,8 @@ class Client:
     Endpoint and key come from the arguments or CTXOBS_ENDPOINT / CTXOBS_API_KEY; without an
     endpoint (or with `disabled=True` or CTXOBS_DISABLED=1) nothing is sent, but turns still
     work so agent code runs unchanged. `sample_rate` keeps or drops whole sessions.
+    What the server cannot take is kept in a spool directory (`spool=`, on by default) and sent
+    when it answers again, or by the next Client for the same endpoint and key.
     """
 
     def __init__(
@@ -617,6 +619,7 @@ class Client:
         sample_rate: float = 1.0,
         redact: Redactor | None = None,
         on_error: Callable[[CtxobsDeliveryError], None] | None = None,
+        spool: bool | str | os.PathLike[str] | None = None,
         spool_path: str | os.PathLike[str] | None = None,
         tags: dict[str, str] | None = None,
         validate: bool = True,
@@ -641,7 +644,8 @@ class Client:
         self.transport = transport or Transport(
             self.endpoint,
             api_key,
-            spool_path=spool_path or os.environ.get("CTXOBS_SPOOL") or None,
+            # Default on: CTXOBS_SPOOL, else a directory per endpoint and key in the user's cache.
+            spool=spool_path if spool_path is not None else (True if spool is None else spool),
             on_error=on_error,
             prepare=self._prepare,
             disabled=bool(disabled),
@@ -746,11 +750,12 @@ class Client:
         return self.transport.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
+        """Send for up to TIMEOUT seconds, spool what is left, stop; returns within TIMEOUT (+0.5 s)."""
         self.transport.close(timeout)
 
     def stats(self) -> dict[str, int]:
         """Delivery counters: enqueued, sent, duplicates, dropped, failed, retried, spooled,
-        sampled_out, batches, queued; plus the token cache's hits and misses."""
+        spool_dropped, sampled_out, batches, queued, backlog; plus the token cache's hits and misses."""
         out = self.transport.stats()
         out["token_cache_hits"] = self.token_cache.hits
         out["token_cache_misses"] = self.token_cache.misses

@@ -5,9 +5,13 @@ nothing here raises into the caller or waits for the network. Delivery happens o
 thread: bounded queue (when full the OLDEST item is dropped and counted), batches by size and
 interval, gzip, retries with exponential backoff and jitter on connection errors, 408/425/429
 and 5xx (Retry-After honoured), per-item results from the API. A rejected item is reported
-once through `on_error` and never retried. When the server stays unreachable, batches go to an
-optional JSONL spool file that `ctxobs push FILE` sends later; resending is harmless because
-the server deduplicates by `snapshot_id`.
+once through `on_error` and never retried.
+
+What the server does not take within the retry budget goes to the spool (ctxobs/spool.py, on by
+default): from then on new snapshots queue up behind it on disk, in order, and the same thread
+sends the spool's files oldest first as soon as the server answers again, probing with backoff
+(Retry-After honoured) meanwhile. A new Transport for the same spool sends what an earlier
+process left there. Resending is harmless: the server deduplicates by `snapshot_id`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from ctxobs.spool import DEFAULT_MAX_BYTES, Spool, resolve_spool_dir
 from ctxobs.wire import LIMITS
 
 log = logging.getLogger("ctxobs.transport")
@@ -36,15 +41,23 @@ log = logging.getLogger("ctxobs.transport")
 SNAPSHOTS_PATH = "/api/v1/snapshots"
 _RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _BATCH_OVERHEAD = len(b'{"snapshots":[]}')
+# One spool file holds at most this much, so a claimed file is read into memory cheaply.
+_FILE_ITEMS = 500
+_FILE_BYTES = 8 * 1024 * 1024
+# Until the sender has encoded something, assume a snapshot costs this much to prepare.
+_ENCODE_GUESS_S = 0.0005
+# close() returns at most this long after its timeout (the last spool write in progress).
+EXIT_MARGIN_S = 0.5
 
 
 class CtxobsDeliveryError(Exception):
     """What `on_error` receives: why some snapshots did not (or not yet) reach the server.
 
-    `kind` is one of: rejected (the API refused the item; not retried), auth (401/403),
-    unreachable (retries exhausted), too_large (one item over the body limit), invalid (the
-    wire validator refused it locally), prepare (redaction or encoding failed; the item is
-    dropped rather than sent unredacted).
+    `kind` is one of: rejected (the API refused the item; not retried), auth (401/403; the
+    items are dropped, not spooled), unreachable (undeliverable and not spooled), spool_full
+    (the oldest spooled snapshots were dropped to stay under `spool_max_bytes`), too_large (one
+    item over the body limit), invalid (the wire validator refused it locally), prepare (redaction or encoding
+    failed; the item is dropped rather than sent unredacted).
     """
 
     def __init__(
@@ -68,12 +81,13 @@ class Stats:
     """Counters since the transport was created; read with `Transport.stats()`."""
 
     enqueued: int = 0
-    sent: int = 0  # accepted by the server: created or duplicate
+    sent: int = 0  # accepted by the server: created or duplicate (spooled ones included)
     duplicates: int = 0
     dropped: int = 0  # pushed out of the full queue (oldest first)
-    failed: int = 0  # rejected by the server, or undeliverable without a spool
+    failed: int = 0  # rejected by the server, or undeliverable and not spooled
     retried: int = 0  # retry attempts, not items
-    spooled: int = 0
+    spooled: int = 0  # written to the spool
+    spool_dropped: int = 0  # oldest spooled snapshots dropped to stay under spool_max_bytes
     sampled_out: int = 0
     batches: int = 0
 
@@ -82,6 +96,7 @@ class Stats:
 class _Item:
     snapshot_id: str
     body: bytes  # the snapshot as JSON, prepared (redacted) and encoded once
+    ts_ns: int = 0  # when it was enqueued: orders spool files
 
 
 @dataclass
@@ -94,6 +109,7 @@ class DeliveryReport:
     unsent: list[_Item] = field(default_factory=list)  # server unreachable
     refused: list[_Item] = field(default_factory=list)  # API key refused (401/403)
     retries: int = 0
+    retry_after: float | None = None  # from the last answer that asked to come back later
 
 
 @dataclass
@@ -126,6 +142,8 @@ class Transport:
 
     `prepare` runs on the sender thread for every snapshot before it is encoded (the Client
     uses it for redaction); if it raises, the snapshot is dropped and reported, never sent.
+    `spool`: True (default) for the default directory (`CTXOBS_SPOOL`, else the user's cache
+    directory), a directory path, or False for none; `spool_path` is the same as a path.
     """
 
     def __init__(
@@ -142,7 +160,9 @@ class Transport:
         backoff_max: float = 30.0,
         retry_after_max: float = 300.0,
         compress: bool = True,
+        spool: bool | str | os.PathLike[str] | None = True,
         spool_path: str | os.PathLike[str] | None = None,
+        spool_max_bytes: int = DEFAULT_MAX_BYTES,
         on_error: Callable[[CtxobsDeliveryError], None] | None = None,
         prepare: Callable[[Any], dict[str, Any]] | None = None,
         disabled: bool = False,
@@ -161,25 +181,49 @@ class Transport:
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
         self.compress = compress
-        self.spool_path = Path(spool_path) if spool_path else None
         self.on_error = on_error
         self.prepare = prepare
         self.disabled = disabled or not self.endpoint
         self.exit_timeout = exit_timeout
+        directory = resolve_spool_dir(
+            spool_path if spool_path is not None else spool, self.endpoint, self._api_key
+        )
+        self.spool_dir: Path | None = directory if not self.disabled else None
+        self._spool = (
+            Spool(self.spool_dir, max_bytes=spool_max_bytes, on_drop=self._spool_dropped)
+            if self.spool_dir is not None
+            else None
+        )
 
         self._stats = Stats()
-        self._queue: deque[Any] = deque()
+        self._queue: deque[tuple[int, Any]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._stop = threading.Event()
+        self._interrupt = threading.Event()  # closing: retry sleeps end at once
         self._inflight: list[_Item] = []
-        self._busy = False
+        self._inflight_taken = False  # close() spooled a copy of the in-flight batch
+        self._busy = False  # the sender holds items taken from the queue
         self._down = False
+        self._closing = False
+        # The spool may hold files to send; while it does, new snapshots queue behind them there.
+        self._backlog = False
+        self._next_drain = 0.0
+        self._drain_failures = 0
+        self._encode_s = _ENCODE_GUESS_S
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._http: httpx.Client | None = None
-        self._spool_lock = threading.Lock()
         if flush_at_exit and not self.disabled:
             atexit.register(self._at_exit)
+        if self._spool is not None:
+            try:
+                leftover = self._spool.pending() > 0
+            except Exception:  # noqa: BLE001 - a broken cache directory must not break the agent
+                leftover = False
+            if leftover:
+                # What an earlier process left goes out now, not at this one's first snapshot.
+                self._backlog = True
+                self._start()
 
     # --- agent-facing -----------------------------------------------------------------
 
@@ -199,7 +243,7 @@ class Transport:
                 elif len(self._queue) >= self.max_queue:
                     self._queue.popleft()
                     self._stats.dropped += 1
-                self._queue.append(snapshot)
+                self._queue.append((time.time_ns(), snapshot))
                 self._stats.enqueued += 1
                 if len(self._queue) >= self.batch_size:
                     self._cond.notify_all()
@@ -216,21 +260,23 @@ class Transport:
             self._stats.sampled_out += 1
 
     def stats(self) -> dict[str, int]:
-        """A copy of the counters plus `queued` (items waiting or in flight now)."""
+        """A copy of the counters plus `queued` (items waiting or in flight now) and `backlog`
+        (snapshots waiting in the spool directory, from any process)."""
         with self._cond:
             out = asdict(self._stats)
             out["queued"] = len(self._queue) + len(self._inflight)
+        out["backlog"] = self._spool.pending() if self._spool is not None else 0
         return out
 
     def flush(self, timeout: float | None = 10.0) -> bool:
-        """Send what is queued now; True if the queue drained within TIMEOUT seconds."""
+        """Send what is queued now, and the spool's backlog; True if both emptied within TIMEOUT."""
         if self.disabled:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._queue and (self._thread is None or not self._thread.is_alive()):
+        if (self._queue or self._backlog) and (self._thread is None or not self._thread.is_alive()):
             self._start()
         with self._cond:
-            while self._queue or self._busy:
+            while self._queue or self._busy or self._backlog:
                 self._flush_requested = True
                 self._cond.notify_all()
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -240,16 +286,39 @@ class Transport:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush for up to TIMEOUT seconds, then stop; what is left goes to the spool if set."""
+        """Send for up to TIMEOUT seconds, spool the rest, stop; returns within TIMEOUT (+0.5 s).
+
+        Sending stops early when what is still queued would not otherwise fit in the spool in
+        time; without a spool, what is left at TIMEOUT is counted as failed (never encoded).
+        """
         if self.disabled or self._stop.is_set():
             return
-        self.flush(timeout)
+        deadline = time.monotonic() + max(0.0, timeout)
+        # A batch in its retry series stops waiting (and goes to the spool); later batches get
+        # one attempt each: there is no time for backoff.
+        self._interrupt.set()
+        with self._cond:
+            self._closing = True
+            self._flush_requested = True
+            self._cond.notify_all()
+        if self._queue and (self._thread is None or not self._thread.is_alive()):
+            self._start()
+        with self._cond:
+            while self._queue or self._busy:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if self._spool is not None and now + self._spool_cost(len(self._queue)) >= deadline:
+                    break
+                self._cond.wait(min(0.05, deadline - now))
+            pending = list(self._queue)
+            self._queue.clear()
+            inflight = list(self._inflight) if self._busy else []
+            self._inflight_taken = bool(inflight)
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-        self._spool_leftovers()
+        self._settle_at_exit(pending, inflight, deadline)
 
     # --- sender thread ----------------------------------------------------------------
 
@@ -265,19 +334,35 @@ class Transport:
 
     def _reset_after_fork(self) -> None:
         # The parent's queue is the parent's to send; the child starts empty with its own thread.
+        # The spool is shared: the child drains it too (file locks keep each file to one sender).
         self._pid = os.getpid()
         self._queue.clear()
         self._inflight = []
         self._busy = False
         self._thread = None
         self._http = None
+        if self._spool is not None:
+            self._spool.reset_after_fork()
 
     def _run(self) -> None:
+        if self._spool is not None:
+            try:
+                found = bool(self._spool.files())
+            except Exception:  # noqa: BLE001
+                found = False
+            if found:
+                with self._cond:
+                    self._backlog = True
+                log.info("ctxobs.transport.backlog_found dir=%s", self.spool_dir)
         while not self._stop.is_set():
             try:
-                batch = self._next_batch()
-                if batch is not None:
+                action, batch = self._next_action()
+                if action == "send":
                     self._process(batch)
+                elif action == "spill":
+                    self._spill(batch)
+                elif action == "drain":
+                    self._drain_one()
             except Exception:  # noqa: BLE001 - keep the thread alive whatever happens
                 log.exception("ctxobs.transport.loop_error")
             finally:
@@ -286,28 +371,40 @@ class Transport:
                     self._inflight = []
                     self._cond.notify_all()
 
-    def _next_batch(self) -> list[Any] | None:
-        """Wait for a full batch, the flush interval of the oldest item, or a flush request."""
+    def _next_action(self) -> tuple[str, list[tuple[int, Any]]]:
+        """What to do next: send a batch, spill the queue behind the spool's backlog, send the
+        backlog's oldest file, or stop; waits for a full batch, the flush interval of the oldest
+        item, a flush request or the next drain attempt."""
         with self._cond:
             while not self._stop.is_set():
-                if not self._queue:
+                now = time.monotonic()
+                timeout = self.flush_interval
+                if self._queue:
+                    wait = self._oldest_ts + self.flush_interval - now
+                    if (
+                        len(self._queue) >= self.batch_size
+                        or self._flush_requested
+                        or self._closing
+                        or wait <= 0
+                    ):
+                        n = min(_FILE_ITEMS if self._backlog else self.batch_size, len(self._queue))
+                        batch = [self._queue.popleft() for _ in range(n)]
+                        self._oldest_ts = now
+                        self._busy = True
+                        return ("spill" if self._backlog else "send"), batch
+                    timeout = min(timeout, wait)
+                else:
                     self._flush_requested = False
-                    self._cond.wait(self.flush_interval)
-                    continue
-                wait = self._oldest_ts + self.flush_interval - time.monotonic()
-                if len(self._queue) >= self.batch_size or self._flush_requested or wait <= 0:
-                    break
-                self._cond.wait(wait)
-            if self._stop.is_set():
-                return None
-            n = min(self.batch_size, len(self._queue))
-            batch = [self._queue.popleft() for _ in range(n)]
-            self._oldest_ts = time.monotonic()
-            self._busy = True
-            return batch
+                if self._backlog and not self._closing:
+                    due = self._next_drain - now
+                    if due <= 0:
+                        return "drain", []
+                    timeout = min(timeout, due)
+                self._cond.wait(max(0.001, timeout))
+            return "stop", []
 
-    def _process(self, batch: list[Any]) -> None:
-        items = [it for it in (self._encode(s) for s in batch) if it is not None]
+    def _process(self, batch: list[tuple[int, Any]]) -> None:
+        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
         with self._cond:
             self._inflight = items
         if not items:
@@ -319,15 +416,106 @@ class Transport:
             self._stats.duplicates += len(report.duplicate)
             self._stats.failed += len(report.rejected)
             self._stats.retried += report.retries
+            taken, self._inflight_taken = self._inflight_taken, False
+        if taken:
+            return  # close() already spooled this batch
         if report.refused:
-            self._give_up(report.refused, already_reported=True)
+            with self._cond:
+                self._stats.failed += len(report.refused)
         if report.unsent:
-            self._give_up(report.unsent)
-            if self._down and self.spool_path is not None:
-                self._drain_to_spool()
+            self._give_up(report.unsent, retry_after=report.retry_after)
 
-    def _encode(self, snapshot: Any) -> _Item | None:
+    def _spill(self, batch: list[tuple[int, Any]]) -> None:
+        """Queue BATCH behind the spool's backlog: order is kept and memory stays flat."""
+        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
+        if items and not self._write_spool(items):
+            # The disk refused: try the network after all rather than lose the batch.
+            with self._cond:
+                self._inflight = items
+            report = self.deliver(items, interruptible=True)
+            with self._cond:
+                self._stats.sent += len(report.created) + len(report.duplicate)
+                self._stats.duplicates += len(report.duplicate)
+                self._stats.failed += len(report.rejected) + len(report.unsent) + len(report.refused)
+            if report.unsent:
+                self._report(
+                    CtxobsDeliveryError(
+                        "unreachable",
+                        f"gave up on {len(report.unsent)} snapshots: server unreachable and the "
+                        "spool not writable",
+                        snapshot_ids=[i.snapshot_id for i in report.unsent],
+                    )
+                )
+
+    def _drain_one(self) -> None:
+        """Send the spool's oldest file nobody else is sending; on failure keep what was not
+        taken and schedule the next attempt with backoff."""
+        assert self._spool is not None
+        claim = self._spool.claim_oldest()
+        if claim is None:
+            others = bool(self._spool.files())
+            with self._cond:
+                if others:
+                    # Other processes are sending the rest; look again shortly.
+                    self._next_drain = time.monotonic() + max(0.2, self.flush_interval)
+                else:
+                    self._backlog = False
+                    self._down = False
+                self._cond.notify_all()
+            if not others:
+                log.info("ctxobs.transport.backlog_empty dir=%s", self.spool_dir)
+            return
+        items: list[_Item] = []
+        bad = 0
+        for line in claim.lines:
+            sid = _snapshot_id_of(line)
+            if sid is None:
+                bad += 1
+            else:
+                items.append(_Item(sid, line))
+        if bad:
+            log.warning("ctxobs.transport.spool_unreadable lines=%d file=%s", bad, claim.path.name)
+        report = DeliveryReport()
+        try:
+            report = self.deliver(items, attempts=1, interruptible=True)
+        finally:
+            left = report.unsent if items else []
+            claim.finish([i.body for i in left])
+        with self._cond:
+            if items:
+                self._stats.batches += 1
+            self._stats.sent += len(report.created) + len(report.duplicate)
+            self._stats.duplicates += len(report.duplicate)
+            self._stats.failed += len(report.rejected) + len(report.refused) + bad
+            self._stats.retried += 1 if left else 0
+            if left:
+                self._drain_failures += 1
+                delay = self._delay(self._drain_failures, report.retry_after)
+                self._down = True
+                self._next_drain = time.monotonic() + delay
+            else:
+                self._drain_failures = 0
+                self._down = False
+                self._next_drain = time.monotonic()
+            self._cond.notify_all()
+        if left:
+            log.info(
+                "ctxobs.transport.drain_paused items=%d next_in_s=%.2f",
+                len(left),
+                self._next_drain - time.monotonic(),
+            )
+        else:
+            log.info(
+                "ctxobs.transport.drained items=%d created=%d duplicate=%d rejected=%d",
+                len(items),
+                len(report.created),
+                len(report.duplicate),
+                len(report.rejected),
+            )
+
+    def _encode(self, snapshot: Any, ts_ns: int = 0) -> _Item | None:
         sid = str(snapshot.get("snapshot_id", "") if isinstance(snapshot, dict) else snapshot.snapshot_id)
+        started = time.perf_counter()
         try:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
             body = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=str).encode()
@@ -346,6 +534,8 @@ class Transport:
                 )
             )
             return None
+        # A moving average of the cost, so close() knows how long spooling the queue will take.
+        self._encode_s = 0.9 * self._encode_s + 0.1 * (time.perf_counter() - started)
         if len(body) + _BATCH_OVERHEAD > LIMITS.max_body_bytes:
             with self._cond:
                 self._stats.failed += 1
@@ -357,28 +547,40 @@ class Transport:
                 )
             )
             return None
-        return _Item(sid, body)
+        return _Item(sid, body, ts_ns)
 
     # --- delivery (shared by the sender thread and `ctxobs push`) ------------------------
 
-    def deliver(self, items: list[_Item], *, interruptible: bool = False) -> DeliveryReport:
-        """POST ITEMS in body-size-bounded batches with retries; synchronous. Never raises."""
+    def deliver(
+        self, items: list[_Item], *, interruptible: bool = False, attempts: int | None = None
+    ) -> DeliveryReport:
+        """POST ITEMS in body-size-bounded batches with retries; synchronous. Never raises.
+
+        ATTEMPTS per batch defaults to 1 + max_retries.
+        """
         report = DeliveryReport()
         for chunk in _chunks(items, self.batch_size, LIMITS.max_body_bytes):
             if report.unsent:
                 # The server just proved unreachable: the rest waits for the next attempt.
                 report.unsent.extend(chunk)
                 continue
-            self._deliver_chunk(chunk, report, interruptible)
+            self._deliver_chunk(chunk, report, interruptible, attempts)
         return report
 
-    def _deliver_chunk(self, chunk: list[_Item], report: DeliveryReport, interruptible: bool) -> None:
-        # Once the server was found unreachable, each batch gets one probe after a long pause
-        # instead of a full retry series, so a dead server costs neither CPU nor memory.
-        attempts = 1 if self._down else self.max_retries + 1
+    def _deliver_chunk(
+        self, chunk: list[_Item], report: DeliveryReport, interruptible: bool, attempts: int | None = None
+    ) -> None:
+        # Without a spool, once the server was found unreachable each batch gets one probe after
+        # a long pause instead of a full retry series, so a dead server costs neither CPU nor
+        # memory. With a spool the sender does not get here while the server is down.
+        probe_only = self._down and self._spool is None and attempts is None
+        if attempts is None:
+            attempts = 1 if probe_only else self.max_retries + 1
+        if interruptible and self._interrupt.is_set():
+            attempts = 1  # closing: no time for a retry series
         retry_after: float | None = None
-        for attempt in range(attempts):
-            if attempt or self._down:
+        for attempt in range(max(1, attempts)):
+            if attempt or probe_only:
                 if attempt:
                     report.retries += 1
                 if self._sleep(self._delay(attempt, retry_after), interruptible):
@@ -398,6 +600,7 @@ class Transport:
             self._settle(chunk, resp, report, interruptible)
             return
         self._down = True
+        report.retry_after = retry_after
         log.warning("ctxobs.transport.unreachable items=%d", len(chunk))
         report.unsent.extend(chunk)
 
@@ -430,7 +633,8 @@ class Transport:
                     status=resp.status,
                 )
             )
-            # Valid data sent with a wrong key: keep it (spool) for a later `ctxobs push`.
+            # Not spooled: the spool belongs to this key, and a refused key would hold its backlog
+            # (and everything queued behind it) on disk for good.
             report.refused.extend(chunk)
         else:
             report.rejected.extend(i.snapshot_id for i in chunk)
@@ -523,16 +727,23 @@ class Transport:
         return base / 2 + random.uniform(0, base / 2)
 
     def _sleep(self, seconds: float, interruptible: bool) -> bool:
-        """Wait SECONDS; True if the transport is stopping (only when INTERRUPTIBLE)."""
+        """Wait SECONDS; True if the transport is closing (only when INTERRUPTIBLE)."""
         if interruptible:
-            return self._stop.wait(seconds)
+            return self._interrupt.wait(seconds)
         time.sleep(seconds)
         return False
 
     # --- giving up, spooling -------------------------------------------------------------
 
-    def _give_up(self, items: list[_Item], already_reported: bool = False) -> None:
-        if self.spool_path is not None and self._spool(items):
+    def _give_up(
+        self, items: list[_Item], already_reported: bool = False, retry_after: float | None = None
+    ) -> None:
+        if self._spool is not None and self._write_spool(items):
+            with self._cond:
+                # The retry budget is spent: probe on from where the retry series left off.
+                self._drain_failures = max(self._drain_failures, self.max_retries, 1)
+                self._next_drain = time.monotonic() + self._delay(self._drain_failures, retry_after)
+                self._cond.notify_all()
             return
         with self._cond:
             self._stats.failed += len(items)
@@ -545,45 +756,75 @@ class Transport:
                 )
             )
 
-    def _spool(self, items: list[_Item]) -> bool:
-        assert self.spool_path is not None
-        try:
-            with self._spool_lock:
-                self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.spool_path, "ab") as fh:
-                    fh.write(b"".join(i.body + b"\n" for i in items))
-        except OSError as exc:
-            log.warning("ctxobs.transport.spool_failed error=%s", type(exc).__name__)
-            return False
+    def _write_spool(self, items: list[_Item]) -> bool:
+        """Append ITEMS to the spool in files of bounded size; from now on the sender drains it."""
+        assert self._spool is not None
+        written = 0
+        for chunk in _chunks(items, _FILE_ITEMS, _FILE_BYTES):
+            if not self._spool.append([i.body for i in chunk], chunk[0].ts_ns or None):
+                break
+            written += len(chunk)
         with self._cond:
-            self._stats.spooled += len(items)
-        log.info("ctxobs.transport.spooled items=%d", len(items))
-        return True
+            self._stats.spooled += written
+            if written:
+                self._backlog = True
+            self._cond.notify_all()
+        if written:
+            log.info("ctxobs.transport.spooled items=%d dir=%s", written, self.spool_dir)
+        return written == len(items)
 
-    def _drain_to_spool(self) -> None:
-        with self._cond:
-            pending = list(self._queue)
-            self._queue.clear()
-        items = [it for it in (self._encode(s) for s in pending) if it is not None]
-        if items:
-            self._give_up(items)
+    def _spool_cost(self, n: int) -> float:
+        """Seconds to encode and spool N queued snapshots, with room to spare."""
+        return n * self._encode_s * 1.5 + 0.05
 
-    def _spool_leftovers(self) -> None:
-        with self._cond:
-            pending = list(self._queue)
-            self._queue.clear()
-            inflight = list(self._inflight)
-            self._inflight = []
-        items = inflight + [it for it in (self._encode(s) for s in pending) if it is not None]
-        if not items:
+    def _settle_at_exit(
+        self, pending: list[tuple[int, Any]], inflight: list[_Item], deadline: float
+    ) -> None:
+        if self._spool is None:
+            lost = len(pending) + len(inflight)
+            if lost:
+                with self._cond:
+                    self._stats.failed += lost
+                log.warning("ctxobs.transport.unsent_at_exit items=%d spool=off", lost)
             return
-        if self.spool_path is not None:
-            # An in-flight batch may still arrive too; a later push then reports duplicates.
-            self._spool(items)
-        else:
+        if inflight:
+            # It may still arrive too; a later send of the spool then reports duplicates.
+            self._write_spool(inflight)
+        buf: list[_Item] = []
+        size = 0
+        lost = 0
+        for n, (ts, snapshot) in enumerate(pending):
+            if time.monotonic() >= deadline:
+                lost = len(pending) - n
+                break
+            item = self._encode(snapshot, ts)
+            if item is None:
+                continue
+            buf.append(item)
+            size += len(item.body)
+            if len(buf) >= _FILE_ITEMS or size >= _FILE_BYTES:
+                self._write_spool(buf)
+                buf, size = [], 0
+        if buf:
+            self._write_spool(buf)
+        if lost:
             with self._cond:
-                self._stats.failed += len(items)
-            log.warning("ctxobs.transport.unsent_at_exit items=%d", len(items))
+                self._stats.failed += lost
+            log.warning("ctxobs.transport.unsent_at_exit items=%d reason=exit_timeout", lost)
+            self._report(
+                CtxobsDeliveryError("unreachable", f"{lost} snapshots not spooled within the exit timeout")
+            )
+
+    def _spool_dropped(self, items: int, files: int) -> None:
+        with self._cond:
+            self._stats.spool_dropped += items
+        self._report(
+            CtxobsDeliveryError(
+                "spool_full",
+                f"dropped the {items} oldest spooled snapshots ({files} files) to stay under "
+                f"spool_max_bytes",
+            )
+        )
 
     def _at_exit(self) -> None:
         try:
@@ -598,6 +839,14 @@ class Transport:
             self.on_error(error)
         except Exception:  # noqa: BLE001 - a broken callback must not stop delivery
             log.exception("ctxobs.transport.on_error_failed")
+
+
+def _snapshot_id_of(line: bytes) -> str | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return str(obj.get("snapshot_id", "")) if isinstance(obj, dict) else None
 
 
 def _chunks(items: list[_Item], max_items: int, max_bytes: int) -> list[list[_Item]]:

@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import ctxobs
 from ctxobs.wire import validate_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -298,6 +306,15 @@ class BlackholeServer:
 KEY = "test-key"
 
 
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user's cache directory for this test: default spools land here, not in ~/.cache."""
+    path = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path))
+    monkeypatch.delenv("CTXOBS_SPOOL", raising=False)
+    return path
+
+
 @pytest.fixture
 def ingest() -> Iterator[IngestServer]:
     """An ingest server that is already listening."""
@@ -360,3 +377,84 @@ def ingest_factory() -> Iterator:
     yield make
     for s in made:
         s.stop()
+
+
+def spool_lines(directory: Path) -> list[bytes]:
+    """Every snapshot line in the spool DIRECTORY's files, oldest file first."""
+    return [
+        line
+        for p in sorted(directory.glob("*.jsonl"))
+        for line in p.read_bytes().splitlines()
+        if line.strip()
+    ]
+
+
+class ApiServer:
+    """The real ingest API (gunicorn serving config.wsgi) in its own process, on the test
+    database and Redis: it can be stopped for an outage and started again on the same port."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiServer:
+        fh = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{self.port}",
+             "-w", "1", "--threads", "4", "--timeout", "60"],
+            env=self.env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(ROOT),
+        )
+        fh.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the API server exited early; see {self.log}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/openapi.json", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the API server did not come up; see {self.log}")
+
+    def stop(self) -> None:
+        """Quick shutdown (SIGQUIT): the port refuses connections once this returns."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def api_server(transactional_db: Any) -> Iterator[tuple[ApiServer, str]]:
+    """The real ingest API in a separate process (not yet started: call `.start()`) and an
+    ingest key of a project on the test database."""
+    from django.conf import settings
+
+    from ingest.services import project_create
+
+    db = settings.DATABASES["default"]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    host = str(db["HOST"])
+    if host.startswith("/"):
+        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
+    else:
+        port = f":{db['PORT']}" if db["PORT"] else ""
+        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@{host}{port}/{db['NAME']}"
+    env["REDIS_URL"] = settings.REDIS_URL
+    log = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts")) / "ctxobs-api-server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    _, key = project_create(name="sdk-spool")
+    server = ApiServer(env, log)
+    yield server, key
+    server.stop()

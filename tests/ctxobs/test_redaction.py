@@ -6,6 +6,7 @@ import json
 import re
 
 import ctxobs
+from tests.ctxobs.conftest import spool_lines
 
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 
@@ -70,9 +71,10 @@ def test_a_failing_redactor_drops_the_snapshot_instead_of_sending_it_unmasked(in
 
 
 def test_spooled_snapshots_are_redacted_too(ingest_down, make_client, tmp_path) -> None:
-    spool = tmp_path / "spool.jsonl"
-    obs = make_client(ingest_down.url, redact=mask_emails, spool_path=spool, max_retries=0)
+    spool = tmp_path / "spool"
+    obs = make_client(ingest_down.url, redact=mask_emails, spool=spool, max_retries=0)
     with obs.turn(session_id="s", model="gpt-4o") as t:
         t.block("user", [{"role": "user", "content": "me@example.com"}])
     obs.close(timeout=3)
-    assert "me@example.com" not in spool.read_text() and "<email>" in spool.read_text()
+    text = b"\n".join(spool_lines(spool))
+    assert b"me@example.com" not in text and b"<email>" in text

@@ -8,11 +8,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import ctxobs
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ctxobs.conftest import ROOT, spool_lines
 
 
 def record_turns(obs: ctxobs.Client, n: int, session: str = "s1", text: str = "hello") -> list[str]:
@@ -154,15 +152,19 @@ def test_sample_rate_keeps_or_drops_whole_sessions(ingest, make_client) -> None:
     assert obs.stats()["sampled_out"] == 3 * (40 - len(kept))
 
 
-def test_unreachable_server_spools_and_push_delivers_once(ingest_down, make_client, tmp_path) -> None:
-    spool = tmp_path / "spool" / "ctxobs.jsonl"
-    obs = make_client(ingest_down.url, spool_path=spool, max_retries=2, batch_size=5)
+def test_push_sends_a_spool_left_offline_once(ingest_down, make_client, tmp_path) -> None:
+    spool = tmp_path / "spool"
+    obs = make_client(ingest_down.url, spool=spool, max_retries=2, batch_size=5)
     ids = record_turns(obs, 12)
     deadline = time.monotonic() + 15
     while obs.stats()["spooled"] < 12 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert obs.stats()["spooled"] == 12
-    assert len(spool.read_text().splitlines()) == 12
+    obs.close(timeout=1)  # offline: nothing sends the spool but `ctxobs push`
+    lines = spool_lines(spool)
+    assert len(lines) == 12
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(b"".join(line + b"\n" for line in lines))
 
     ingest_down.start()
     env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": "test-key"}
@@ -176,8 +178,9 @@ def test_unreachable_server_spools_and_push_delivers_once(ingest_down, make_clie
     )
     assert first.returncode == 0, first.stderr
     assert '"created": 12' in first.stdout
+    assert list(spool.glob("*.jsonl")) == []  # a spool directory loses what was delivered
     second = subprocess.run(
-        [sys.executable, "-m", "ctxobs", "push", str(spool), "--delete"],
+        [sys.executable, "-m", "ctxobs", "push", str(copy), "--delete"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -186,7 +189,26 @@ def test_unreachable_server_spools_and_push_delivers_once(ingest_down, make_clie
     )
     assert second.returncode == 0 and '"duplicate": 12' in second.stdout
     assert sorted(ingest_down.stored) == sorted(ids)
-    assert not spool.exists()
+    assert not copy.exists()
+
+
+def test_push_without_a_path_sends_the_default_spool(ingest_down, make_client, cache_home) -> None:
+    obs = make_client(ingest_down.url, max_retries=0, batch_size=5)
+    ids = record_turns(obs, 6)
+    deadline = time.monotonic() + 15
+    while obs.stats()["spooled"] < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    obs.close(timeout=1)
+    assert obs.transport.spool_dir is not None and spool_lines(obs.transport.spool_dir)
+    ingest_down.start()
+    env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": "test-key"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxobs", "push"], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(ingest_down.stored) == sorted(ids)
+    assert spool_lines(obs.transport.spool_dir) == []
 
 
 def test_push_to_an_unreachable_server_exits_2_and_keeps_the_file(ingest_down, tmp_path) -> None:
@@ -214,10 +236,10 @@ def test_push_to_an_unreachable_server_exits_2_and_keeps_the_file(ingest_down, t
 
 
 def test_snapshots_still_queued_at_exit_go_to_the_spool(ingest_down, tmp_path) -> None:
-    spool = tmp_path / "exit.jsonl"
+    spool = tmp_path / "exit"
     script = (
         "import ctxobs\n"
-        f"obs = ctxobs.Client({ingest_down.url!r}, 'k', spool_path={str(spool)!r}, exit_timeout=0.5,"
+        f"obs = ctxobs.Client({ingest_down.url!r}, 'k', spool={str(spool)!r}, exit_timeout=0.5,"
         " backoff_base=0.05, backoff_max=0.2)\n"
         "for i in range(7):\n"
         "    with obs.turn(session_id='x', model='gpt-4o') as t:\n"
@@ -227,7 +249,7 @@ def test_snapshots_still_queued_at_exit_go_to_the_spool(ingest_down, tmp_path) -
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert len(set(spool.read_text().splitlines())) == 7
+    assert len(set(spool_lines(spool))) == 7
 
 
 def test_on_error_callback_that_raises_does_not_stop_delivery(ingest, make_client) -> None:

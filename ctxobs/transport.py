@@ -44,8 +44,12 @@ _BATCH_OVERHEAD = len(b'{"snapshots":[]}')
 # One spool file holds at most this much, so a claimed file is read into memory cheaply.
 _FILE_ITEMS = 500
 _FILE_BYTES = 8 * 1024 * 1024
-# Until the sender has encoded something, assume a snapshot costs this much to prepare.
+# Until the sender has encoded something, assume a snapshot costs this much to prepare; and
+# never assume less than the floor.
 _ENCODE_GUESS_S = 0.0005
+_ENCODE_FLOOR_S = 0.0001
+# The same for sending one snapshot (a batch's round trip over its size), until measured.
+_SEND_GUESS_S = 0.001
 # close() returns at most this long after its timeout (the last spool write in progress).
 EXIT_MARGIN_S = 0.5
 
@@ -201,6 +205,7 @@ class Transport:
         self._stop = threading.Event()
         self._interrupt = threading.Event()  # closing: retry sleeps end at once
         self._inflight: list[_Item] = []
+        self._taken: list[tuple[int, Any]] = []  # what the sender took, before it is encoded
         self._inflight_taken = False  # close() spooled a copy of the in-flight batch
         self._busy = False  # the sender holds items taken from the queue
         self._down = False
@@ -210,6 +215,7 @@ class Transport:
         self._next_drain = 0.0
         self._drain_failures = 0
         self._encode_s = _ENCODE_GUESS_S
+        self._send_s = _SEND_GUESS_S
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._http: httpx.Client | None = None
@@ -288,8 +294,10 @@ class Transport:
     def close(self, timeout: float = 5.0) -> None:
         """Send for up to TIMEOUT seconds, spool the rest, stop; returns within TIMEOUT (+0.5 s).
 
-        Sending stops early when what is still queued would not otherwise fit in the spool in
-        time; without a spool, what is left at TIMEOUT is counted as failed (never encoded).
+        The sender keeps sending from the head of the queue while this thread, as soon as the
+        sender would not get through the queue in time (or the server is known to be down),
+        spools from the tail. Without a spool, what is left at TIMEOUT is counted as
+        failed, never encoded.
         """
         if self.disabled or self._stop.is_set():
             return
@@ -303,22 +311,65 @@ class Transport:
             self._cond.notify_all()
         if self._queue and (self._thread is None or not self._thread.is_alive()):
             self._start()
-        with self._cond:
-            while self._queue or self._busy:
+        spooling = False
+        lost: list[tuple[int, Any]] = []
+        while True:
+            with self._cond:
                 now = time.monotonic()
-                if now >= deadline:
+                if not (self._queue or self._busy) or now >= deadline:
                     break
-                if self._spool is not None and now + self._spool_cost(len(self._queue)) >= deadline:
-                    break
-                self._cond.wait(min(0.05, deadline - now))
+                if self._spool is not None and not spooling:
+                    # Start when the sender would not get through the queue in time. Both then
+                    # work at once: the sender from the head, this thread from the tail.
+                    n = len(self._queue)
+                    spooling = (
+                        self._backlog
+                        or self._down
+                        or now + n * self._send_s + self._spool_cost(n) >= deadline
+                    )
+                if not (spooling and self._queue):
+                    self._cond.wait(min(0.05, deadline - now))
+                    continue
+                n = min(_FILE_ITEMS, len(self._queue))
+                tail = [self._queue.pop() for _ in range(n)]
+            tail.reverse()
+            lost += self._spool_pending(tail, deadline)
+        with self._cond:
             pending = list(self._queue)
             self._queue.clear()
             inflight = list(self._inflight) if self._busy else []
+            # Still being encoded (or spilled): encoded again here, a duplicate at worst.
+            taken = list(self._taken) if self._busy and not inflight else []
             self._inflight_taken = bool(inflight)
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        self._settle_at_exit(pending, inflight, deadline)
+        lost_ids: list[str] = []
+        if self._spool is None:
+            lost += pending + taken
+            lost_ids = [i.snapshot_id for i in inflight]
+        else:
+            if inflight:
+                # It may still arrive too; a later send of the spool then reports duplicates.
+                self._write_spool(inflight)
+            lost += self._spool_pending(taken, deadline + EXIT_MARGIN_S / 2)
+            lost += self._spool_pending(pending, deadline)
+        lost_ids += [_snapshot_id(s) for _, s in lost]
+        if lost_ids:
+            with self._cond:
+                self._stats.failed += len(lost_ids)
+            log.warning(
+                "ctxobs.transport.unsent_at_exit items=%d spool=%s",
+                len(lost_ids),
+                "off" if self._spool is None else "timeout",
+            )
+            self._report(
+                CtxobsDeliveryError(
+                    "unreachable",
+                    f"{len(lost_ids)} snapshots neither sent nor spooled at close",
+                    snapshot_ids=lost_ids,
+                )
+            )
 
     # --- sender thread ----------------------------------------------------------------
 
@@ -369,6 +420,7 @@ class Transport:
                 with self._cond:
                     self._busy = False
                     self._inflight = []
+                    self._taken = []
                     self._cond.notify_all()
 
     def _next_action(self) -> tuple[str, list[tuple[int, Any]]]:
@@ -391,6 +443,7 @@ class Transport:
                         batch = [self._queue.popleft() for _ in range(n)]
                         self._oldest_ts = now
                         self._busy = True
+                        self._taken = batch
                         return ("spill" if self._backlog else "send"), batch
                     timeout = min(timeout, wait)
                 else:
@@ -409,7 +462,10 @@ class Transport:
             self._inflight = items
         if not items:
             return
+        started = time.monotonic()
         report = self.deliver(items, interruptible=True)
+        if not report.unsent:
+            self._send_s = 0.7 * self._send_s + 0.3 * (time.monotonic() - started) / len(items)
         with self._cond:
             self._stats.batches += 1
             self._stats.sent += len(report.created) + len(report.duplicate)
@@ -514,7 +570,7 @@ class Transport:
             )
 
     def _encode(self, snapshot: Any, ts_ns: int = 0) -> _Item | None:
-        sid = str(snapshot.get("snapshot_id", "") if isinstance(snapshot, dict) else snapshot.snapshot_id)
+        sid = _snapshot_id(snapshot)
         started = time.perf_counter()
         try:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
@@ -774,28 +830,18 @@ class Transport:
         return written == len(items)
 
     def _spool_cost(self, n: int) -> float:
-        """Seconds to encode and spool N queued snapshots, with room to spare."""
-        return n * self._encode_s * 1.5 + 0.05
+        """Seconds to encode and spool N queued snapshots, with room to spare: the average is
+        taken on the sender thread and varies with the machine's load."""
+        return n * max(self._encode_s, _ENCODE_FLOOR_S) * 3 + 0.05
 
-    def _settle_at_exit(
-        self, pending: list[tuple[int, Any]], inflight: list[_Item], deadline: float
-    ) -> None:
-        if self._spool is None:
-            lost = len(pending) + len(inflight)
-            if lost:
-                with self._cond:
-                    self._stats.failed += lost
-                log.warning("ctxobs.transport.unsent_at_exit items=%d spool=off", lost)
-            return
-        if inflight:
-            # It may still arrive too; a later send of the spool then reports duplicates.
-            self._write_spool(inflight)
+    def _spool_pending(self, pending: list[tuple[int, Any]], deadline: float) -> list[tuple[int, Any]]:
+        """Encode and spool PENDING (queue entries, in order) until DEADLINE; those that were not."""
         buf: list[_Item] = []
         size = 0
-        lost = 0
+        lost: list[tuple[int, Any]] = []
         for n, (ts, snapshot) in enumerate(pending):
             if time.monotonic() >= deadline:
-                lost = len(pending) - n
+                lost = pending[n:]
                 break
             item = self._encode(snapshot, ts)
             if item is None:
@@ -807,13 +853,7 @@ class Transport:
                 buf, size = [], 0
         if buf:
             self._write_spool(buf)
-        if lost:
-            with self._cond:
-                self._stats.failed += lost
-            log.warning("ctxobs.transport.unsent_at_exit items=%d reason=exit_timeout", lost)
-            self._report(
-                CtxobsDeliveryError("unreachable", f"{lost} snapshots not spooled within the exit timeout")
-            )
+        return lost
 
     def _spool_dropped(self, items: int, files: int) -> None:
         with self._cond:
@@ -839,6 +879,12 @@ class Transport:
             self.on_error(error)
         except Exception:  # noqa: BLE001 - a broken callback must not stop delivery
             log.exception("ctxobs.transport.on_error_failed")
+
+
+def _snapshot_id(snapshot: Any) -> str:
+    if isinstance(snapshot, dict):
+        return str(snapshot.get("snapshot_id", ""))
+    return str(getattr(snapshot, "snapshot_id", ""))
 
 
 def _snapshot_id_of(line: bytes) -> str | None:

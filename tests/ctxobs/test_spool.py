@@ -212,30 +212,39 @@ def test_exit_sends_what_it_can_and_spools_the_rest_within_its_timeout(api_serve
     server, key = api_server
     server.start()
     spool = tmp_path / "exit"
-    n = 4000
+    lost_file = tmp_path / "lost"
+    n = 3000
     script = (
         "import sys, ctxobs\n"
+        "def on_error(e):\n"
+        f"    open({str(lost_file)!r}, 'a').write(' '.join(e.snapshot_ids) + '\\n')\n"
         f"obs = ctxobs.Client({server.url!r}, {key!r}, spool={str(spool)!r}, exit_timeout=1.5,"
-        " flush_interval=0.05)\n"
+        " flush_interval=0.05, on_error=on_error)\n"
         "ids = []\n"
         f"for i in range({n}):\n"
         "    with obs.turn(session_id='exit', model='gpt-4o-mini', context_window=8192) as t:\n"
         "        t.block('system', [{'role': 'system', 'content': 'You are a travel agent.'}])\n"
-        "        t.block('user', [{'role': 'user', 'content': f'hello {i} ' * 50}])\n"
+        "        t.block('user', [{'role': 'user', 'content': f'hello {i}'}])\n"
         "    ids.append(t.snapshot_id)\n"
         "print(' '.join(ids), flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     ids = proc.stdout.readline().split()
     exiting = time.monotonic()
-    assert proc.wait(timeout=60) == 0
+    _, err = proc.communicate(timeout=60)
     elapsed = time.monotonic() - exiting
+    assert proc.returncode == 0, err
     assert elapsed < 1.5 + ctxobs.transport.EXIT_MARGIN_S + 0.5, elapsed  # + interpreter teardown
     delivered = {sid for sid, _ in stored("exit")}
     spooled = {json.loads(line)["snapshot_id"] for line in spool_lines(spool)}
-    assert delivered | spooled == set(ids)
-    assert delivered  # it did send while there was time
+    # Whatever the machine's load allowed in 1.5 s was sent, the rest spooled; what neither
+    # got to is reported by id, never silently lost.
+    lost = set(lost_file.read_text().split()) if lost_file.exists() else set()
+    assert delivered | spooled | lost == set(ids)
+    assert delivered and len(spooled) > len(lost)
 
 
 # --- injected failures (scripted server) ---------------------------------------------------
@@ -367,13 +376,13 @@ def test_without_a_spool_undeliverable_snapshots_are_reported_and_nothing_is_wri
 def test_exit_with_a_hanging_server_and_a_large_queue_returns_within_the_timeout(
     blackhole, tmp_path, spool
 ) -> None:
-    n = 5000
+    n = 10_000  # the default max_queue
     spool_dir = tmp_path / "spool"
     lost_file = tmp_path / "lost"
     script = (
         "import ctxobs\n"
         "def on_error(e):\n"
-        f"    open({str(lost_file)!r}, 'a').write(f'{{e.kind}} {{e}}\\n')\n"
+        f"    open({str(lost_file)!r}, 'a').write(' '.join(e.snapshot_ids) + '\\n')\n"
         # A POST to this server hangs for the full 10 s request timeout.
         f"obs = ctxobs.Client({blackhole.url!r}, 'k', spool={str(spool_dir) if spool else False!r},"
         " exit_timeout=2.0, on_error=on_error)\n"
@@ -391,13 +400,10 @@ def test_exit_with_a_hanging_server_and_a_large_queue_returns_within_the_timeout
     # The documented bound is exit_timeout + EXIT_MARGIN_S; + 0.5 s for interpreter teardown.
     assert elapsed < 2.0 + ctxobs.transport.EXIT_MARGIN_S + 0.5, elapsed
     if spool:
-        lines = spool_lines(spool_dir)
-        lost = 0
-        if lost_file.exists():
-            lost = sum(int(line.split()[1]) for line in lost_file.read_text().splitlines())
-        # Every snapshot is in the spool (the hung batch's too) unless reported as lost.
-        assert len({json.loads(line)["snapshot_id"] for line in lines}) + lost == n
-        assert len(lines) > n // 2
+        spooled = {json.loads(line)["snapshot_id"] for line in spool_lines(spool_dir)}
+        lost = set(lost_file.read_text().split()) if lost_file.exists() else set()
+        # Every snapshot is in the spool (the hung batch's too) unless reported by id.
+        assert len(spooled | lost) == n and len(spooled) > n // 2
     else:
         assert not spool_dir.exists()
 

@@ -95,13 +95,18 @@ class SpoolFile:
             elif len(remaining) != len(self.lines):
                 # Same name, fewer lines: the remainder keeps its place in the order.
                 tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                with open(tmp, "wb") as fh:
-                    fh.write(b"".join(line + b"\n" for line in remaining))
+                _write_private(tmp, b"".join(line + b"\n" for line in remaining))
                 os.replace(tmp, self.path.with_name(_renamed(self.path.name, len(remaining))))
                 if _renamed(self.path.name, len(remaining)) != self.path.name:
                     self.path.unlink(missing_ok=True)
         finally:
             os.close(self._fd)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def _renamed(name: str, count: int) -> str:
@@ -141,12 +146,12 @@ class Spool:
         tmp = self.directory / f".{name}.tmp"
         try:
             with self._lock:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                # Prompts and replies: readable by the user only.
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
                 if not self._make_room(len(data)):
                     self._dropped(len(lines), 0)
                     return True
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
+                _write_private(tmp, data)
                 os.replace(tmp, self.directory / name)
         except OSError as exc:
             log.warning("ctxobs.spool.write_failed error=%s", type(exc).__name__)

@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--context-window", type=int, default=1280)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--spool", help="JSONL file for snapshots the server could not take")
+    p.add_argument("--spool", help="spool directory for snapshots the server cannot take yet")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not args.endpoint:

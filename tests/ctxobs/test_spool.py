@@ -21,7 +21,7 @@ from ctxobs.spool import Spool, spool_key
 from ingest.models import Snapshot
 from tests.ctxobs.conftest import KEY, ROOT, spool_lines
 
-FAST = {"flush_interval": 0.05, "backoff_base": 0.05, "backoff_max": 0.3}
+FAST: dict[str, Any] = {"flush_interval": 0.05, "backoff_base": 0.05, "backoff_max": 0.3}
 
 
 def record(obs: ctxobs.Client, session: str, n: int, start: int = 0, pace: float = 0.0) -> list[str]:

@@ -389,6 +389,7 @@ class Transport:
         self._pid = os.getpid()
         self._queue.clear()
         self._inflight = []
+        self._taken = []
         self._busy = False
         self._thread = None
         self._http = None

@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -72,7 +73,7 @@ def resolve_spool_dir(
 
 
 def _count_in_name(name: str) -> int:
-    # <ts_ns>-<pid>-<seq>-<count>.jsonl
+    # <ts_ns>-<pid>.<tag>-<seq>-<count>.jsonl
     try:
         return int(name[: -len(SUFFIX)].rsplit("-", 1)[1])
     except (IndexError, ValueError):
@@ -142,7 +143,8 @@ class Spool:
             return True
         data = b"".join(line + b"\n" for line in lines)
         ts = first_ts_ns if first_ts_ns is not None else time.time_ns()
-        name = f"{ts:020d}-{os.getpid()}-{next(self._seq):06d}-{len(lines)}{SUFFIX}"
+        # pid and a random tag: containers sharing a volume may all be pid 1.
+        name = f"{ts:020d}-{os.getpid()}.{secrets.token_hex(3)}-{next(self._seq):06d}-{len(lines)}{SUFFIX}"
         tmp = self.directory / f".{name}.tmp"
         try:
             with self._lock:

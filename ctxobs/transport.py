@@ -189,9 +189,13 @@ class Transport:
         self.prepare = prepare
         self.disabled = disabled or not self.endpoint
         self.exit_timeout = exit_timeout
-        directory = resolve_spool_dir(
-            spool_path if spool_path is not None else spool, self.endpoint, self._api_key
-        )
+        try:
+            directory = resolve_spool_dir(
+                spool_path if spool_path is not None else spool, self.endpoint, self._api_key
+            )
+        except Exception:  # noqa: BLE001 - e.g. no home directory: run without a spool
+            log.warning("ctxobs.transport.spool_unavailable reason=no_directory")
+            directory = None
         self.spool_dir: Path | None = directory if not self.disabled else None
         self._spool = (
             Spool(self.spool_dir, max_bytes=spool_max_bytes, on_drop=self._spool_dropped)
@@ -223,7 +227,7 @@ class Transport:
             atexit.register(self._at_exit)
         if self._spool is not None:
             try:
-                leftover = self._spool.pending() > 0
+                leftover = bool(self._spool.files())
             except Exception:  # noqa: BLE001 - a broken cache directory must not break the agent
                 leftover = False
             if leftover:

@@ -73,7 +73,7 @@ class IngestServer(_Server):
         self.api_key = api_key
         self.stored: dict[str, dict[str, Any]] = {}
         self.posts: list[dict[str, Any]] = []  # every POST: ids, status, gzip, time
-        self.script: deque[tuple[int, dict[str, str]]] = deque()  # forced responses, in order
+        self.script: deque[tuple[int, dict[str, str]]] = deque()  # forced responses, in order; 0 = normal
         self.reject_ids: set[str] = set()
         self.max_items: int | None = None
 
@@ -118,6 +118,8 @@ class IngestServer(_Server):
                     server.posts.append(post)
                     if self.headers.get("Authorization") != f"Bearer {server.api_key}":
                         post["status"] = 401
+                    elif server.script and server.script[0][0] == 0:
+                        server.script.popleft()  # 0: this one is answered normally
                     elif server.script:
                         status, headers = server.script.popleft()
                         post["status"] = status

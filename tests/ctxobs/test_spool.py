@@ -7,10 +7,12 @@ database, stopped for outages); the scripted server is used only to inject 503/4
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +266,45 @@ def test_backlog_drain_honours_retry_after_and_keeps_the_order(ingest, tmp_path)
     assert refused["status"] == 503 and accepted[0]["time"] - refused["time"] >= 0.95
     assert [i for p in accepted for i in p["ids"]] == [s["snapshot_id"] for s in snapshots]
     assert spool_lines(spool) == []
+
+
+def test_a_file_sent_in_part_keeps_only_the_rest_and_nothing_is_sent_twice(ingest, tmp_path) -> None:
+    spool = tmp_path / "spool"
+    snapshots = [wire("part", i) for i in range(10)]
+    fill_spool(spool, snapshots, per_file=10)
+    ingest.script.extend([(0, {}), (503, {"Retry-After": "1"})])
+    obs = ctxobs.Client(ingest.url, KEY, spool=spool, batch_size=5, flush_at_exit=False, **FAST)
+    try:
+        wait_for(lambda: len(ingest.posts) >= 2, 10, "the first two posts")
+        # The first half was taken: the file now holds the second half only.
+        assert [json.loads(line)["snapshot_id"] for line in spool_lines(spool)] == [
+            s["snapshot_id"] for s in snapshots[5:]
+        ]
+        assert obs.flush(timeout=30)
+    finally:
+        obs.close(timeout=1)
+    assert Counter(ingest.accepted_ids()) == Counter(s["snapshot_id"] for s in snapshots)
+    assert spool_lines(spool) == []
+
+
+def test_a_file_left_half_written_by_a_dead_process_is_recovered(ingest, tmp_path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    snapshots = [wire("orphan", i) for i in range(3)]
+    # A writer killed before its rename: complete lines, then a cut one.
+    tmp = spool / ".00000000000000000001-999-000000-3.jsonl.tmp"
+    tmp.write_bytes(b"".join(json.dumps(s).encode() + b"\n" for s in snapshots) + b'{"snapshot_id": "cut')
+    old = time.time() - 3600
+    os.utime(tmp, (old, old))
+    errors: list[ctxobs.CtxobsDeliveryError] = []
+    obs = ctxobs.Client(ingest.url, KEY, spool=spool, on_error=errors.append, flush_at_exit=False, **FAST)
+    try:
+        assert obs.flush(timeout=30)
+    finally:
+        obs.close(timeout=1)
+    assert sorted(ingest.stored) == sorted(s["snapshot_id"] for s in snapshots)
+    assert obs.stats()["failed"] == 1  # the cut line, counted
+    assert list(spool.iterdir()) == []
 
 
 @pytest.mark.parametrize(

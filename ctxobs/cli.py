@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from ctxobs.spool import Spool, default_spool_dir
+from ctxobs.spool import Spool, resolve_spool_dir
 from ctxobs.transport import DeliveryReport, Transport, _Item, read_spool
 
 
@@ -28,11 +28,13 @@ def _push(args: argparse.Namespace) -> int:
     if not endpoint:
         print("ctxobs push: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
         return 2
-    paths = [Path(p) for p in args.paths] or [
-        Path(os.environ["CTXOBS_SPOOL"]).expanduser()
-        if os.environ.get("CTXOBS_SPOOL", "").strip()
-        else default_spool_dir(endpoint, api_key)
-    ]
+    paths = [Path(p) for p in args.paths]
+    if not paths:
+        default = resolve_spool_dir(True, endpoint, api_key)
+        if default is None:
+            print("ctxobs push: the spool is off (CTXOBS_SPOOL); pass a PATH", file=sys.stderr)
+            return 2
+        paths = [default]
     total = {
         "files": 0,
         "items": 0,

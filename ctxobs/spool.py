@@ -94,7 +94,8 @@ class SpoolFile:
             if not remaining:
                 self.path.unlink(missing_ok=True)
             elif len(remaining) != len(self.lines):
-                # Same name, fewer lines: the remainder keeps its place in the order.
+                # Same time prefix, so the remainder keeps its place in the order; the count in
+                # the name follows. A crash between the two steps leaves a resend, not a loss.
                 tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
                 _write_private(tmp, b"".join(line + b"\n" for line in remaining))
                 os.replace(tmp, self.path.with_name(_renamed(self.path.name, len(remaining))))

@@ -19,6 +19,10 @@ from config.env import (  # noqa: F401
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A wheel carries templates/ and static/ inside config/ (see setup.py); a checkout has them at the top.
+_SHIPPED = Path(__file__).resolve().parent
+TEMPLATES_DIR = _SHIPPED / "templates" if (_SHIPPED / "templates").is_dir() else BASE_DIR / "templates"
+STATIC_DIR = _SHIPPED / "static" if (_SHIPPED / "static").is_dir() else BASE_DIR / "static"
 
 # --- core -------------------------------------------------------------------
 DEBUG = env_bool("CTXOBS_DEBUG", False)
@@ -38,6 +42,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    # Installed for its static files: /api/v1/docs loads Swagger UI from here, not from a CDN.
+    "ninja",
     "ingest",
 ]
 for optional_app in ("replay", "alerts"):
@@ -50,6 +56,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -60,7 +67,7 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -82,7 +89,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [STATIC_DIR]
 STATIC_ROOT = Path(env_str("CTXOBS_STATIC_ROOT") or (BASE_DIR / "staticfiles"))
 CTXOBS_SERVE_STATIC = env_bool("CTXOBS_SERVE_STATIC", True)
 

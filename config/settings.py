@@ -138,7 +138,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CTXOBS_HOME = ctxobs_home()
 # Where people reach the dashboard: the links in alert webhooks and e-mails start with it.
 CTXOBS_BASE_URL = env_url("CTXOBS_BASE_URL", "http://localhost:8000")
-# Requests per second per ingest key (token bucket in Redis); 0 disables the limit.
+# Requests per second per ingest key (a token bucket in Redis, ingest.ratelimit); 0 disables the
+# limit. BURST is the bucket's size: how many requests may come at once after a quiet spell.
 CTXOBS_INGEST_RATE_LIMIT = env_float("CTXOBS_INGEST_RATE_LIMIT", 200.0)
 CTXOBS_INGEST_RATE_BURST = env_int("CTXOBS_INGEST_RATE_BURST", 400)
 CTXOBS_DB_RETRY_AFTER = env_int("CTXOBS_DB_RETRY_AFTER", 5)

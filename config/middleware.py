@@ -6,7 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware as _LoginRequiredMiddleware
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import resolve_url
+from django_htmx.http import HttpResponseClientRedirect
 
 # The API answers 401 itself (ingest keys or a session) and the admin has its own login page.
 SELF_AUTHENTICATING_NAMESPACES = frozenset({"api", "admin"})
@@ -28,4 +31,15 @@ class LoginRequiredMiddleware(_LoginRequiredMiddleware):
         if match is not None and SELF_AUTHENTICATING_NAMESPACES.intersection(match.namespaces[:1]):
             return None
         response: HttpResponseBase | None = super().process_view(request, view_func, view_args, view_kwargs)
+        return response
+
+    def handle_no_permission(self, request: HttpRequest, view_func: Callable[..., Any]) -> HttpResponseBase:
+        htmx = getattr(request, "htmx", None)
+        if htmx:
+            # A partial update whose session expired: htmx would swap the login form into the
+            # fragment; send the whole tab to log in, and back to the page it was showing.
+            back = htmx.current_url_abs_path or request.get_full_path()
+            login = redirect_to_login(back, resolve_url(self.get_login_url(view_func)))
+            return HttpResponseClientRedirect(login["Location"])
+        response: HttpResponseBase = super().handle_no_permission(request, view_func)
         return response

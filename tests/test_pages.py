@@ -153,3 +153,14 @@ def test_every_page_title_is_plain_text_with_untrusted_names_escaped(client: Cli
     settings_title = html.unescape(titles[reverse("ingest:settings", args=[pid])])
     assert settings_title == f"Settings · {HOSTILE_NAME} · ctxobs"
     assert html.unescape(titles[reverse("ingest:overview", args=[pid])]) == f"{HOSTILE_NAME} · ctxobs"
+
+
+def test_an_expired_session_in_a_partial_update_sends_the_whole_tab_to_log_in() -> None:
+    project, _ = project_create(name="acme")
+    page = f"http://testserver/p/{project.pk}/replays/1/"
+    r = Client().get(
+        f"/p/{project.pk}/replays/1/progress", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=page
+    )
+    assert r.status_code == 200 and "Location" not in r
+    where = urlsplit(r["HX-Redirect"])
+    assert where.path == "/login/" and parse_qs(where.query)["next"] == [f"/p/{project.pk}/replays/1/"]

@@ -24,22 +24,18 @@ class LoginRequiredMiddleware(_LoginRequiredMiddleware):
         self,
         request: HttpRequest,
         view_func: Callable[..., Any],
-        view_args: list[Any],
+        view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
         match = request.resolver_match
         if match is not None and SELF_AUTHENTICATING_NAMESPACES.intersection(match.namespaces[:1]):
             return None
-        response: HttpResponseBase | None = super().process_view(request, view_func, view_args, view_kwargs)
-        return response
-
-    def handle_no_permission(self, request: HttpRequest, view_func: Callable[..., Any]) -> HttpResponseBase:
         htmx = getattr(request, "htmx", None)
-        if htmx:
+        if htmx and not request.user.is_authenticated and getattr(view_func, "login_required", True):
             # A partial update whose session expired: htmx would swap the login form into the
             # fragment; send the whole tab to log in, and back to the page it was showing.
             back = htmx.current_url_abs_path or request.get_full_path()
             login = redirect_to_login(back, resolve_url(self.get_login_url(view_func)))
             return HttpResponseClientRedirect(login["Location"])
-        response: HttpResponseBase = super().handle_no_permission(request, view_func)
+        response: HttpResponseBase | None = super().process_view(request, view_func, view_args, view_kwargs)
         return response

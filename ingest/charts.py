@@ -103,23 +103,22 @@ def _layout(**extra: Any) -> dict[str, Any]:
     return base
 
 
-_INT32 = (-(2**31), 2**31 - 1)
+# Smallest signed integer type that holds the values, as plotly does for numpy arrays.
+_INT_TYPES = (("b", "i1", 2**7), ("h", "i2", 2**15), ("i", "i4", 2**31))
 
 
 def typed_array(values: Sequence[float]) -> dict[str, str]:
     """VALUES as a plotly.js typed array (`{"dtype", "bdata"}`, little-endian): a 2,000-turn trace is
-    8 KiB of base64 instead of a JSON list. Built with the standard library, so the server needs
-    no numpy (plotly only encodes numpy arrays this way)."""
-    ints = all(isinstance(v, int) for v in values)
-    if ints and all(_INT32[0] <= v <= _INT32[1] for v in values):
-        arr = array.array("i", values)
-        dtype = "i4"
-    else:
-        arr = array.array("d", values)
-        dtype = "f8"
-    if arr.itemsize != int(dtype[1]):
-        # A C int that is not 32 bits: keep the values exact as float64.
-        arr, dtype = array.array("d", values), "f8"
+    a few KiB of base64 instead of a JSON list. Built with the standard library, so the server
+    needs no numpy (plotly encodes only numpy arrays this way)."""
+    arr, dtype = array.array("d", values), "f8"
+    if all(isinstance(v, int) for v in values):
+        lo, hi = (min(values), max(values)) if values else (0, 0)
+        for code, name, bound in _INT_TYPES:
+            # A C int is not 32 bits on every platform: only use a type of the size plotly.js reads.
+            if -bound <= lo and hi < bound and array.array(code).itemsize == int(name[1]):
+                arr, dtype = array.array(code, values), name
+                break
     if sys.byteorder == "big":
         arr.byteswap()
     return {"dtype": dtype, "bdata": base64.b64encode(arr.tobytes()).decode("ascii")}

@@ -37,7 +37,7 @@ MAX_ERROR_CHARS = 500
 
 # --- secrets -----------------------------------------------------------------
 def _fernet() -> Fernet:
-    configured = getattr(settings, "CTXOBS_ENCRYPTION_KEY", None)
+    configured = settings.CTXOBS_ENCRYPTION_KEY
     if configured:
         try:
             return Fernet(configured.encode() if isinstance(configured, str) else configured)
@@ -191,7 +191,8 @@ def _ms(started: float) -> float:
 
 # --- what is sent ------------------------------------------------------------
 def base_url() -> str:
-    return str(getattr(settings, "CTXOBS_BASE_URL", "") or "http://localhost:8000").rstrip("/")
+    """Where the dashboard is reached (CTXOBS_BASE_URL): the start of every link sent out."""
+    return str(settings.CTXOBS_BASE_URL).rstrip("/")
 
 
 def turn_path(project_id: int, session_id: str, turn: int) -> str:

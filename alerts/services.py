@@ -235,11 +235,8 @@ class EvaluateResult:
     retry_in: float | None = None
 
 
-LATENESS_SECONDS = 30.0
-
-
 def _lateness() -> float:
-    return float(getattr(settings, "CTXOBS_ALERT_LATENESS_SECONDS", LATENESS_SECONDS))
+    return float(settings.CTXOBS_ALERT_LATENESS_SECONDS)
 
 
 def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateResult:
@@ -789,12 +786,11 @@ def _deliveries_enqueue(delivery_ids: list[int]) -> None:
             logger.exception("alerts.deliver_enqueue_failed delivery_id=%s", did)
 
 
-RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
-    base = float(getattr(settings, "CTXOBS_ALERT_RETRY_BASE_SECONDS", RETRY_BASE_SECONDS))
+    base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
     wait = base * (2 ** (attempt - 1))
     if retry_after is not None:
         wait = max(wait, retry_after)

@@ -34,6 +34,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def env_url(name: str, default: str) -> str:
+    """An absolute http(s) URL without a trailing slash; a malformed value stops the process at
+    start with the variable named, rather than producing broken links later."""
+    from urllib.parse import urlsplit
+
+    raw = (os.environ.get(name) or default).strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.netloc or parts.query or parts.fragment:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an absolute http(s) URL like https://ctxobs.example.com")
+    return raw.rstrip("/")
+
+
 def ctxobs_home() -> Path:
     """Where embedded services keep their data (CTXOBS_HOME, default ~/.ctxobs)."""
     return Path(os.environ.get("CTXOBS_HOME") or Path.home() / ".ctxobs").expanduser()

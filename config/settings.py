@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -14,11 +13,16 @@ from config.env import (  # noqa: F401
     env_int,
     env_list,
     env_str,
+    env_url,
     local_secret,
     redis_client_url,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A wheel carries templates/ and static/ inside config/ (see setup.py); a checkout has them at the top.
+_SHIPPED = Path(__file__).resolve().parent
+TEMPLATES_DIR = _SHIPPED / "templates" if (_SHIPPED / "templates").is_dir() else BASE_DIR / "templates"
+STATIC_DIR = _SHIPPED / "static" if (_SHIPPED / "static").is_dir() else BASE_DIR / "static"
 
 # --- core -------------------------------------------------------------------
 DEBUG = env_bool("CTXOBS_DEBUG", False)
@@ -38,6 +42,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    # Installed for its static files: /api/v1/docs loads Swagger UI from here, not from a CDN.
+    "ninja",
     "ingest",
 ]
 for optional_app in ("replay", "alerts"):
@@ -50,6 +56,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -60,7 +67,7 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -82,7 +89,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [STATIC_DIR]
 STATIC_ROOT = Path(env_str("CTXOBS_STATIC_ROOT") or (BASE_DIR / "staticfiles"))
 CTXOBS_SERVE_STATIC = env_bool("CTXOBS_SERVE_STATIC", True)
 
@@ -129,10 +136,24 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 # --- ctxobs -----------------------------------------------------------------
 CTXOBS_HOME = ctxobs_home()
-# Requests per second per ingest key (token bucket in Redis); 0 disables the limit.
+# Where people reach the dashboard: the links in alert webhooks and e-mails start with it.
+CTXOBS_BASE_URL = env_url("CTXOBS_BASE_URL", "http://localhost:8000")
+# Requests per second per ingest key (a token bucket in Redis, ingest.ratelimit); 0 disables the
+# limit. BURST is the bucket's size: how many requests may come at once after a quiet spell.
 CTXOBS_INGEST_RATE_LIMIT = env_float("CTXOBS_INGEST_RATE_LIMIT", 200.0)
 CTXOBS_INGEST_RATE_BURST = env_int("CTXOBS_INGEST_RATE_BURST", 400)
 CTXOBS_DB_RETRY_AFTER = env_int("CTXOBS_DB_RETRY_AFTER", 5)
+# Replays: attempts per variant on transient provider errors (429, 5xx, timeouts), first backoff.
+CTXOBS_REPLAY_MAX_ATTEMPTS = env_int("CTXOBS_REPLAY_MAX_ATTEMPTS", 5)
+CTXOBS_REPLAY_RETRY_BASE_S = env_float("CTXOBS_REPLAY_RETRY_BASE_S", 1.0)
+# Alerts: how long evaluation waits for a session's earlier turns that arrive late; first backoff of a
+# failed delivery (doubling each attempt).
+CTXOBS_ALERT_LATENESS_SECONDS = env_float("CTXOBS_ALERT_LATENESS_SECONDS", 30.0)
+CTXOBS_ALERT_RETRY_BASE_SECONDS = env_float("CTXOBS_ALERT_RETRY_BASE_SECONDS", 1.0)
+# scripts/up (manage.py ctxobs_up): where its web server listens, and its gunicorn workers.
+CTXOBS_HOST = env_str("CTXOBS_HOST", "127.0.0.1")
+CTXOBS_PORT = env_int("CTXOBS_PORT", 8000)
+CTXOBS_WEB_WORKERS = env_int("CTXOBS_WEB_WORKERS", 2)
 
 # --- e-mail -----------------------------------------------------------------
 EMAIL_BACKEND = env_str("CTXOBS_EMAIL_BACKEND") or (
@@ -153,6 +174,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("CTXOBS_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_str("CTXOBS_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

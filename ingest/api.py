@@ -19,7 +19,7 @@ from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
 from ingest import selectors, services
 from ingest.auth import IngestKeyAuth, ProjectReadAuth
 from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
-from ingest.ratelimit import check_rate
+from ingest.ratelimit import retry_after_seconds, take_token
 from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut, TimelineTurn
 
 router = Router(tags=["snapshots"])
@@ -132,11 +132,13 @@ def _read_body(request: HttpRequest) -> bytes:
 )
 def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     caller = request.auth  # type: ignore[attr-defined]
-    wait = check_rate(bucket=caller.bucket, limit=settings.CTXOBS_INGEST_RATE_LIMIT)
+    rate, burst = settings.CTXOBS_INGEST_RATE_LIMIT, settings.CTXOBS_INGEST_RATE_BURST
+    wait = take_token(bucket=caller.bucket, rate=rate, burst=burst)
     if wait is not None:
         raise RateLimited(
-            f"rate limit of {settings.CTXOBS_INGEST_RATE_LIMIT:g} requests/s for this key exceeded",
-            headers={"Retry-After": str(int(wait + 0.999))},
+            f"rate limit of {rate:g} requests/s (bursts of {burst}) for this key exceeded; "
+            f"retry in {wait:.2f} s",
+            headers={"Retry-After": str(retry_after_seconds(wait))},
         )
     body = _read_body(request)
     with _cyclic_gc_paused():

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import plotly
+import redis
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_not_required, login_required
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -28,6 +30,7 @@ from django.utils.http import http_date
 from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
+from config.redis_client import redis_client
 from ingest import charts, dashboard, members, selectors
 from ingest.access import page_context, project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
@@ -44,10 +47,39 @@ PREVIEW_MESSAGES = 12
 OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
 
 
+def _database_up() -> bool:
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+    except DatabaseError as exc:
+        logger.warning("healthz.database_down error=%s", type(exc).__name__)
+        return False
+    return True
+
+
+def _redis_up() -> bool:
+    try:
+        redis_client().ping()
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("healthz.redis_down error=%s", type(exc).__name__)
+        return False
+    return True
+
+
+@login_not_required
+@require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
+    """200 `{"status": "ok"}` when PostgreSQL and Redis (the Celery broker) answer, else 503 with
+    `checks` naming what is down: load balancers and orchestrators read the status code."""
+    checks = {"database": _database_up(), "redis": _redis_up()}
+    up = all(checks.values())
+    status = {name: "ok" if ok else "down" for name, ok in checks.items()}
+    body = {"status": "ok" if up else "unavailable", "checks": status}
+    resp = JsonResponse(body, status=200 if up else 503)
+    resp["Cache-Control"] = "no-store"
+    if not up:
+        resp["Retry-After"] = str(settings.CTXOBS_DB_RETRY_AFTER)
+    return resp
 
 
 # --- plotly.js, served from the installed plotly package (no CDN, works offline) --------
@@ -55,6 +87,7 @@ PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.mi
 PLOTLY_VERSION = plotly.__version__
 
 
+@login_not_required
 @require_GET
 def plotly_js(request: HttpRequest, version: str) -> HttpResponseBase:
     """plotly.min.js of the installed plotly package; the URL carries the version, so it is cacheable

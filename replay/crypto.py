@@ -20,7 +20,7 @@ def _fernet(secret: str) -> Fernet:
 
 
 def _secret() -> str:
-    return getattr(settings, "CTXOBS_ENCRYPTION_KEY", "") or settings.SECRET_KEY
+    return settings.CTXOBS_ENCRYPTION_KEY or settings.SECRET_KEY
 
 
 def encrypt(plain: str) -> str:

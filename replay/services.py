@@ -35,11 +35,11 @@ RUN_TERMINAL = (ReplayRun.Status.DONE, ReplayRun.Status.FAILED, ReplayRun.Status
 
 
 def _max_attempts() -> int:
-    return int(getattr(settings, "CTXOBS_REPLAY_MAX_ATTEMPTS", 5))
+    return int(settings.CTXOBS_REPLAY_MAX_ATTEMPTS)
 
 
 def _retry_base_s() -> float:
-    return float(getattr(settings, "CTXOBS_REPLAY_RETRY_BASE_S", 1.0))
+    return float(settings.CTXOBS_REPLAY_RETRY_BASE_S)
 
 
 # --- endpoints ------------------------------------------------------------------

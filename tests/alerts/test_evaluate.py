@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from alerts import rules as R
@@ -188,7 +189,7 @@ def test_out_of_order_arrival_raises_the_same_alerts_as_in_order(poster, project
         refs = list(
             Snapshot.objects.filter(project=project, session_id=f"shuffled-{n}").values_list("id", flat=True)
         )
-        with_past = timezone.now() + timedelta(seconds=services.LATENESS_SECONDS + 1)
+        with_past = timezone.now() + timedelta(seconds=settings.CTXOBS_ALERT_LATENESS_SECONDS + 1)
         Snapshot.objects.filter(project=project, id__in=refs).update(
             received_at=with_past - timedelta(hours=1)
         )
@@ -203,7 +204,7 @@ def test_a_turn_waits_for_its_missing_predecessor(poster, project):
     poster.post([snaps[0]])
     refs = poster.post([snaps[2]], evaluate=False)
     res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
-    assert res.deferred == refs and 0 < res.retry_in <= services.LATENESS_SECONDS
+    assert res.deferred == refs and 0 < res.retry_in <= settings.CTXOBS_ALERT_LATENESS_SECONDS
     assert alerts_of(project) == [], "0.2 -> 0.55 is not a spike of turn 2: turn 1 is missing"
     poster.post([snaps[1]])
     (a,) = alerts_of(project)

@@ -234,3 +234,26 @@ def test_a_2000_turn_timeline_renders_and_answers_clicks(
     assert 1880 <= turn <= 1920, page.url
     assert "marathon~2F2000" in page.url
     assert errors == [], errors
+
+
+def test_api_docs_render_their_operations_with_no_network(live_server: Any, browser_page: Any) -> None:
+    """/api/v1/docs loads Swagger UI from our own static files: with every request that leaves
+    the live server refused, the page still lists the operations."""
+    page, errors = browser_page
+    refused: list[str] = []
+
+    def offline(route: Any) -> None:
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", offline)
+    page.goto(f"{live_server.url}/api/v1/docs")
+    page.wait_for_selector(".opblock-summary-path", timeout=60_000)
+    paths = {t.replace("\u200b", "").strip() for t in page.locator(".opblock-summary-path").all_inner_texts()}
+    assert {"/api/v1/snapshots", "/api/v1/sessions", "/api/v1/sessions/{session_id}/timeline"} <= paths
+    assert page.locator(".swagger-ui .info .title").inner_text().startswith("ctxobs API")
+    assert refused == []
+    assert errors == []

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
+
+import pytest
 
 from ingest import charts
 
@@ -67,3 +71,16 @@ def test_sparkline_points() -> None:
     assert pts.split() == ["0.0,21.0", "50.0,11.0", "100.0,1.0"]
     assert charts.sparkline_points([]) == ""
     assert len(charts.sparkline_points([0.3]).split()) == 3
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "fmt"),
+    [([0, 1, 127], "i1", "b"), ([-129, 5], "i2", "h"), ([40_000, 0], "i4", "i"),
+     ([2**40, 1], "f8", "d"), ([0.5, 99.95], "f8", "d"), ([], "i1", "b")],
+    ids=["int8", "int16", "int32", "beyond-int32", "floats", "empty"],
+)
+def test_typed_arrays_use_the_smallest_type_and_keep_the_values(values, dtype, fmt) -> None:
+    spec = charts.typed_array(values)
+    assert spec["dtype"] == dtype
+    raw = base64.b64decode(spec["bdata"])
+    assert list(struct.unpack(f"<{len(values)}{fmt}", raw)) == [float(v) if fmt == "d" else v for v in values]

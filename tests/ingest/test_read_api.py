@@ -122,6 +122,7 @@ def test_store_unreachable_answers_503_with_retry_after(api):
 
 def test_per_key_rate_limit_answers_429_with_retry_after(api, settings):
     settings.CTXOBS_INGEST_RATE_LIMIT = 2
+    settings.CTXOBS_INGEST_RATE_BURST = 2
     responses = [api.post_snapshots([snapshot(turn=i)]) for i in range(6)]
     codes = [r.status_code for r in responses]
     assert codes[:2] == [200, 200]

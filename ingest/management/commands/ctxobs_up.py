@@ -69,9 +69,9 @@ class Command(BaseCommand):
     help = "Start ctxobs (web, worker, local model, demo data) with embedded PostgreSQL and Redis."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default=os.environ.get("CTXOBS_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("CTXOBS_PORT", "8000")))
-        parser.add_argument("--workers", type=int, default=int(os.environ.get("CTXOBS_WEB_WORKERS", "2")))
+        parser.add_argument("--host", default=settings.CTXOBS_HOST)
+        parser.add_argument("--port", type=int, default=settings.CTXOBS_PORT)
+        parser.add_argument("--workers", type=int, default=settings.CTXOBS_WEB_WORKERS)
         parser.add_argument("--no-model", action="store_true", help="do not start the local model server")
         parser.add_argument("--no-demo", action="store_true", help="do not run the example agent")
         parser.add_argument("--demo-sessions", type=int, default=4)
@@ -99,6 +99,8 @@ class Command(BaseCommand):
             self.stderr.write(f"ctxobs: port {port} on {host} is taken; pass --port or set CTXOBS_PORT")
             sys.exit(2)
         base_url = f"http://{host}:{port}"
+        # Alert links point at this server unless CTXOBS_BASE_URL says where people reach it.
+        env.setdefault("CTXOBS_BASE_URL", base_url)
 
         model_base: str | None = None
         if not opts["no_model"]:

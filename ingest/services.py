@@ -61,6 +61,14 @@ def ingest_key_create(
     return key, raw
 
 
+def project_allow_private_set(*, project: Project, allow: bool) -> None:
+    """Whether PROJECT's model endpoints and webhooks may point at loopback/private addresses
+    (off by default: on a server those reach the server's own network)."""
+    Project.objects.filter(pk=project.pk).update(allow_private_endpoints=allow)
+    project.allow_private_endpoints = allow
+    logger.info("ingest.project_allow_private project_id=%s allow=%s", project.pk, allow)
+
+
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:
     qs = IngestKey.objects.filter(prefix=prefix, revoked_at__isnull=True)
     if project is not None:

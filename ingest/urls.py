@@ -33,6 +33,7 @@ urlpatterns = [
     path("p/<int:project_id>/sessions/", views.sessions, name="sessions"),
     path("p/<int:project_id>/settings/", views.project_settings, name="settings"),
     path("p/<int:project_id>/settings/keys/", views.key_create, name="key_create"),
+    path("p/<int:project_id>/settings/network/", views.project_network, name="network"),
     path("p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
     path("p/<int:project_id>/settings/members/", views.member_add, name="member_add"),
     path(

@@ -30,10 +30,10 @@ from django.views.decorators.http import require_GET, require_POST
 from config.errors import ApplicationError
 from ingest import charts, dashboard, members, selectors
 from ingest.access import page_context, project_access, user_projects
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
-from ingest.models import AgentSession, IngestKey, Membership, Project, Snapshot
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
+from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, IngestKey, Membership, Project, Snapshot
 from ingest.routing import legacy_session_paths
-from ingest.services import ingest_key_create, ingest_key_revoke
+from ingest.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
 
 logger = logging.getLogger(__name__)
 
@@ -453,6 +453,7 @@ def _settings_ctx(
         keys=keys,
         members=mships,
         key_form=KeyCreateForm(),
+        network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
         **extra,
@@ -474,7 +475,8 @@ def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
         return render(
             request, "ingest/settings.html", _settings_ctx(request, project, membership), status=400
         )
-    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"])
+    scopes = (SCOPE_INGEST, SCOPE_REPLAY) if form.cleaned_data["replay"] else (SCOPE_INGEST,)
+    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"], scopes=scopes)
     # The raw key is shown in this one response and never again; keep it out of every cache.
     resp = render(
         request,
@@ -483,6 +485,22 @@ def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
     )
     resp["Cache-Control"] = "no-store"
     return resp
+
+
+@login_required
+@require_POST
+def project_network(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    form = NetworkForm(request.POST)
+    allow = form.is_valid() and form.cleaned_data["allow_private"]
+    project_allow_private_set(project=project, allow=allow)
+    messages.success(
+        request,
+        "Loopback and private addresses are now allowed for model endpoints and webhooks."
+        if allow
+        else "Model endpoints and webhooks are limited to public addresses.",
+    )
+    return redirect("ingest:settings", project_id=project.pk)
 
 
 @login_required

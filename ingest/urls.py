@@ -25,7 +25,7 @@ register_converter(SessionIdConverter, "sid")
 app_name = "ingest"
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", views.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly_js"),
     path("", views.home, name="home"),

@@ -17,6 +17,7 @@ from typing import Any
 
 import plotly
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection
@@ -28,7 +29,7 @@ from django.utils.http import http_date
 from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
-from ingest import charts, dashboard, members, selectors
+from ingest import charts, dashboard, members, selectors, signin
 from ingest.access import page_context, project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
 from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, IngestKey, Membership, Project, Snapshot
@@ -42,6 +43,21 @@ TURNS_PER_PAGE = 100
 PREVIEW_CHARS = 1500
 PREVIEW_MESSAGES = 12
 OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
+
+
+class SignInView(auth_views.LoginView):
+    """Django's login page; a throttled sign-in (ingest.signin) says how long to wait, with 429."""
+
+    redirect_authenticated_user = True
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        wait = getattr(self.request, "signin_wait", None)
+        if wait is None:
+            return super().form_invalid(form)
+        ctx = self.get_context_data(form=form, throttle_message=signin.wait_message(wait))
+        resp = self.render_to_response(ctx, status=429)
+        resp["Retry-After"] = str(wait)
+        return resp
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -85,3 +85,11 @@ def test_adduser_without_a_password_source_explains_itself(monkeypatch):
     with pytest.raises(CommandError, match="--password-stdin"):
         run("adduser", "shop", "cy")
     assert not get_user_model().objects.filter(username="cy").exists()
+
+
+def test_the_demo_project_allows_its_loopback_model_and_its_key_may_replay(tmp_path):
+    from ingest.management.commands.ctxobs_up import DEMO_PROJECT, Command
+
+    project, raw, _ = Command()._demo_project(tmp_path)
+    assert project.name == DEMO_PROJECT and project.allow_private_endpoints
+    assert IngestKey.objects.get(key_hash=hash_key(raw)).scopes == ["ingest", "replay"]

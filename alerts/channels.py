@@ -11,21 +11,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
 import secrets
 import smtplib
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.urls import NoReverseMatch, reverse
+
+from core import net
 
 SIGNATURE_HEADER = "X-Ctxobs-Signature"
 TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
@@ -91,28 +91,11 @@ def signature_verify(
 
 # --- webhook URLs ------------------------------------------------------------
 def webhook_url_problem(url: str, *, allow_private: bool) -> str | None:
-    """Why URL is not an acceptable webhook target, or None. Private, loopback and link-local
-    addresses are refused unless the project allows private endpoints."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        return "must be an http:// or https:// URL"
-    if not parts.hostname:
-        return "has no host"
-    if parts.username or parts.password:
-        return "must not carry credentials; sign with the channel secret instead"
-    if allow_private:
-        return None
+    """Why URL is not an acceptable webhook target, or None, by the one URL policy (core.net)."""
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-    except (socket.gaierror, UnicodeError):
-        return f"host {parts.hostname!r} does not resolve"
-    for info in infos:
-        ip = ipaddress.ip_address(info[4][0])
-        if not ip.is_global:
-            return (
-                f"host {parts.hostname!r} is a private or local address ({ip}); "
-                "allow private endpoints on the project to use it"
-            )
+        net.url_check(url, allow_private=allow_private)
+    except net.AddressRefused as exc:
+        return exc.reason
     return None
 
 
@@ -131,7 +114,14 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 
 
 def webhook_send(
-    *, url: str, secret: str, payload: dict[str, Any], event: str, delivery_id: int, timeout: float
+    *,
+    url: str,
+    secret: str,
+    payload: dict[str, Any],
+    event: str,
+    delivery_id: int,
+    timeout: float,
+    allow_private: bool,
 ) -> SendResult:
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode()
     ts = str(int(time.time()))
@@ -145,9 +135,12 @@ def webhook_send(
     }
     started = time.perf_counter()
     try:
-        # No redirects: a redirect could point the signed body at a host the check never saw.
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        # The policy is applied again on connect (a name re-pointed since it was saved), and no
+        # redirects are followed: the signed body goes only where the channel says.
+        with net.guarded_client(allow_private=allow_private, timeout=timeout) as client:
             resp = client.post(url, content=body, headers=headers)
+    except net.AddressRefused as exc:
+        return SendResult(False, False, None, f"url {exc.reason}"[:MAX_ERROR_CHARS], _ms(started))
     except httpx.TimeoutException:
         return SendResult(False, True, None, f"timed out after {timeout:g}s", _ms(started))
     except httpx.HTTPError as exc:

@@ -884,6 +884,7 @@ def _send(d: Delivery, c: Channel) -> ch.SendResult:
             event=event,
             delivery_id=d.pk,
             timeout=c.timeout_seconds,
+            allow_private=c.project.allow_private_endpoints,
         )
     if d.is_test:
         subject, text = f"[ctxobs {project_name}] test message", "This is a test delivery from ctxobs."

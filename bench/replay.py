@@ -486,7 +486,7 @@ def main() -> None:
         model_ready_s = time.monotonic() - started
         proxy = CountingProxy(server.base_url.removesuffix("/v1"))
 
-        project, key = project_create(name="bench-replay")
+        project, key = project_create(name="bench-replay", scopes=("ingest", "replay"))
         Project.objects.filter(pk=project.pk).update(allow_private_endpoints=True)
         project.refresh_from_db()
         endpoint = services.local_endpoint_register(project=project, base_url=proxy.base_url)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 from config.env import (  # noqa: F401
@@ -95,6 +98,45 @@ CTXOBS_SERVE_STATIC = env_bool("CTXOBS_SERVE_STATIC", True)
 
 # Ingest bodies are read and size-checked by the API itself (see ctxobs.wire.LIMITS).
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+# --- sign-in ----------------------------------------------------------------
+# Every sign-in form goes through the throttle (ingest.signin): failures per account and per
+# client address in a window; past either limit sign-ins are refused until the window ends.
+AUTHENTICATION_BACKENDS = ["ingest.signin.ThrottledModelBackend"]
+CTXOBS_SIGNIN_MAX_FAILURES_ACCOUNT = env_int("CTXOBS_SIGNIN_MAX_FAILURES_ACCOUNT", 5)
+CTXOBS_SIGNIN_MAX_FAILURES_IP = env_int("CTXOBS_SIGNIN_MAX_FAILURES_IP", 20)
+CTXOBS_SIGNIN_WINDOW = env_int("CTXOBS_SIGNIN_WINDOW", 15 * 60)
+# Proxies (addresses or networks) whose X-Forwarded-For names the client; nobody else's is believed.
+CTXOBS_TRUSTED_PROXIES = env_list("CTXOBS_TRUSTED_PROXIES", [])
+for _proxy in CTXOBS_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CTXOBS_TRUSTED_PROXIES: {_proxy!r} is not an address or network (like 10.0.0.0/8)"
+        ) from None
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# --- HTTPS ------------------------------------------------------------------
+# CTXOBS_HTTPS=1: the server is reached over HTTPS through a reverse proxy that terminates TLS
+# and sets X-Forwarded-Proto (it must overwrite any value the client sent). Cookies are sent
+# over HTTPS only, browsers are told to use HTTPS (HSTS), and plain HTTP is redirected, except
+# /healthz, which load balancers and the compose health check call over plain HTTP.
+CTXOBS_HTTPS = env_bool("CTXOBS_HTTPS", False)
+if CTXOBS_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("CTXOBS_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("CTXOBS_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("CTXOBS_HSTS_PRELOAD", True)
 
 
 # --- database ---------------------------------------------------------------

@@ -48,11 +48,14 @@ def _csrf_ok(request: HttpRequest) -> bool:
 class ProjectReadAuth:
     """An ingest key, or a session login that is a member of `?project=<id>` (or of one project)
     with at least ROLE; a session caller's unsafe methods also need the CSRF token.
-    With KEYS_REFUSED set, only members may call, and an ingest key gets 403 with that reason."""
+    With KEYS_REFUSED set, only members may call, and an ingest key gets 403 with that reason;
+    with KEY_SCOPE set, a key without that scope gets 403 (members are checked by ROLE)."""
 
-    def __init__(self, role: str = "viewer", *, keys_refused: str | None = None) -> None:
+    def __init__(self, role: str = "viewer", *, keys_refused: str | None = None,
+                 key_scope: str | None = None) -> None:
         self.role = role
         self.keys_refused = keys_refused
+        self.key_scope = key_scope
 
     def __call__(self, request: HttpRequest) -> Caller:
         token = bearer_token(request)
@@ -63,6 +66,12 @@ class ProjectReadAuth:
                 raise AuthError(f"sign in as a project {self.role}")
         if token is not None or not request.user.is_authenticated:
             key = ingest_key_authenticate(raw=token)
+            if self.key_scope is not None and not key.has_scope(self.key_scope):
+                raise Forbidden(
+                    f"this key ({key.prefix}…) lacks the {self.key_scope} scope; its scopes: "
+                    f"{', '.join(key.scopes)}. Create a key with the {self.key_scope} scope in the "
+                    "project settings or with `ctxobs_project newkey PROJECT --replay`"
+                )
             return Caller(project=key.project, key=key)
         memberships = Membership.objects.select_related("project").filter(user=request.user)
         wanted = request.GET.get("project")

@@ -83,6 +83,12 @@ class KeyCreateForm(forms.Form):
     name = forms.CharField(
         max_length=100, required=False, widget=forms.TextInput(attrs={"placeholder": "e.g. prod"})
     )
+    # Off by default: agents need only ingest, and a leaked replay key can spend the provider budget.
+    replay = forms.BooleanField(required=False)
+
+
+class NetworkForm(forms.Form):
+    allow_private = forms.BooleanField(required=False)
 
 
 class MemberAddForm(forms.Form):

@@ -84,9 +84,20 @@ def new_raw_key() -> str:
     return "cx_" + secrets.token_urlsafe(32)
 
 
+# What a key may do. `ingest`: send snapshots and read its project's data (what agents need).
+# `replay`: also start and cancel replays, which spend the model provider's budget; never implied.
+SCOPE_INGEST, SCOPE_REPLAY = "ingest", "replay"
+KEY_SCOPES = (SCOPE_INGEST, SCOPE_REPLAY)
+
+
+def ingest_only() -> list[str]:
+    return [SCOPE_INGEST]
+
+
 class IngestKey(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
     name = models.CharField(max_length=100, blank=True, default="")
+    scopes = ArrayField(models.CharField(max_length=16), default=ingest_only)
     prefix = models.CharField(max_length=KEY_PREFIX_LEN, db_index=True)
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -99,6 +110,9 @@ class IngestKey(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
 
 
 class AgentSession(models.Model):

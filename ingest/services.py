@@ -19,27 +19,54 @@ from ctxobs import tokens as tok
 from ctxobs.wire import TIERS, block_hashes, validate_snapshot
 from ingest import derive
 from ingest.errors import AuthError
-from ingest.models import KEY_PREFIX_LEN, IngestKey, Project, block_flags, hash_key, new_raw_key
+from ingest.models import (
+    KEY_PREFIX_LEN,
+    KEY_SCOPES,
+    SCOPE_INGEST,
+    IngestKey,
+    Project,
+    block_flags,
+    hash_key,
+    new_raw_key,
+)
 from ingest.signals import snapshots_committed
 
 logger = logging.getLogger(__name__)
 
 
 # --- projects and keys ------------------------------------------------------
-def project_create(*, name: str) -> tuple[Project, str]:
-    """Create a project and its first ingest key; the raw key is returned once, never stored."""
+def project_create(*, name: str, scopes: tuple[str, ...] = (SCOPE_INGEST,)) -> tuple[Project, str]:
+    """Create a project and its first key (ingest-only unless SCOPES says otherwise); the raw key
+    is returned once, never stored."""
     with transaction.atomic():
         project = Project.objects.create(name=name)
-        _, raw = ingest_key_create(project=project, name="default")
+        _, raw = ingest_key_create(project=project, name="default", scopes=scopes)
     return project, raw
 
 
-def ingest_key_create(*, project: Project, name: str = "") -> tuple[IngestKey, str]:
+def ingest_key_create(
+    *, project: Project, name: str = "", scopes: tuple[str, ...] = (SCOPE_INGEST,)
+) -> tuple[IngestKey, str]:
+    """A new key of PROJECT with SCOPES (`ingest`, optionally `replay`); the raw key is returned
+    once. Every key may ingest: a replay-only key would be of no use to an agent."""
+    unknown = set(scopes) - set(KEY_SCOPES)
+    if unknown:
+        raise ValueError(f"unknown key scope(s): {', '.join(sorted(unknown))}")
+    wanted = [s for s in KEY_SCOPES if s == SCOPE_INGEST or s in scopes]
     raw = new_raw_key()
     key = IngestKey.objects.create(project=project, name=name, prefix=raw[:KEY_PREFIX_LEN],
-                                   key_hash=hash_key(raw))
-    logger.info("ingest.key_created project_id=%s prefix=%s", project.pk, key.prefix)
+                                   key_hash=hash_key(raw), scopes=wanted)
+    logger.info("ingest.key_created project_id=%s prefix=%s scopes=%s", project.pk, key.prefix,
+                ",".join(wanted))
     return key, raw
+
+
+def project_allow_private_set(*, project: Project, allow: bool) -> None:
+    """Whether PROJECT's model endpoints and webhooks may point at loopback/private addresses
+    (off by default: on a server those reach the server's own network)."""
+    Project.objects.filter(pk=project.pk).update(allow_private_endpoints=allow)
+    project.allow_private_endpoints = allow
+    logger.info("ingest.project_allow_private project_id=%s allow=%s", project.pk, allow)
 
 
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:

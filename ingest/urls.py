@@ -25,7 +25,7 @@ register_converter(SessionIdConverter, "sid")
 app_name = "ingest"
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", views.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly_js"),
     path("", views.home, name="home"),
@@ -33,6 +33,7 @@ urlpatterns = [
     path("p/<int:project_id>/sessions/", views.sessions, name="sessions"),
     path("p/<int:project_id>/settings/", views.project_settings, name="settings"),
     path("p/<int:project_id>/settings/keys/", views.key_create, name="key_create"),
+    path("p/<int:project_id>/settings/network/", views.project_network, name="network"),
     path("p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
     path("p/<int:project_id>/settings/members/", views.member_add, name="member_add"),
     path(

@@ -19,6 +19,7 @@ import plotly
 import redis
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection
@@ -31,12 +32,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
 from config.redis_client import redis_client
-from ingest import charts, dashboard, members, selectors
+from ingest import charts, dashboard, members, selectors, signin
 from ingest.access import page_context, project_access, user_projects
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, SessionFilterForm
-from ingest.models import AgentSession, IngestKey, Membership, Project, Snapshot
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
+from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, IngestKey, Membership, Project, Snapshot
 from ingest.routing import legacy_session_paths
-from ingest.services import ingest_key_create, ingest_key_revoke
+from ingest.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,21 @@ TURNS_PER_PAGE = 100
 PREVIEW_CHARS = 1500
 PREVIEW_MESSAGES = 12
 OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
+
+
+class SignInView(auth_views.LoginView):
+    """Django's login page; a throttled sign-in (ingest.signin) says how long to wait, with 429."""
+
+    redirect_authenticated_user = True
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        wait = getattr(self.request, "signin_wait", None)
+        if wait is None:
+            return super().form_invalid(form)
+        ctx = self.get_context_data(form=form, throttle_message=signin.wait_message(wait))
+        resp = self.render_to_response(ctx, status=429)
+        resp["Retry-After"] = str(wait)
+        return resp
 
 
 def _database_up() -> bool:
@@ -486,6 +502,7 @@ def _settings_ctx(
         keys=keys,
         members=mships,
         key_form=KeyCreateForm(),
+        network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
         **extra,
@@ -507,7 +524,8 @@ def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
         return render(
             request, "ingest/settings.html", _settings_ctx(request, project, membership), status=400
         )
-    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"])
+    scopes = (SCOPE_INGEST, SCOPE_REPLAY) if form.cleaned_data["replay"] else (SCOPE_INGEST,)
+    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"], scopes=scopes)
     # The raw key is shown in this one response and never again; keep it out of every cache.
     resp = render(
         request,
@@ -516,6 +534,22 @@ def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
     )
     resp["Cache-Control"] = "no-store"
     return resp
+
+
+@login_required
+@require_POST
+def project_network(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "admin")
+    form = NetworkForm(request.POST)
+    allow = form.is_valid() and form.cleaned_data["allow_private"]
+    project_allow_private_set(project=project, allow=allow)
+    messages.success(
+        request,
+        "Loopback and private addresses are now allowed for model endpoints and webhooks."
+        if allow
+        else "Model endpoints and webhooks are limited to public addresses.",
+    )
+    return redirect("ingest:settings", project_id=project.pk)
 
 
 @login_required

@@ -9,12 +9,18 @@ from django.urls import reverse
 from ninja import Router, Status
 
 from ingest.auth import Caller, ProjectReadAuth
+from ingest.models import SCOPE_REPLAY
 from replay import selectors, services
 from replay.errors import NotFound
 from replay.models import ReplayJob, ReplayRun
 from replay.schemas import Detail, JobOut, PreviewOut, ReplayIn
 
 router = Router(tags=["replays"])
+
+
+# Starting and cancelling replays spends (or stops spending) the model provider's budget: a key
+# needs the replay scope, which agents' ingest keys do not have.
+REPLAY_AUTH = ProjectReadAuth("editor", key_scope=SCOPE_REPLAY)
 
 
 def _spec(payload: ReplayIn) -> dict[str, Any]:
@@ -141,7 +147,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
 
 @router.post(
     "/replays",
-    auth=ProjectReadAuth("editor"),
+    auth=REPLAY_AUTH,
     response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
     summary="Start a replay job (one model call per variant and sample)",
 )
@@ -172,7 +178,7 @@ def replay_get(request: HttpRequest, job_id: int) -> dict[str, Any]:
 
 @router.post(
     "/replays/{job_id}/cancel",
-    auth=ProjectReadAuth("editor"),
+    auth=REPLAY_AUTH,
     response={200: JobOut, 401: Detail, 403: Detail, 404: Detail},
     summary="Cancel a replay job",
 )

@@ -6,37 +6,23 @@ caller may retry after `retry_after` seconds, and permanent ones, which end the 
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 
+from core import net
 from replay.errors import EndpointError
 
 MAX_RETRY_AFTER_S = 120.0
 
-_client_lock = threading.Lock()
-_client: httpx.Client | None = None
-_client_pid = 0
-
-
-def shared_client() -> httpx.Client:
-    """This process's pooled HTTP client. Building a client loads the CA bundle (tens of ms,
-    as much as the rest of a run's bookkeeping), and the pool keeps the connection to the model
-    server open between runs. A forked worker child builds its own: sockets are not shared."""
-    global _client, _client_pid
-    with _client_lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = httpx.Client()
-            _client_pid = os.getpid()
-        return _client
+def shared_client(*, allow_private: bool = False) -> httpx.Client:
+    """This process's pooled HTTP client for model servers, which applies the URL policy again on
+    every connection (core.net): a name re-pointed at a private address after the endpoint was
+    saved is refused. The pool keeps the connection to the model server open between runs."""
+    return net.shared_guarded_client(allow_private=allow_private)
 
 
 class CallError(Exception):
@@ -62,58 +48,14 @@ class CallResult:
     latency_ms: float = 0.0
 
 
-def _is_private(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
-
-
 def validate_base_url(base_url: str, *, allow_private: bool, resolve: bool = True) -> str:
-    """BASE_URL normalised (no trailing slash), or EndpointError: http/https only, a host, no
-    credentials in the URL, and — unless ALLOW_PRIVATE — no loopback, private, link-local or
-    otherwise non-public address (checked on every address the name resolves to)."""
-    url = (base_url or "").strip()
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https"):
-        raise EndpointError("the base URL must start with http:// or https://")
-    if not parsed.hostname:
-        raise EndpointError("the base URL needs a host name")
-    if parsed.username or parsed.password:
-        raise EndpointError("put the API key in its own field, not in the URL")
-    if parsed.query or parsed.fragment:
-        raise EndpointError("the base URL takes no query string or fragment")
+    """BASE_URL normalised (no trailing slash), or EndpointError, by the one URL policy
+    (core.net.url_check): http/https only, a host, no credentials, query or fragment, and unless
+    ALLOW_PRIVATE no loopback, private, link-local, multicast or local-name host."""
     try:
-        port = parsed.port
-    except ValueError:
-        raise EndpointError("the base URL has an invalid port") from None
-    if not allow_private:
-        host = parsed.hostname
-        try:
-            addrs = (
-                [host]
-                if _literal_ip(host)
-                else (
-                    [ai[4][0] for ai in socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)]
-                    if resolve
-                    else []
-                )
-            )
-        except socket.gaierror:
-            raise EndpointError(f"the host {host[:100]!r} does not resolve") from None
-        if host.lower() in ("localhost", "localhost.localdomain") or any(_is_private(str(a)) for a in addrs):
-            raise EndpointError(
-                "this address is loopback or private; the project must allow private endpoints to use it"
-            )
-    return url.rstrip("/")
-
-
-def _literal_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+        return net.url_check(base_url, allow_private=allow_private, resolve_names=resolve)
+    except net.AddressRefused as exc:
+        raise EndpointError(f"the base URL {exc.reason}") from None
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -145,13 +87,19 @@ def post_json(
     body: dict[str, Any],
     api_key: str,
     timeout: float,
+    allow_private: bool = False,
     client: httpx.Client | None = None,
 ) -> tuple[dict[str, Any], float]:
-    """POST BODY to BASE_URL+PATH; the JSON answer and the round trip in ms, or CallError."""
+    """POST BODY to BASE_URL+PATH; the JSON answer and the round trip in ms, or CallError. An
+    address the policy refuses at connect time is a permanent error: retrying cannot help."""
     url = base_url.rstrip("/") + path
     t0 = time.perf_counter()
     try:
-        resp = (client or shared_client()).post(url, json=body, headers=_headers(api_key), timeout=timeout)
+        resp = (client or shared_client(allow_private=allow_private)).post(
+            url, json=body, headers=_headers(api_key), timeout=timeout
+        )
+    except net.AddressRefused as exc:
+        raise CallError(f"the base URL {exc.reason}", transient=False) from None
     except httpx.TimeoutException:
         raise CallError(f"timed out after {timeout:g}s", transient=True) from None
     except httpx.TransportError as exc:
@@ -197,11 +145,13 @@ def complete(
     body: dict[str, Any],
     api_key: str,
     timeout: float,
+    allow_private: bool = False,
     client: httpx.Client | None = None,
 ) -> CallResult:
     """One model call (chat or completions, by PATH) and its output, usage and latency."""
     data, ms = post_json(
-        base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout, client=client
+        base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout,
+        allow_private=allow_private, client=client,
     )
     choices = data.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
@@ -225,13 +175,16 @@ def complete(
     )
 
 
-def embed(*, base_url: str, model: str, text: str, api_key: str, timeout: float) -> list[float]:
+def embed(
+    *, base_url: str, model: str, text: str, api_key: str, timeout: float, allow_private: bool = False
+) -> list[float]:
     data, _ = post_json(
         base_url=base_url,
         path="/embeddings",
         body={"model": model, "input": text},
         api_key=api_key,
         timeout=timeout,
+        allow_private=allow_private,
     )
     try:
         vec = data["data"][0]["embedding"]
@@ -240,7 +193,9 @@ def embed(*, base_url: str, model: str, text: str, api_key: str, timeout: float)
     return [float(x) for x in vec]
 
 
-def connection_check(*, base_url: str, model: str, mode: str, api_key: str, timeout: float = 20.0) -> str:
+def connection_check(
+    *, base_url: str, model: str, mode: str, api_key: str, timeout: float = 20.0, allow_private: bool = False
+) -> str:
     """A one-token call; a short success description, or CallError."""
     if mode == "completions":
         path, body = "/completions", {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
@@ -254,5 +209,7 @@ def connection_check(*, base_url: str, model: str, mode: str, api_key: str, time
                 "messages": [{"role": "user", "content": "Hello"}],
             },
         )
-    res = complete(base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout)
+    res = complete(
+        base_url=base_url, path=path, body=body, api_key=api_key, timeout=timeout, allow_private=allow_private
+    )
     return f"ok: answered in {res.latency_ms:.0f} ms"

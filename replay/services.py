@@ -158,13 +158,17 @@ def endpoint_test(*, endpoint: ModelEndpoint) -> tuple[bool, str]:
     """Call the endpoint once (one token); remember and return (ok, what happened)."""
     try:
         project = endpoint.project
-        url = endpoints.validate_base_url(endpoint.base_url, allow_private=project.allow_private_endpoints)
+        # Shape only: the address is checked where the connection is opened (core.net).
+        url = endpoints.validate_base_url(
+            endpoint.base_url, allow_private=project.allow_private_endpoints, resolve=False
+        )
         detail = endpoints.connection_check(
             base_url=url,
             model=endpoint.model,
             mode=endpoint.mode,
             api_key=_api_key(endpoint),
             timeout=min(endpoint.timeout_s, 30.0),
+            allow_private=project.allow_private_endpoints,
         )
         ok = True
     except (endpoints.CallError, ReplayError) as exc:
@@ -544,7 +548,10 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
     embedding: list[float] | None = None
     failure: endpoints.CallError | None = None
     try:
-        url = endpoints.validate_base_url(endpoint.base_url, allow_private=project.allow_private_endpoints)
+        # Shape only: the address is checked where the connection is opened (core.net).
+        url = endpoints.validate_base_url(
+            endpoint.base_url, allow_private=project.allow_private_endpoints, resolve=False
+        )
         request = replay_run_request(project=project, variant=run.variant)
         path, body = ablation.call_body(
             request=request,
@@ -555,7 +562,8 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
         )
         api_key = _api_key(endpoint)
         result = endpoints.complete(
-            base_url=url, path=path, body=body, api_key=api_key, timeout=endpoint.timeout_s
+            base_url=url, path=path, body=body, api_key=api_key, timeout=endpoint.timeout_s,
+            allow_private=project.allow_private_endpoints,
         )
         if endpoint.embeddings_model and result.text:
             try:
@@ -565,6 +573,7 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
                     text=result.text,
                     api_key=api_key,
                     timeout=endpoint.timeout_s,
+                    allow_private=project.allow_private_endpoints,
                 )
             except endpoints.CallError as exc:
                 logger.warning("replay.embedding_failed run_id=%s reason=%s", run_id, exc.reason)

@@ -27,5 +27,5 @@ def test_compose_has_web_worker_postgres_redis_with_health_checks():
 
 def test_dockerfile_copies_every_app_of_the_compose_stack():
     docker = (ROOT / "Dockerfile").read_text()
-    for part in ("ctxobs", "config", "ingest", "templates", "static", "manage.py"):
+    for part in ("ctxobs", "core", "config", "ingest", "templates", "static", "manage.py"):
         assert f"COPY {part}" in docker

@@ -219,7 +219,7 @@ def test_private_webhook_urls_are_refused_unless_allowed(client, project):
         f"/p/{project.pk}/alerts/channels/",
         {"kind": "webhook", "name": "hook", "url": "http://127.0.0.1:9/hook", "min_severity": "info"},
     )
-    assert r.status_code == 422 and "private or local" in r.content.decode()
+    assert r.status_code == 422 and "loopback" in r.content.decode()
     assert not Channel.objects.filter(project=project).exists()
 
 

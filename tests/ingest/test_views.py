@@ -469,6 +469,46 @@ def test_admin_creates_a_key_shown_once_and_revokes_it(admin_client: Client, pro
     assert key.revoked_at is not None
 
 
+def test_keys_are_ingest_only_unless_the_replay_box_is_ticked(admin_client: Client, project: Project) -> None:
+    p = project.pk
+    page = admin_client.get(reverse("ingest:settings", args=[p])).content.decode()
+    box = page.split('<input type="checkbox" name="replay"')[1].split(">")[0]
+    assert "checked" not in box
+    admin_client.post(reverse("ingest:key_create", args=[p]), {"name": "agent"})
+    admin_client.post(reverse("ingest:key_create", args=[p]), {"name": "ci", "replay": "on"})
+    assert IngestKey.objects.get(project=project, name="agent").scopes == ["ingest"]
+    ci = IngestKey.objects.get(project=project, name="ci")
+    assert ci.scopes == ["ingest", "replay"]
+    page = admin_client.get(reverse("ingest:settings", args=[p])).content.decode()
+    row = page.split(f'data-key="{ci.prefix}"')[1].split("</tr>")[0]
+    assert 'class="scope scope-replay"' in row
+    assert page.count('class="scope scope-replay"') == 1
+
+
+def test_admin_allows_private_addresses_with_a_warning(admin_client: Client, project: Project) -> None:
+    p = project.pk
+    page = admin_client.get(reverse("ingest:settings", args=[p])).content.decode()
+    assert "Warning:" in page and "internal network" in page
+    assert 'name="allow_private"' in page and "public addresses only" in page
+    r = admin_client.post(reverse("ingest:network", args=[p]), {"allow_private": "on"})
+    assert r.status_code == 302
+    project.refresh_from_db()
+    assert project.allow_private_endpoints is True
+    page = admin_client.get(reverse("ingest:settings", args=[p])).content.decode()
+    assert "private addresses allowed" in page
+    admin_client.post(reverse("ingest:network", args=[p]), {})
+    project.refresh_from_db()
+    assert project.allow_private_endpoints is False
+
+
+def test_only_admins_change_the_address_policy(project: Project) -> None:
+    editor = login(make_user("ed", project, "editor"))
+    r = editor.post(reverse("ingest:network", args=[project.pk]), {"allow_private": "on"})
+    assert r.status_code == 403
+    project.refresh_from_db()
+    assert project.allow_private_endpoints is False
+
+
 def test_admin_manages_members(admin_client: Client, project: Project) -> None:
     p = project.pk
     make_user("frank")

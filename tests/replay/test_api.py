@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from ingest.services import ingest_key_create
 from replay.models import ReplayJob
 from tests.replay.conftest import member_client
 from tests.replay.helpers import planted_fact_snapshot, post
@@ -42,8 +43,15 @@ def test_preview_shows_the_cost_and_stores_nothing(
     assert not ReplayJob.objects.exists()
 
 
+@pytest.fixture
+def replay_key(private_project: Any) -> str:
+    return ingest_key_create(project=private_project, name="ci", scopes=("ingest", "replay"))[1]
+
+
 @pytest.mark.django_db
-def test_an_ingest_key_starts_and_reads_a_job(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
+def test_a_replay_key_starts_and_reads_a_job(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
     resp = _post(
         api.client,
         "/replays",
@@ -54,7 +62,7 @@ def test_an_ingest_key_starts_and_reads_a_job(api: Any, planted: dict[str, Any],
             "samples": 2,
             "params": {"max_tokens": 8},
         },
-        **api.headers(),
+        **api.headers(replay_key),
     )
     assert resp.status_code == 201, resp.content
     job = resp.json()
@@ -66,35 +74,42 @@ def test_an_ingest_key_starts_and_reads_a_job(api: Any, planted: dict[str, Any],
         "baseline (unchanged)",
         "without memory",
     ]
-    cancel = _post(api.client, f"/replays/{job['id']}/cancel", {}, **api.headers())
+    cancel = _post(api.client, f"/replays/{job['id']}/cancel", {}, **api.headers(replay_key))
     assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled"
 
 
 @pytest.mark.django_db
-def test_bad_requests_are_explained(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
+def test_bad_requests_are_explained(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
     resp = _post(
         api.client,
         "/replays",
         {"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "nope"},
-        **api.headers(),
+        **api.headers(replay_key),
     )
     assert resp.status_code == 400 and "no block" in resp.json()["detail"]
     resp = _post(
         api.client,
         "/replays",
         {"kind": "plain", "snapshot_id": "00000000-0000-0000-0000-000000000000"},
-        **api.headers(),
+        **api.headers(replay_key),
     )
     assert resp.status_code == 404
 
 
 @pytest.mark.django_db
-def test_another_projects_key_sees_no_job(api: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
+def test_another_projects_key_sees_no_job(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
     from ingest.services import project_create
 
-    _, other_key = project_create(name="other")
+    _, other_key = project_create(name="other", scopes=("ingest", "replay"))
     resp = _post(
-        api.client, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]}, **api.headers()
+        api.client,
+        "/replays",
+        {"kind": "plain", "snapshot_id": planted["snapshot_id"]},
+        **api.headers(replay_key),
     )
     job_id = resp.json()["id"]
     assert api.get(f"/replays/{job_id}", key=other_key).status_code == 404
@@ -107,6 +122,24 @@ def test_another_projects_key_sees_no_job(api: Any, planted: dict[str, Any], stu
         ).status_code
         == 404
     )
+
+
+@pytest.mark.django_db
+def test_an_ingest_only_key_reads_but_may_not_start_or_cancel_replays(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    body = {"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 1}
+    refused = _post(api.client, "/replays", body, **api.headers())
+    assert refused.status_code == 403, refused.content
+    detail = refused.json()["detail"]
+    assert "lacks the replay scope" in detail and "--replay" in detail
+    assert not ReplayJob.objects.exists()
+
+    job = _post(api.client, "/replays", body, **api.headers(replay_key)).json()
+    assert api.get(f"/replays/{job['id']}").status_code == 200, "agents still read their project"
+    cancel = _post(api.client, f"/replays/{job['id']}/cancel", {}, **api.headers())
+    assert cancel.status_code == 403 and "replay scope" in cancel.json()["detail"]
+    assert ReplayJob.objects.get(pk=job["id"]).status != "cancelled"
 
 
 @pytest.mark.django_db

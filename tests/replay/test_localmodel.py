@@ -28,7 +28,10 @@ def _blocks(*, with_memory: bool) -> list[dict[str, Any]]:
 def _prompt_tokens(base_url: str, mode: str, *, with_memory: bool) -> int:
     request = ablation.render_request(_blocks(with_memory=with_memory), {"temperature": 0, "max_tokens": 1})
     path, body = ablation.call_body(request=request, model=LOCAL_MODEL_NAME, mode=mode)
-    res = endpoints.complete(base_url=base_url, path=path, body=body, api_key="", timeout=60.0)
+    # The local model listens on loopback.
+    res = endpoints.complete(
+        base_url=base_url, path=path, body=body, api_key="", timeout=60.0, allow_private=True
+    )
     assert res.prompt_tokens is not None
     return res.prompt_tokens
 
@@ -61,7 +64,9 @@ def test_a_second_system_message_reaches_the_model_only_through_the_rendered_tra
 def _answer(base_url: str, blocks: list[dict[str, Any]]) -> str:
     request = ablation.render_request(blocks, {"temperature": 0, "seed": 42, "max_tokens": 24})
     path, body = ablation.call_body(request=request, model=LOCAL_MODEL_NAME, mode="completions")
-    return endpoints.complete(base_url=base_url, path=path, body=body, api_key="", timeout=60.0).text
+    return endpoints.complete(
+        base_url=base_url, path=path, body=body, api_key="", timeout=60.0, allow_private=True
+    ).text
 
 
 def test_the_same_context_gets_the_same_answer_whatever_the_server_answered_before(local_model: Any) -> None:

@@ -23,7 +23,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from ingest.models import AgentSession, Membership, Project
+from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, Membership, Project
 from ingest.services import ingest_key_create, project_create
 
 DEMO_PROJECT = "demo"
@@ -158,12 +158,16 @@ class Command(BaseCommand):
     def _demo_project(self, home: Path) -> tuple[Project, str, str]:
         project = Project.objects.filter(name=DEMO_PROJECT).first()
         key_file = home / "demo-ingest-key"
+        # The demo key may also start replays: they run on the local model, which costs nothing.
+        scopes = (SCOPE_INGEST, SCOPE_REPLAY)
         if project is None:
-            project, raw = project_create(name=DEMO_PROJECT)
+            project, raw = project_create(name=DEMO_PROJECT, scopes=scopes)
             key_file.unlink(missing_ok=True)
             key = _secret_file(key_file, lambda: raw)
         else:
-            key = _secret_file(key_file, lambda: ingest_key_create(project=project, name="demo")[1])
+            key = _secret_file(
+                key_file, lambda: ingest_key_create(project=project, name="demo", scopes=scopes)[1]
+            )
         if not project.allow_private_endpoints:
             # The embedded model server listens on loopback.
             project.allow_private_endpoints = True

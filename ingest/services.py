@@ -20,7 +20,7 @@ from ctxobs.wire import TIERS, block_hashes, validate_snapshot
 from ingest import derive
 from ingest.errors import AuthError
 from ingest.models import KEY_PREFIX_LEN, IngestKey, Project, block_flags, hash_key, new_raw_key
-from ingest.signals import snapshots_committed
+from ingest.signals import snapshots_committed, snapshots_stored
 
 logger = logging.getLogger(__name__)
 
@@ -490,6 +490,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
 
         refs = [p.ref for p in fresh]
         block_keys, message_keys = list(contents), list(messages)
+        snapshots_stored.send(sender=Project, project_id=pid, snapshot_refs=refs)
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys)

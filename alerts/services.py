@@ -354,6 +354,8 @@ def pending_evaluation_done(*, pending_id: int, deferred: list[int], retry_in: f
 
 
 SWEEP_LIMIT = 500
+# Well inside the sweep task's soft time limit (60 s).
+SWEEP_BUDGET_SECONDS = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,23 +374,31 @@ def alerts_sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
     normal path costs only a repeated evaluation or a skipped delivery claim."""
     from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
 
+    started = time.monotonic()
     now = timezone.now()
     grace = _sweep_grace()
-    with transaction.atomic():
-        due = list(
-            PendingEvaluation.objects.select_for_update(skip_locked=True)
-            .filter(due_at__lte=now)
-            .order_by("due_at")
-            .values_list("id", "project_id", "snapshot_refs")[:limit]
-        )
-        if due:
-            PendingEvaluation.objects.filter(pk__in=[p[0] for p in due]).update(
-                due_at=now + grace, sweeps=F("sweeps") + 1
+    n_evaluations = 0
+    # Pages until nothing is due or the time budget is spent: after a long outage the backlog
+    # is one row per ingest batch, far more than one page.
+    while True:
+        with transaction.atomic():
+            due = list(
+                PendingEvaluation.objects.select_for_update(skip_locked=True)
+                .filter(due_at__lte=now)
+                .order_by("due_at")
+                .values_list("id", "project_id", "snapshot_refs")[:limit]
             )
-    for pending_id, project_id, refs in due:
-        alerts_evaluate_task.apply_async(
-            kwargs={"project_id": project_id, "snapshot_refs": list(refs), "pending_id": pending_id}
-        )
+            if due:
+                PendingEvaluation.objects.filter(pk__in=[p[0] for p in due]).update(
+                    due_at=now + grace, sweeps=F("sweeps") + 1
+                )
+        for pending_id, project_id, refs in due:
+            alerts_evaluate_task.apply_async(
+                kwargs={"project_id": project_id, "snapshot_refs": list(refs), "pending_id": pending_id}
+            )
+        n_evaluations += len(due)
+        if len(due) < limit or time.monotonic() - started > SWEEP_BUDGET_SECONDS:
+            break
     overdue = now - grace
     open_states = [Delivery.Status.PENDING, Delivery.Status.RETRYING]
     stalled = list(
@@ -402,9 +412,9 @@ def alerts_sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
     )
     for did in stalled:
         alerts_deliver_task.apply_async(kwargs={"delivery_id": did})
-    if due or stalled:
-        logger.info("alerts.swept evaluations=%d deliveries=%d", len(due), len(stalled))
-    return SweepResult(evaluations=len(due), deliveries=len(stalled))
+    if n_evaluations or stalled:
+        logger.info("alerts.swept evaluations=%d deliveries=%d", n_evaluations, len(stalled))
+    return SweepResult(evaluations=n_evaluations, deliveries=len(stalled))
 
 
 # The columns an episode change writes, in the order of the UPDATE below.

@@ -110,3 +110,13 @@ def test_a_result_recorded_after_its_lease_was_taken_over_leaves_the_delivery_to
     d.refresh_from_db()
     assert (d.status, d.attempts, d.last_status_code, d.lease_until) == ("sent", 2, 200, None)
     assert [(a.number, a.status_code) for a in d.log.all()] == [(1, 200), (2, 200)]
+
+
+def test_the_sweeper_takes_a_backlog_larger_than_one_page(project):
+    long_ago = timezone.now() - timedelta(minutes=5)
+    PendingEvaluation.objects.bulk_create(
+        PendingEvaluation(project=project, snapshot_refs=[i], created_at=long_ago, due_at=long_ago)
+        for i in range(5)
+    )
+    assert services.alerts_sweep(limit=2).evaluations == 5
+    assert not PendingEvaluation.objects.filter(due_at__lte=timezone.now()).exists()

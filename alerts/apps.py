@@ -11,7 +11,7 @@ class AlertsConfig(AppConfig):
 
         from alerts import receivers
         from ingest.models import Project
-        from ingest.signals import snapshots_committed
+        from ingest.signals import snapshots_stored
 
-        snapshots_committed.connect(receivers.on_snapshots_committed, dispatch_uid="alerts.evaluate")
+        snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
         post_save.connect(receivers.on_project_saved, sender=Project, dispatch_uid="alerts.default_rules")

@@ -6,6 +6,7 @@ Alerts point at sessions and snapshots by (project_id, *_ref) like the ingest ho
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from alerts.rules import KINDS, SEVERITIES
@@ -129,6 +130,7 @@ class Delivery(models.Model):
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"
+        SENDING = "sending", "sending"
         RETRYING = "retrying", "retrying"
         SENT = "sent", "sent"
         FAILED = "failed", "failed"
@@ -144,6 +146,9 @@ class Delivery(models.Model):
     last_status_code = models.IntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # While SENDING: the attempt `attempts` is in flight until then. A worker that dies mid-send
+    # leaves it behind; once it has passed, the sweeper hands the delivery to another worker.
+    lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
@@ -152,7 +157,15 @@ class Delivery(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["alert", "channel"], name="uniq_delivery_alert_channel")
         ]
-        indexes = [models.Index(fields=["channel", "-created_at"], name="delivery_channel_idx")]
+        indexes = [
+            models.Index(fields=["channel", "-created_at"], name="delivery_channel_idx"),
+            # The sweeper's scan: only deliveries still owed an attempt.
+            models.Index(
+                fields=["created_at"],
+                name="delivery_open_idx",
+                condition=models.Q(status__in=["pending", "sending", "retrying"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"delivery #{self.pk} ({self.status})"
@@ -172,3 +185,23 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of delivery #{self.delivery_id}"
+
+
+class PendingEvaluation(models.Model):
+    """The evaluation owed to one ingest batch's new snapshots. Written in the batch's own
+    transaction and deleted once they are evaluated, so that a broker outage or a lost task
+    cannot lose it: the sweeper queues whatever is still here after `due_at`."""
+
+    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="+")
+    snapshot_refs = ArrayField(models.BigIntegerField())
+    created_at = models.DateTimeField()
+    due_at = models.DateTimeField()
+    # How many times the sweeper has queued it (after the first queueing at commit).
+    sweeps = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["due_at", "id"]
+        indexes = [models.Index(fields=["due_at"], name="alert_pending_due_idx")]
+
+    def __str__(self) -> str:
+        return f"pending evaluation #{self.pk} ({len(self.snapshot_refs)} snapshots)"

@@ -1,26 +1,40 @@
-"""Signal receivers: evaluation after each ingest commit, default rules for new projects."""
+"""Signal receivers: evaluation after each ingest batch, default rules for new projects."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from django.db import transaction
+
 logger = logging.getLogger(__name__)
 
 
-def on_snapshots_committed(sender: Any, *, project_id: int, snapshot_refs: list[int], **kwargs: Any) -> None:
-    """Enqueue the evaluation of the new snapshots. Sent after the ingest commit, so the worker
-    sees the rows; a broker outage must not fail the (already acknowledged) ingest."""
+def on_snapshots_stored(sender: Any, *, project_id: int, snapshot_refs: list[int], **kwargs: Any) -> None:
+    """Record the evaluation the new snapshots are owed, in the ingest transaction, and queue it
+    after the commit (so the worker sees the rows). A broker outage must not fail the ingest: the
+    task is then never queued, and the sweeper queues it from the recorded row once the broker
+    is back."""
     if not snapshot_refs:
         return
+    from alerts.services import pending_evaluation_record
+
+    refs = list(snapshot_refs)
+    pending_id = pending_evaluation_record(project_id=project_id, snapshot_refs=refs)
+    transaction.on_commit(lambda: _enqueue(project_id, refs, pending_id))
+
+
+def _enqueue(project_id: int, refs: list[int], pending_id: int) -> None:
     from alerts.tasks import alerts_evaluate_task
 
     try:
         alerts_evaluate_task.apply_async(
-            kwargs={"project_id": project_id, "snapshot_refs": list(snapshot_refs)}
+            kwargs={"project_id": project_id, "snapshot_refs": refs, "pending_id": pending_id}
         )
-    except Exception:  # noqa: BLE001 - the broker is down; evaluation is re-runnable from the CLI
-        logger.exception("alerts.enqueue_failed project_id=%s n=%d", project_id, len(snapshot_refs))
+    except Exception:  # noqa: BLE001 - the broker is down; the sweeper queues it later
+        logger.exception(
+            "alerts.enqueue_failed project_id=%s pending_id=%s n=%d", project_id, pending_id, len(refs)
+        )
 
 
 def on_project_saved(sender: Any, *, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:

@@ -13,13 +13,22 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from alerts import channels as ch
 from alerts import rules as R
 from alerts import selectors
 from alerts.errors import InvalidChannel, InvalidRule
-from alerts.models import SEVERITY_RANK, Alert, AlertRule, Channel, Delivery, DeliveryAttempt
+from alerts.models import (
+    SEVERITY_RANK,
+    Alert,
+    AlertRule,
+    Channel,
+    Delivery,
+    DeliveryAttempt,
+    PendingEvaluation,
+)
 from ingest.models import Project
 
 logger = logging.getLogger(__name__)
@@ -313,6 +322,96 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
         transaction.on_commit(lambda: _deliveries_enqueue(new_deliveries))
     _log_eval(project_id, refs, res, started)
     return res
+
+
+# --- pending evaluations and the sweeper ---------------------------------------
+def _sweep_grace() -> timedelta:
+    return timedelta(seconds=float(settings.CTXOBS_ALERT_SWEEP_GRACE_SECONDS))
+
+
+def pending_evaluation_record(*, project_id: int, snapshot_refs: list[int]) -> int:
+    """Record that SNAPSHOT_REFS are owed an evaluation; its id. Called inside the ingest
+    transaction, so the debt is stored with the snapshots or not at all: one row per batch."""
+    now = timezone.now()
+    row = PendingEvaluation.objects.create(
+        project_id=project_id, snapshot_refs=snapshot_refs, created_at=now, due_at=now + _sweep_grace()
+    )
+    return int(row.pk)
+
+
+def pending_evaluation_done(*, pending_id: int, deferred: list[int], retry_in: float | None) -> None:
+    """The evaluation of PENDING_ID has run: forget it, or keep only its DEFERRED snapshots,
+    due for the sweeper a grace after their own wait (their re-evaluation is queued too)."""
+    qs = PendingEvaluation.objects.filter(pk=pending_id)
+    if not deferred:
+        qs.delete()
+        return
+    due = timezone.now() + timedelta(seconds=retry_in or 0.0) + _sweep_grace()
+    qs.update(snapshot_refs=deferred, due_at=due)
+
+
+SWEEP_LIMIT = 500
+# Well inside the sweep task's soft time limit (60 s).
+SWEEP_BUDGET_SECONDS = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    evaluations: int
+    deliveries: int
+
+
+def alerts_sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
+    """Queue again the evaluations and deliveries that the normal path left unfinished a grace
+    after they were due (never queued because the broker was down, or lost with a killed
+    worker), and the deliveries whose in-flight attempt outlived its lease.
+
+    Safe to run twice and concurrently: each pending evaluation is claimed by moving its due
+    time a grace ahead before it is queued, and both tasks are idempotent, so racing the
+    normal path costs only a repeated evaluation or a skipped delivery claim."""
+    from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
+
+    started = time.monotonic()
+    now = timezone.now()
+    grace = _sweep_grace()
+    n_evaluations = 0
+    # Pages until nothing is due or the time budget is spent: after a long outage the backlog
+    # is one row per ingest batch, far more than one page.
+    while True:
+        with transaction.atomic():
+            due = list(
+                PendingEvaluation.objects.select_for_update(skip_locked=True)
+                .filter(due_at__lte=now)
+                .order_by("due_at")
+                .values_list("id", "project_id", "snapshot_refs")[:limit]
+            )
+            if due:
+                PendingEvaluation.objects.filter(pk__in=[p[0] for p in due]).update(
+                    due_at=now + grace, sweeps=F("sweeps") + 1
+                )
+        for pending_id, project_id, refs in due:
+            alerts_evaluate_task.apply_async(
+                kwargs={"project_id": project_id, "snapshot_refs": list(refs), "pending_id": pending_id}
+            )
+        n_evaluations += len(due)
+        if len(due) < limit or time.monotonic() - started > SWEEP_BUDGET_SECONDS:
+            break
+    overdue = now - grace
+    open_states = [Delivery.Status.PENDING, Delivery.Status.RETRYING]
+    stalled = list(
+        Delivery.objects.filter(
+            Q(status=Delivery.Status.PENDING, next_attempt_at__isnull=True, created_at__lte=overdue)
+            | Q(status__in=open_states, next_attempt_at__lte=overdue)
+            | Q(status=Delivery.Status.SENDING, lease_until__lte=now)
+        )
+        .order_by("created_at")
+        .values_list("id", flat=True)[:limit]
+    )
+    for did in stalled:
+        alerts_deliver_task.apply_async(kwargs={"delivery_id": did})
+    if n_evaluations or stalled:
+        logger.info("alerts.swept evaluations=%d deliveries=%d", n_evaluations, len(stalled))
+    return SweepResult(evaluations=n_evaluations, deliveries=len(stalled))
 
 
 # The columns an episode change writes, in the order of the UPDATE below.
@@ -782,7 +881,7 @@ def _deliveries_enqueue(delivery_ids: list[int]) -> None:
     for did in delivery_ids:
         try:
             alerts_deliver_task.apply_async(kwargs={"delivery_id": did})
-        except Exception:  # noqa: BLE001 - broker down: the delivery stays pending and visible
+        except Exception:  # noqa: BLE001 - broker down: the sweeper queues it once it is back
             logger.exception("alerts.deliver_enqueue_failed delivery_id=%s", did)
 
 
@@ -797,10 +896,41 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     return min(wait, RETRY_MAX_SECONDS)
 
 
+def _lease(c: Channel) -> timedelta:
+    """How long an attempt on C may be in flight: connect, write and read may each take the
+    channel's timeout, plus a margin for the rest of the attempt."""
+    own = c.timeout_seconds if c.kind == Channel.Kind.WEBHOOK else float(settings.EMAIL_TIMEOUT or 0.0)
+    return timedelta(seconds=3 * own + float(settings.CTXOBS_ALERT_DELIVERY_LEASE_SECONDS))
+
+
+INTERRUPTED = "no result recorded: the attempt was interrupted (its worker stopped) and its lease ran out"
+
+
 def delivery_attempt(*, delivery_id: int) -> float | None:
     """Make the next attempt of a delivery, if it is due; the seconds until the next attempt
-    when one is needed, else None. Safe to run twice: a sent or failed delivery is left alone,
-    one being attempted elsewhere is skipped, and an early call only reports the wait."""
+    when one is needed, else None.
+
+    Claim, send, record: the attempt is leased in one short transaction, sent with no
+    transaction open and no row locked, and its result recorded in a second short one. Safe to
+    run twice: a sent or failed delivery is left alone, one in flight elsewhere is skipped (the
+    sweeper takes it up if its lease runs out), and an early call only reports the wait."""
+    claim = _delivery_claim(delivery_id=delivery_id)
+    if not isinstance(claim, tuple):
+        return claim
+    d, at = claim
+    c = d.channel
+    if not c.enabled:
+        result = ch.SendResult(False, False, None, "channel disabled")
+    elif d.alert is None and not d.is_test:
+        result = ch.SendResult(False, False, None, "alert deleted")
+    else:
+        result = _send(d, c)
+    return _delivery_record(d=d, at=at, result=result)
+
+
+def _delivery_claim(*, delivery_id: int) -> tuple[Delivery, Any] | float | None:
+    """Lease the next attempt of the delivery: (the delivery, with `attempts` its number, and
+    when it started), or the seconds until it is due, or None when there is nothing to do."""
     with transaction.atomic():
         d = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))
@@ -811,51 +941,90 @@ def delivery_attempt(*, delivery_id: int) -> float | None:
         if d is None or d.status in (Delivery.Status.SENT, Delivery.Status.FAILED):
             return None
         now = timezone.now()
-        if d.next_attempt_at is not None and d.next_attempt_at > now + timedelta(milliseconds=200):
-            return (d.next_attempt_at - now).total_seconds()
         c = d.channel
-        number = d.attempts + 1
-        if not c.enabled:
-            result = ch.SendResult(False, False, None, "channel disabled")
-        elif d.alert is None and not d.is_test:
-            result = ch.SendResult(False, False, None, "alert deleted")
-        else:
-            result = _send(d, c)
-        DeliveryAttempt.objects.create(
-            delivery=d,
+        if d.status == Delivery.Status.SENDING:
+            if d.lease_until is not None and d.lease_until > now:
+                return None
+            # The attempt's worker died between claim and record: log the attempt as lost. It
+            # counts like a timeout, since the receiver may have had it.
+            lease = _lease(c)
+            DeliveryAttempt.objects.get_or_create(
+                delivery=d,
+                number=d.attempts,
+                defaults={"at": (d.lease_until or now) - lease, "error": INTERRUPTED},
+            )
+            logger.warning("alerts.delivery_lease_expired delivery_id=%s attempt=%d", d.pk, d.attempts)
+            if d.attempts >= c.max_attempts:
+                d.status, d.lease_until, d.next_attempt_at = Delivery.Status.FAILED, None, None
+                d.last_status_code, d.last_error = None, INTERRUPTED
+                d.save(
+                    update_fields=[
+                        "status",
+                        "lease_until",
+                        "next_attempt_at",
+                        "last_status_code",
+                        "last_error",
+                    ]
+                )
+                return None
+        elif d.next_attempt_at is not None and d.next_attempt_at > now + timedelta(milliseconds=200):
+            return (d.next_attempt_at - now).total_seconds()
+        d.attempts += 1
+        d.status = Delivery.Status.SENDING
+        d.lease_until = now + _lease(c)
+        d.save(update_fields=["attempts", "status", "lease_until"])
+    return d, now
+
+
+def _delivery_record(*, d: Delivery, at: Any, result: ch.SendResult) -> float | None:
+    """Record the result of attempt `d.attempts`; the seconds until the next attempt, if any."""
+    c = d.channel
+    number = d.attempts
+    now = timezone.now()
+    retry_in = None
+    fields: dict[str, Any] = {
+        "last_status_code": result.status_code,
+        "last_error": result.error,
+        "lease_until": None,
+        "sent_at": None,
+        "next_attempt_at": None,
+    }
+    if result.ok:
+        fields["status"], fields["sent_at"] = Delivery.Status.SENT, now
+    elif result.retryable and number < c.max_attempts:
+        retry_in = _backoff(number, result.retry_after)
+        fields["status"], fields["next_attempt_at"] = (
+            Delivery.Status.RETRYING,
+            now + timedelta(seconds=retry_in),
+        )
+    else:
+        fields["status"] = Delivery.Status.FAILED
+    with transaction.atomic():
+        # update_or_create: a result that arrives after its lease ran out replaces the "lost" entry.
+        DeliveryAttempt.objects.update_or_create(
+            delivery_id=d.pk,
             number=number,
-            at=now,
-            status_code=result.status_code,
-            error=result.error,
-            duration_ms=result.duration_ms,
+            defaults={
+                "at": at,
+                "status_code": result.status_code,
+                "error": result.error,
+                "duration_ms": result.duration_ms,
+            },
         )
-        d.attempts = number
-        d.last_status_code = result.status_code
-        d.last_error = result.error
-        retry_in = None
-        if result.ok:
-            d.status, d.sent_at, d.next_attempt_at = Delivery.Status.SENT, timezone.now(), None
-        elif result.retryable and number < c.max_attempts:
-            retry_in = _backoff(number, result.retry_after)
-            d.status, d.next_attempt_at = Delivery.Status.RETRYING, now + timedelta(seconds=retry_in)
-        else:
-            d.status, d.next_attempt_at = Delivery.Status.FAILED, None
-        d.save(
-            update_fields=[
-                "attempts",
-                "last_status_code",
-                "last_error",
-                "status",
-                "sent_at",
-                "next_attempt_at",
-            ]
+        # Only while this attempt still holds the delivery: past its lease another attempt may
+        # have taken over, and that one records the delivery's state.
+        updated = Delivery.objects.filter(pk=d.pk, attempts=number, status=Delivery.Status.SENDING).update(
+            **fields
         )
+    if not updated:
+        logger.warning("alerts.delivery_superseded delivery_id=%s attempt=%d", d.pk, number)
+        return None
     logger.info(
         "alerts.delivery delivery_id=%s channel_id=%s attempt=%d status=%s code=%s ms=%.0f",
         d.pk,
         c.pk,
         number,
-        d.status,
+        fields["status"],
         result.status_code,
         result.duration_ms,
     )

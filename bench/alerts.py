@@ -51,7 +51,7 @@ from alerts.channels import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_verify
 from alerts.models import Alert  # noqa: E402
 from ingest.models import Project, Snapshot  # noqa: E402
 from ingest.services import project_create, snapshot_batch_ingest  # noqa: E402
-from ingest.signals import snapshots_committed  # noqa: E402
+from ingest.signals import snapshots_stored  # noqa: E402
 
 WINDOW = 10_000
 USABLE = WINDOW - int(WINDOW * 0.15)
@@ -239,7 +239,7 @@ def flat_cost(max_turns: int) -> dict[str, Any]:
     checkpoints = sorted({c for c in lengths if timed < c <= max_turns})
     out: dict[str, dict[str, Any]] = {}
     # Evaluation is driven by hand here: the worker must not race the measurements.
-    snapshots_committed.disconnect(dispatch_uid="alerts.evaluate")
+    snapshots_stored.disconnect(dispatch_uid="alerts.evaluate")
     try:
         turn = 0
         for cp in checkpoints:
@@ -282,7 +282,7 @@ def flat_cost(max_turns: int) -> dict[str, Any]:
     finally:
         from alerts import receivers
 
-        snapshots_committed.connect(receivers.on_snapshots_committed, dispatch_uid="alerts.evaluate")
+        snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
         project.delete()
     last = out[str(checkpoints[-1])]
     return {

@@ -335,8 +335,9 @@ def main() -> None:
     connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     try:
         # Nobody consumes follow-up tasks for this throwaway database: do not enqueue any.
-        signals.snapshots_committed.receivers.clear()
-        signals.snapshots_committed.sender_receivers_cache.clear()
+        for signal in (signals.snapshots_stored, signals.snapshots_committed):
+            signal.receivers.clear()
+            signal.sender_receivers_cache.clear()
 
         project, _ = project_create(name="bench-pages")
         user = get_user_model().objects.create_user(username="bench")

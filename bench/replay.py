@@ -478,8 +478,9 @@ def main() -> None:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         # Nobody consumes ingest follow-up tasks for this throwaway database: do not enqueue any.
-        signals.snapshots_committed.receivers.clear()
-        signals.snapshots_committed.sender_receivers_cache.clear()
+        for signal in (signals.snapshots_stored, signals.snapshots_committed):
+            signal.receivers.clear()
+            signal.sender_receivers_cache.clear()
 
         server = localmodel.start(log_path=tmp / "localmodel.log")
         localmodel.wait_ready(server.base_url, timeout=120, process=server.process)

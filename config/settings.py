@@ -197,6 +197,24 @@ CTXOBS_HOST = env_str("CTXOBS_HOST", "127.0.0.1")
 CTXOBS_PORT = env_int("CTXOBS_PORT", 8000)
 CTXOBS_WEB_WORKERS = env_int("CTXOBS_WEB_WORKERS", 2)
 
+# --- alerts -----------------------------------------------------------------
+# The sweeper (Celery beat runs `alerts.sweep` this often) queues again the evaluations and
+# deliveries that the normal path has not finished GRACE seconds after they were due: those
+# whose task was never queued (broker down at commit) or was lost with a killed worker.
+CTXOBS_ALERT_SWEEP_SECONDS = env_float("CTXOBS_ALERT_SWEEP_SECONDS", 30.0)
+CTXOBS_ALERT_SWEEP_GRACE_SECONDS = env_float("CTXOBS_ALERT_SWEEP_GRACE_SECONDS", 60.0)
+# A delivery attempt is leased for its channel's timeouts plus this margin; past the lease a
+# delivery whose worker died mid-send is attempted again.
+CTXOBS_ALERT_DELIVERY_LEASE_SECONDS = env_float("CTXOBS_ALERT_DELIVERY_LEASE_SECONDS", 30.0)
+CELERY_BEAT_SCHEDULE = {
+    "alerts.sweep": {
+        "task": "alerts.sweep",
+        "schedule": CTXOBS_ALERT_SWEEP_SECONDS,
+        # A sweep queued while no worker ran is worthless once the next one is due.
+        "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
+    }
+}
+
 # --- e-mail -----------------------------------------------------------------
 EMAIL_BACKEND = env_str("CTXOBS_EMAIL_BACKEND") or (
     "django.core.mail.backends.smtp.EmailBackend"
@@ -208,6 +226,8 @@ EMAIL_PORT = env_int("CTXOBS_SMTP_PORT", 25)
 EMAIL_HOST_USER = env_str("CTXOBS_SMTP_USER")
 EMAIL_HOST_PASSWORD = env_str("CTXOBS_SMTP_PASSWORD")
 EMAIL_USE_TLS = env_bool("CTXOBS_SMTP_TLS", False)
+# smtplib waits forever by default; a bounded send is what lets a delivery's lease be bounded.
+EMAIL_TIMEOUT = env_float("CTXOBS_SMTP_TIMEOUT", 10.0)
 DEFAULT_FROM_EMAIL = env_str("CTXOBS_EMAIL_FROM", "ctxobs@localhost")
 
 # --- logging ----------------------------------------------------------------

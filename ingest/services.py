@@ -29,7 +29,7 @@ from ingest.models import (
     hash_key,
     new_raw_key,
 )
-from ingest.signals import snapshots_committed
+from ingest.signals import snapshots_committed, snapshots_stored
 
 logger = logging.getLogger(__name__)
 
@@ -517,6 +517,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
 
         refs = [p.ref for p in fresh]
         block_keys, message_keys = list(contents), list(messages)
+        snapshots_stored.send(sender=Project, project_id=pid, snapshot_refs=refs)
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys)

@@ -1,4 +1,5 @@
-"""The README's first command: embedded PostgreSQL + Redis, demo project, web + worker; rerun reuses data."""
+"""The README's first command: embedded PostgreSQL + Redis, demo project, web + worker + beat; rerun reuses
+data."""
 
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.e2e
-def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tmp_path):
+def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tmp_path, monkeypatch):
     home = tmp_path / "home"
     port = _free_port()
+    monkeypatch.setenv("CTXOBS_ALERT_SWEEP_SECONDS", "1")
     proc, found = _start(home, port)
     sent = snapshot(session_id=f"up-{uuid.uuid4()}")
     try:
@@ -86,6 +88,13 @@ def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tm
             r = c.post("/login/", data={"username": found["user"], "password": found["password"],
                                         "csrfmiddlewaretoken": token}, headers={"Referer": f"{base}/login/"})
             assert r.status_code == 200 and "/login/" not in str(r.url)
+        # Celery beat runs the alerts sweeper on the worker.
+        worker_log = home / "logs" / "worker.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not re.search(r"Task alerts\.sweep\[\S+\] succeeded",
+                                                            worker_log.read_text(errors="replace")):
+            time.sleep(0.5)
+        assert re.search(r"Task alerts\.sweep\[\S+\] succeeded", worker_log.read_text(errors="replace"))
     finally:
         _stop(proc)
     assert (home / "pg").is_dir() and (home / "redis").is_dir()

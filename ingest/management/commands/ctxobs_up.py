@@ -2,7 +2,7 @@
 
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
-the web server, a Celery worker and the local model server. Ctrl-C stops them all.
+the web server, a Celery worker, Celery beat and the local model server. Ctrl-C stops them all.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _secret_file(path: Path, make: Any) -> str:
 
 
 class Command(BaseCommand):
-    help = "Start ctxobs (web, worker, local model, demo data) with embedded PostgreSQL and Redis."
+    help = "Start ctxobs (web, worker, beat, local model, demo data) with embedded PostgreSQL and Redis."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=settings.CTXOBS_HOST)
@@ -108,6 +108,10 @@ class Command(BaseCommand):
 
         self._spawn("worker", [sys.executable, "-m", "celery", "-A", "config", "worker",
                                "-Q", "default,replay,alerts", "-c", "2", "-l", "INFO"], env, logs)
+        # Periodic work (the alerts sweeper); exactly one beat per install.
+        self._spawn("beat", [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "INFO",
+                             "-s", str(home / "celerybeat-schedule"),
+                             "--pidfile", str(home / "celerybeat.pid")], env, logs)
         self._spawn("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application",
                             "-b", f"{host}:{port}", "-w", str(opts["workers"]), "--threads", "4",
                             "--timeout", "60", "--access-logfile", "-"], env, logs)

@@ -735,9 +735,10 @@ class Client:
             return False
         return self.transport.enqueue(snapshot)
 
-    def _prepare(self, item: dict[str, Any] | Turn) -> dict[str, Any]:
+    def _prepare(self, item: Any) -> dict[str, Any]:
         # Runs on the transport thread: counting, redaction and validation stay off the agent's thread.
-        snapshot = item.snapshot() if isinstance(item, Turn) else item
+        # A Turn, or an instrumented call (ctxobs.instrument) that is made into one here.
+        snapshot = item if isinstance(item, dict) else item.snapshot()
         out = redact_snapshot(snapshot, self.redact) if self.redact is not None else snapshot
         if self.validate:
             _, errors = validate_snapshot(out)

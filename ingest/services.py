@@ -180,13 +180,20 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
     estimated_any = model.get("counts") == "estimated"
     kind_tokens: dict[str, int] = {}
     total = 0
+    tool_defs = (snap.get("params") or {}).get("tools")
     for b in blocks:
         h, mh = block_hashes(b["messages"])
         n = b["tokens"]
         if n is None:
             if counter is None:
                 counter = tok.get_counter(model["encoding"] or None, model["name"])
-            n = _count_block(b["messages"], h, counter)
+            if b["kind"] == "tools" and not b["messages"]:
+                # The definitions travel in params.tools (as sent to the model); they are
+                # counted once, on the first tools block, by the same rule as the SDK's.
+                n = tok.tools_tokens(tool_defs, counter) if isinstance(tool_defs, list) else 0
+                tool_defs = None
+            else:
+                n = _count_block(b["messages"], h, counter)
             b["estimated"] = not counter.exact
         estimated_any = estimated_any or b["estimated"]
         # The validated block belongs to this batch alone, so it is completed in place.

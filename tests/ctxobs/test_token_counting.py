@@ -194,3 +194,129 @@ def test_short_field_values_are_counted_like_long_ones() -> None:
     for text in ["user", "assistant", "call_abc123", "x" * 32, "y" * 33, "naïve café"]:
         for _ in range(2):
             assert counter.count_text(text) == len(counter._enc.encode_ordinary(text))
+
+
+# The tools example from the same cookbook (section 7). OpenAI's API reports 105 prompt tokens
+# for it under gpt-3.5-turbo and gpt-4 (cl100k_base) and 101 under gpt-4o and gpt-4o-mini
+# (o200k_base); the plain-chat example above is 129 and 124.
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {
+                        "type": "string",
+                        "description": "The city and state, e.g. San Francisco, CA",
+                    },
+                    "unit": {
+                        "type": "string",
+                        "description": "The unit of temperature to return",
+                        "enum": ["celsius", "fahrenheit"],
+                    },
+                },
+                "required": ["location"],
+            },
+        },
+    }
+]
+WEATHER_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful assistant that can answer to questions about the weather.",
+    },
+    {"role": "user", "content": "What's the weather like in San Francisco?"},
+]
+API_COUNTS = [
+    pytest.param("gpt-4", "cl100k_base", 105, 129, id="cl100k_base"),
+    pytest.param("gpt-4o", "o200k_base", 101, 124, id="o200k_base"),
+]
+
+
+def _counter_for(request: pytest.FixtureRequest, model: str, encoding: str) -> tokens.Counter:
+    if encoding == "o200k_base":
+        request.getfixturevalue("o200k_base")
+    counter = tokens.counting_for(model).counter
+    # An estimate would make the comparison meaningless: the real encoding must be loaded.
+    assert (counter.used, counter.exact) == (encoding, True)
+    return counter
+
+
+@pytest.mark.parametrize(("model", "encoding", "with_tools", "chat"), API_COUNTS)
+def test_cookbook_tools_example_counts_what_the_api_reports(
+    request: pytest.FixtureRequest, model: str, encoding: str, with_tools: int, chat: int
+) -> None:
+    counter = _counter_for(request, model, encoding)
+    assert tokens.prompt_tokens(WEATHER_MESSAGES, counter, WEATHER_TOOLS) == with_tools
+    assert tokens.prompt_tokens(COOKBOOK, counter) == chat
+    obs = ctxobs.Client(disabled=True, token_cache=tokens.TokenCache())
+    with obs.turn(session_id="s", model=model) as t:
+        t.block("system", WEATHER_MESSAGES[:1])
+        t.tools(WEATHER_TOOLS)
+        t.block("user", WEATHER_MESSAGES[1:])
+    assert t.tokens() == with_tools
+    snap = t.snapshot()
+    assert snap["model"]["encoding"] == encoding and snap["model"]["counts"] == "exact"
+    assert sum(b["tokens"] for b in snap["blocks"]) + tokens.REPLY_PRIMING == with_tools
+
+
+@pytest.mark.parametrize(("model", "encoding", "with_tools", "chat"), API_COUNTS)
+def test_instrumented_openai_call_with_tools_counts_what_the_api_reports(
+    request: pytest.FixtureRequest, provider, make_client, ingest,
+    model: str, encoding: str, with_tools: int, chat: int,
+) -> None:
+    import openai
+
+    _counter_for(request, model, encoding)
+    obs = make_client(ingest.url)
+    llm = ctxobs.instrument_openai(openai.OpenAI(base_url=provider.url + "/v1", api_key="x"), obs)
+    llm.chat.completions.create(model=model, messages=WEATHER_MESSAGES, tools=WEATHER_TOOLS)
+    assert obs.flush(timeout=10)
+    [snap] = ingest.stored.values()
+    assert snap["model"]["encoding"] == encoding and snap["model"]["counts"] == "exact"
+    assert [b["kind"] for b in snap["blocks"]] == ["system", "tools", "user"]
+    assert sum(b["tokens"] for b in snap["blocks"]) + tokens.REPLY_PRIMING == with_tools
+
+
+def test_function_definition_parts_each_add_their_share() -> None:
+    counter = tokens.get_counter("cl100k_base")
+    fmt = tokens.TOOL_FORMATS["cl100k_base"]
+    bare = {"type": "function", "function": {"name": "ping"}}
+    assert tokens.tools_tokens([bare], counter) == fmt.func_init + counter.count_text("ping:") + fmt.func_end
+    # func_end is paid once per request, func_init once per function.
+    two = tokens.tools_tokens([bare, bare], counter)
+    assert two == 2 * tokens.tools_tokens([bare], counter) - fmt.func_end
+    # A description's final period is not rendered.
+    dotted = {"type": "function", "function": {"name": "ping", "description": "Ping a host."}}
+    undotted = {"type": "function", "function": {"name": "ping", "description": "Ping a host"}}
+    assert tokens.tools_tokens([dotted], counter) == tokens.tools_tokens([undotted], counter)
+    # The legacy `functions` parameter sends the inner object: same count.
+    assert tokens.tools_tokens([WEATHER_TOOLS[0]["function"]], counter) == tokens.tools_tokens(
+        WEATHER_TOOLS, counter
+    )
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": "no schema"}}}}],
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {"properties": {"a": {"type": ["string", "null"], "enum": [1, None]}}},
+                },
+            }
+        ],
+        [{"type": "web_search"}],
+        ["not a tool", 3, None],
+    ],
+    ids=["property-not-a-dict", "non-string-type-and-enum", "other-tool-type", "junk"],
+)
+def test_odd_tool_definitions_are_counted_without_raising(tools: list) -> None:
+    counter = tokens.get_counter("cl100k_base")
+    assert tokens.tools_tokens(tools, counter) > 0

@@ -307,3 +307,62 @@ def test_full_snapshot_reads_back_as_sent(api, project):
     assert got["validation"] == s["validation"]
     assert got["output"]["text"] == s["output"]["text"]
     assert got["output"]["usage"] == s["output"]["usage"]
+
+
+_WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "description": "The city and state, e.g. Lisbon"},
+                    "unit": {"type": "string", "description": "Unit", "enum": ["celsius", "fahrenheit"]},
+                },
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "book_table", "description": "Book a table"}},
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [("gpt-4", "cl100k_base"), ("gpt-4o", "o200k_base")],
+    ids=["cl100k_base", "o200k_base"],
+)
+def test_server_count_of_a_snapshot_sent_without_tokens_matches_the_sdk(
+    api, project, request, model, encoding
+):
+    import ctxobs
+
+    if encoding == "o200k_base":
+        request.getfixturevalue("o200k_base")
+    obs = ctxobs.Client(disabled=True)
+    with obs.turn(session_id="same-count", model=model) as t:
+        t.block("system", [message("system", "You answer about the weather."),
+                           message("system", "Prefers celsius.", name="memory")])
+        t.tools(_WEATHER_TOOLS)
+        t.block("history", [
+            message("user", [{"type": "text", "text": "Is it raining in Lisbon?"}]),
+            message("assistant", None, tool_calls=[{"id": "c1", "type": "function", "function": {
+                "name": "get_current_weather", "arguments": '{"location": "Lisbon"}'}}]),
+            message("tool", '{"rain": false, "temp": 21}', tool_call_id="c1"),
+        ])
+        t.block("user", [message("user", "And in Porto tomorrow?")])
+    counted = t.snapshot()
+    assert counted["model"] == counted["model"] | {"encoding": encoding, "counts": "exact"}
+    bare = json.loads(json.dumps(counted))
+    for b in bare["blocks"]:
+        del b["tokens"]
+    bare["snapshot_id"] = str(uuid.uuid4())
+    assert api.post_snapshots([counted, bare]).json()["created"] == 2
+    sdk = api.get(f"/snapshots/{counted['snapshot_id']}").json()
+    server = api.get(f"/snapshots/{bare['snapshot_id']}").json()
+    sdk_tokens = [(b["key"], b["tokens"]) for b in sdk["blocks"]]
+    assert [(b["key"], b["tokens"]) for b in server["blocks"]] == sdk_tokens
+    assert dict(sdk_tokens)["tools"] > 0
+    assert [b["estimated"] for b in server["blocks"]] == [False] * 4
+    assert sum(n for _, n in sdk_tokens) == t.tokens() - ctxobs.tokens.REPLY_PRIMING

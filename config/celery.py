@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from celery import Celery
+from celery.signals import before_task_publish
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -49,6 +50,15 @@ class TaskTimeLimits:
     def annotate(self, task: Any) -> dict[str, float]:
         soft, hard = time_limits(task.name)
         return {"soft_time_limit": soft, "time_limit": hard}
+
+
+@before_task_publish.connect
+def _time_limits_are_the_workers(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    # Celery copies the sender's limits into each message, where they override the worker's own:
+    # the web process's settings would then bound work that runs under the worker's. Sent without
+    # them, a task runs under the limits of the process that runs it (its TaskTimeLimits).
+    if headers is not None and "timelimit" in headers:
+        headers["timelimit"] = (None, None)
 
 
 def worker_argv(service: str, *, concurrency: int = 2, hostname: str | None = None) -> list[str]:

@@ -71,10 +71,12 @@ class CeleryWorkers:
         self.env = env
         self.log_dir = log_dir
         self.procs: dict[str, Any] = {}
+        self.custom: set[str] = set()  # services started with a test's own settings
         self._logs: list[Any] = []
         self._starts = 0
 
-    def start(self, service: str, *, concurrency: int = 2) -> Any:
+    def start(self, service: str, *, concurrency: int = 2, env: dict[str, str] | None = None) -> Any:
+        """Start SERVICE ("worker", "worker-replay" or "beat"), with ENV on top of the test settings."""
         import os
         import subprocess
         from pathlib import Path
@@ -89,7 +91,11 @@ class CeleryWorkers:
             argv = worker_argv(service, concurrency=concurrency, hostname=hostname)
         fh = (self.log_dir / f"celery-{service}.log").open("a")
         self._logs.append(fh)
-        proc = subprocess.Popen(argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
+        if env:
+            self.custom.add(service)
+        else:
+            self.custom.discard(service)
+        proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT,
                                 cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
         self.procs[service] = proc
         if service != "beat":
@@ -185,5 +191,7 @@ def celery_worker_process(celery_workers: CeleryWorkers) -> CeleryWorkers:
     yield celery_workers
     for service in ("worker", "worker-replay", "beat"):
         proc = celery_workers.procs.get(service)
-        if proc is None or proc.poll() is not None:
+        if service in celery_workers.custom:
+            celery_workers.stop(service)
+        if proc is None or proc.poll() is not None or service in celery_workers.custom:
             celery_workers.start(service)

@@ -145,3 +145,26 @@ def test_an_alert_is_delivered_promptly_while_a_long_replay_occupies_the_replay_
         )
     job = wait_job(job.pk, timeout=60)
     assert job.status == "done"
+
+
+def test_a_model_call_longer_than_the_lease_keeps_it_and_is_made_once(
+    celery_worker_process: Any, api: Any, private_project: Any, stub_server: Any
+) -> None:
+    wire = five_block_snapshot()
+    post(api, wire)
+    slow = services.endpoint_create(
+        project=private_project, name="slow", base_url=stub_server.base_url, model="stub-model",
+        mode="completions", timeout_s=60.0,
+    )
+    # The answer takes well over the lease: only its renewal keeps the reclaimer away.
+    stub_server.delay = LEASE_S * 2
+    job = services.replay_job_create(
+        project=private_project,
+        endpoint=slow,
+        spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
+    )
+    job = wait_job(job.pk, timeout=LEASE_S * 2 + 60)
+    run = job.runs.get()
+    assert job.status == "done" and run.status == "done"
+    assert run.attempts == 1 and run.model_calls == 1
+    assert len(stub_server.completion_calls()) == 1

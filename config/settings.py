@@ -122,12 +122,12 @@ CELERY_TASK_IGNORE_RESULT = True
 # Every task is safe to run twice (it locks its row and skips finished work), so a message is
 # acknowledged only once its task has returned: a worker that dies mid-task loses nothing.
 CELERY_TASK_ACKS_LATE = True
-# ...and when a pool process dies under a live worker (OOM, the hard time limit, a crash) the
-# message goes back to the queue instead of being acknowledged as failed. Replay runs bound the
-# repeats themselves (CTXOBS_REPLAY_MAX_ATTEMPTS claims per run).
+# ...and when a pool process dies under a live worker (OOM, a crash, a kill) the message goes
+# back to the queue instead of being acknowledged as failed. Replay runs bound the repeats
+# themselves (CTXOBS_REPLAY_MAX_ATTEMPTS claims per run).
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# With late acks a worker holds at most one message per pool process beyond those it is running:
-# the rest stay in Redis, where another worker can take them if this one dies.
+# With late acks a worker holds at most one message per pool process, running ones included: the
+# rest stay in Redis, where another worker can take them if this one dies.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Replays (model calls of up to minutes) have their own queue and worker service, so that they
@@ -171,7 +171,12 @@ CTXOBS_REPLAY_LEASE_S = env_float("CTXOBS_REPLAY_LEASE_S", 60.0)
 CTXOBS_REPLAY_RECLAIM_EVERY_S = env_float("CTXOBS_REPLAY_RECLAIM_EVERY_S", 30.0)
 # One beat process carries every periodic task.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "replay-runs-reclaim": {"task": "replay.runs_reclaim", "schedule": CTXOBS_REPLAY_RECLAIM_EVERY_S},
+    # A tick no worker took up in time is dropped, not piled up behind a stopped worker.
+    "replay-runs-reclaim": {
+        "task": "replay.runs_reclaim",
+        "schedule": CTXOBS_REPLAY_RECLAIM_EVERY_S,
+        "options": {"expires": CTXOBS_REPLAY_RECLAIM_EVERY_S},
+    },
 }
 
 # --- ctxobs -----------------------------------------------------------------

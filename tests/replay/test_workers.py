@@ -62,10 +62,9 @@ def test_a_leave_one_out_job_finishes_after_its_worker_is_killed_mid_call(
     wait_until(lambda: runs.filter(status="done").exists() and proxy.in_flight > 0, 240, "a call in flight")
     celery_worker_process.kill("worker-replay")
     killed_at = time.monotonic()
-    in_flight = proxy.in_flight
     running = set(runs.filter(status="running").values_list("pk", flat=True))
     done_before = {r.pk: (r.model_calls, r.output_text) for r in runs.filter(status="done")}
-    assert running and in_flight > 0
+    assert running, "the worker died holding runs"
 
     celery_worker_process.start("worker-replay")
     job = wait_job(job.pk, timeout=180)

@@ -1,4 +1,5 @@
-"""The README's first command: embedded PostgreSQL + Redis, demo project, web + worker; rerun reuses data."""
+"""The README's first command: embedded PostgreSQL + Redis, demo project, web, workers and beat;
+rerun reuses data."""
 
 from __future__ import annotations
 

@@ -147,8 +147,8 @@ class ReplayRun(models.Model):
     claim = models.UUIDField(null=True, blank=True)  # the worker allowed to call the model
     claimed_at = models.DateTimeField(null=True, blank=True)
     # Running: renewed while the model call is under way; once past, the worker is presumed dead
-    # and replay.runs_reclaim re-queues the run. Pending: when a message for it that a worker
-    # holds (a scheduled retry) should have been taken up.
+    # and replay.runs_reclaim re-queues the run. Pending: when its message, if a dead worker took
+    # it before claiming the run, may be sent again (see replay_runs_reclaim).
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     model_calls = models.PositiveSmallIntegerField(default=0)

@@ -45,8 +45,11 @@ def five_block_snapshot() -> dict[str, Any]:
 
 
 def test_a_leave_one_out_job_finishes_after_its_worker_is_killed_mid_call(
-    celery_worker_process: Any, api: Any, counted_local_endpoint: Any
+    celery_worker_process: Any, api: Any, counted_local_endpoint: Any, settings: Any
 ) -> None:
+    # The leases this process gives new runs, like the workers' (a message the dead worker had
+    # taken but not yet claimed comes back once its run's lease has run out).
+    settings.CTXOBS_REPLAY_LEASE_S = LEASE_S
     endpoint, proxy = counted_local_endpoint
     wire = five_block_snapshot()
     post(api, wire)
@@ -81,8 +84,9 @@ def test_a_leave_one_out_job_finishes_after_its_worker_is_killed_mid_call(
         assert run.attempts == 1
     # The model saw every planned call once, plus at most the calls that were in flight.
     assert job.n_runs <= proxy.started <= job.n_runs + len(running), (proxy.started, running)
-    # Bounded by the lease, not by the broker's visibility timeout (an hour).
-    assert took < LEASE_S + RECLAIM_EVERY_S + 120, took
+    # Bounded by the lease (plus the remaining runs on a loaded machine), not by the broker's
+    # visibility timeout (an hour).
+    assert took < LEASE_S + RECLAIM_EVERY_S + 90, took
 
 
 def test_a_replay_over_the_time_limit_fails_with_its_reason(

@@ -168,13 +168,65 @@ REDIS_URL = env_str("REDIS_URL") or embedded.ensure_redis()
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+# Every task is safe to run twice (it locks its row and skips finished work), so a message is
+# acknowledged only once its task has returned: a worker that dies mid-task loses nothing.
 CELERY_TASK_ACKS_LATE = True
+# ...and when a pool process dies under a live worker (OOM, a crash, a kill) the message goes
+# back to the queue instead of being acknowledged as failed. Replay runs bound the repeats
+# themselves (CTXOBS_REPLAY_MAX_ATTEMPTS claims per run).
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# With late acks a worker holds at most one message per pool process, running ones included: the
+# rest stay in Redis, where another worker can take them if this one dies.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"replay.*": {"queue": "replay"}, "alerts.*": {"queue": "alerts"}}
+# Replays (model calls of up to minutes) have their own queue and worker service, so that they
+# never hold up alert delivery; the reclaimer runs on the default queue so that it still runs
+# when every replay worker is busy or dead.
+CELERY_TASK_ROUTES = {
+    "replay.runs_reclaim": {"queue": "default"},
+    "replay.*": {"queue": "replay"},
+    "alerts.*": {"queue": "alerts"},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# Time limits of every task, (soft, hard) seconds, by task name pattern (the first match wins):
+# config.celery.TaskTimeLimits applies them. At the soft limit the task gets an exception it can
+# record; at the hard one its pool process is killed.
+# A replay run makes one completion and at most one embedding call, each bounded by the
+# endpoint's timeout (at most 600 s per read), plus rendering and storing.
+CTXOBS_REPLAY_TIME_LIMIT_S = env_float("CTXOBS_REPLAY_TIME_LIMIT_S", 1260.0)
+CTXOBS_TASK_TIME_LIMITS: dict[str, tuple[float, float]] = {
+    "replay.runs_reclaim": (60.0, 90.0),
+    "replay.*": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
+    # A webhook or SMTP send is bounded by the channel's timeout (at most 30 s).
+    "alerts.*": (120.0, 150.0),
+    "*": (120.0, 150.0),
+}
+CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT = CTXOBS_TASK_TIME_LIMITS["*"]
+CELERY_TASK_ANNOTATIONS = ["config.celery.TaskTimeLimits"]
+
+# The broker's own backstop: Redis hands an unacknowledged message to another worker after this
+# long. It must outlast the longest hard time limit and retry countdown, or a healthy long task
+# would run twice; dead workers' replay runs are reclaimed far sooner through their leases.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(3600.0, max(hard for _, hard in CTXOBS_TASK_TIME_LIMITS.values()) + 600.0)
+}
+
+# A replay run holds a lease while its model call is under way, renewed every third of it; a run
+# whose lease ran out (its worker died) is re-queued by replay.runs_reclaim, which beat runs
+# every CTXOBS_REPLAY_RECLAIM_EVERY_S seconds. A dead worker's runs resume within about
+# lease + reclaim interval.
+CTXOBS_REPLAY_LEASE_S = env_float("CTXOBS_REPLAY_LEASE_S", 60.0)
+CTXOBS_REPLAY_RECLAIM_EVERY_S = env_float("CTXOBS_REPLAY_RECLAIM_EVERY_S", 30.0)
+# One beat process carries every periodic task.
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    # A tick no worker took up in time is dropped, not piled up behind a stopped worker.
+    "replay-runs-reclaim": {
+        "task": "replay.runs_reclaim",
+        "schedule": CTXOBS_REPLAY_RECLAIM_EVERY_S,
+        "options": {"expires": CTXOBS_REPLAY_RECLAIM_EVERY_S},
+    },
+}
 
 # --- ctxobs -----------------------------------------------------------------
 CTXOBS_HOME = ctxobs_home()
@@ -206,13 +258,11 @@ CTXOBS_ALERT_SWEEP_GRACE_SECONDS = env_float("CTXOBS_ALERT_SWEEP_GRACE_SECONDS",
 # A delivery attempt is leased for its channel's timeouts plus this margin; past the lease a
 # delivery whose worker died mid-send is attempted again.
 CTXOBS_ALERT_DELIVERY_LEASE_SECONDS = env_float("CTXOBS_ALERT_DELIVERY_LEASE_SECONDS", 30.0)
-CELERY_BEAT_SCHEDULE = {
-    "alerts.sweep": {
-        "task": "alerts.sweep",
-        "schedule": CTXOBS_ALERT_SWEEP_SECONDS,
-        # A sweep queued while no worker ran is worthless once the next one is due.
-        "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
-    }
+CELERY_BEAT_SCHEDULE["alerts.sweep"] = {
+    "task": "alerts.sweep",
+    "schedule": CTXOBS_ALERT_SWEEP_SECONDS,
+    # A sweep queued while no worker ran is worthless once the next one is due.
+    "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
 }
 
 # --- e-mail -----------------------------------------------------------------

@@ -146,6 +146,10 @@ class ReplayRun(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     claim = models.UUIDField(null=True, blank=True)  # the worker allowed to call the model
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # Running: renewed while the model call is under way; once past, the worker is presumed dead
+    # and replay.runs_reclaim re-queues the run. Pending: when its message, if a dead worker took
+    # it before claiming the run, may be sent again (see replay_runs_reclaim).
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     model_calls = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -166,7 +170,14 @@ class ReplayRun(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "variant", "sample"], name="uniq_run_unit"),
         ]
-        indexes = [models.Index(fields=["job", "status"], name="replay_run_status_idx")]
+        indexes = [
+            models.Index(fields=["job", "status"], name="replay_run_status_idx"),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="replay_run_lease_idx",
+                condition=models.Q(status__in=["pending", "running"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"

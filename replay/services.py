@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -40,6 +42,10 @@ def _max_attempts() -> int:
 
 def _retry_base_s() -> float:
     return float(settings.CTXOBS_REPLAY_RETRY_BASE_S)
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=float(settings.CTXOBS_REPLAY_LEASE_S))
 
 
 # --- endpoints ------------------------------------------------------------------
@@ -388,8 +394,15 @@ def replay_job_create(
                 variants.append(v)
                 pos += 1
         ReplayVariant.objects.bulk_create(variants)
+        # Queued messages wait safely in Redis, however long the queue; the lease only says when
+        # the reclaimer may start asking whether this run's message was lost (see replay_runs_reclaim).
+        lease_end = timezone.now() + _lease()
         runs = ReplayRun.objects.bulk_create(
-            [ReplayRun(job=job, variant=v, sample=i) for v in variants for i in range(v.samples)]
+            [
+                ReplayRun(job=job, variant=v, sample=i, lease_expires_at=lease_end)
+                for v in variants
+                for i in range(v.samples)
+            ]
         )
         job.n_runs = len(runs)
         job.save(update_fields=["n_runs"])
@@ -410,6 +423,78 @@ def _enqueue(run_ids: list[int]) -> None:
 
     for rid in run_ids:
         run_execute.delay(rid)
+
+
+@dataclass
+class ReclaimResult:
+    requeued: list[int]
+    failed: list[int]
+    cancelled: list[int]
+
+
+RECLAIM_BATCH = 500
+
+
+def replay_runs_reclaim(*, replay_queue_depth: int | None) -> ReclaimResult:
+    """Re-queue the unfinished runs whose lease ran out: running ones whose worker stopped
+    renewing it (it died), pending ones whose scheduled retry a dead worker held and, when the
+    replay queue is empty (REPLAY_QUEUE_DEPTH == 0), pending ones whose message was lost between
+    a worker taking it and claiming the run. A run already claimed CTXOBS_REPLAY_MAX_ATTEMPTS
+    times fails instead, and runs of a cancelled job are cancelled. Finished runs are never
+    touched; safe to run twice and from several processes (rows are taken with SKIP LOCKED)."""
+    now = timezone.now()
+    out = ReclaimResult([], [], [])
+    jobs: set[int] = set()
+    with transaction.atomic():
+        runs = list(
+            ReplayRun.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("job")
+            .filter(
+                status__in=(ReplayRun.Status.PENDING, ReplayRun.Status.RUNNING), lease_expires_at__lt=now
+            )
+            .order_by("lease_expires_at")[:RECLAIM_BATCH]
+        )
+        for run in runs:
+            lost_worker = run.status == ReplayRun.Status.RUNNING
+            if run.job.status == JobStatus.CANCELLED:
+                run.status = ReplayRun.Status.CANCELLED
+                run.error = "cancelled"
+                run.finished_at = now
+                run.lease_expires_at = None
+                out.cancelled.append(run.pk)
+            elif lost_worker and run.attempts >= _max_attempts():
+                run.status = ReplayRun.Status.FAILED
+                run.error = f"the worker running it stopped during the model call ({run.attempts} times)"
+                run.finished_at = now
+                run.lease_expires_at = None
+                out.failed.append(run.pk)
+            elif lost_worker or run.next_attempt_at is not None or replay_queue_depth == 0:
+                if lost_worker:
+                    run.error = "re-queued: the worker running it stopped"
+                run.status = ReplayRun.Status.PENDING
+                run.claim = None
+                run.next_attempt_at = None
+                run.lease_expires_at = now + _lease()
+                out.requeued.append(run.pk)
+            else:
+                # Its message may still be waiting in a busy queue: look again later.
+                continue
+            run.save(update_fields=["status", "error", "finished_at", "claim", "next_attempt_at",
+                                    "lease_expires_at"])
+            jobs.add(run.job_id)
+        requeued = list(out.requeued)
+        transaction.on_commit(lambda: _enqueue(requeued))
+    for job_id in sorted(jobs):
+        _job_refresh(job_id=job_id)
+    if runs:
+        logger.info(
+            "replay.runs_reclaimed requeued=%s failed=%s cancelled=%s queue_depth=%s",
+            len(out.requeued),
+            len(out.failed),
+            len(out.cancelled),
+            replay_queue_depth,
+        )
+    return out
 
 
 def replay_job_cancel(*, job: ReplayJob) -> ReplayJob:
@@ -471,9 +556,46 @@ class RunOutcome:
     retry_in: float | None = None
 
 
-def _lease(endpoint: ModelEndpoint) -> timedelta:
-    # Longer than one call can take (the HTTP timeout), so a live worker is never overtaken.
-    return timedelta(seconds=endpoint.timeout_s + 30.0)
+class _LeaseKeeper:
+    """Renews a run's lease every third of it while its model call is under way, from a thread
+    with its own database connection; stops when the claim is no longer ours."""
+
+    def __init__(self, *, run_id: int, claim: uuid.UUID) -> None:
+        self.run_id = run_id
+        self.claim = claim
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _loop(self) -> None:
+        lease = _lease()
+        try:
+            while not self.stopped.wait(lease.total_seconds() / 3):
+                try:
+                    with transaction.atomic():
+                        # Never wait behind a row lock for longer than a renewal period.
+                        wait_ms = int(lease.total_seconds() * 1000 / 3)
+                        with connection.cursor() as cur:
+                            cur.execute("SET LOCAL lock_timeout = %s", [f"{wait_ms}ms"])
+                        kept = ReplayRun.objects.filter(
+                            pk=self.run_id, claim=self.claim, status=ReplayRun.Status.RUNNING
+                        ).update(lease_expires_at=timezone.now() + lease)
+                except DatabaseError as exc:
+                    logger.warning(
+                        "replay.lease_renew_failed run_id=%s error=%s", self.run_id, type(exc).__name__
+                    )
+                    continue
+                if not kept:
+                    return
+        finally:
+            connection.close()
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
@@ -490,6 +612,44 @@ def replay_run_request(*, project: Project, variant: ReplayVariant) -> dict[str,
         raise VariantError("the snapshot of this variant is gone")
     blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snap.id)
     return ablation.render_request(ablation.apply_operations(blocks, variant.operations), snap.params)
+
+
+def _run_call(
+    *, run: ReplayRun, job: ReplayJob, endpoint: ModelEndpoint, project: Project
+) -> tuple[endpoints.CallResult, list[float] | None]:
+    """The network part of a run, outside any transaction: the completion, then its embedding
+    when the endpoint has an embeddings model (a failed embedding only loses the embedding)."""
+    # Shape only: the address is checked where the connection is opened (core.net).
+    url = endpoints.validate_base_url(
+        endpoint.base_url, allow_private=project.allow_private_endpoints, resolve=False
+    )
+    request = replay_run_request(project=project, variant=run.variant)
+    path, body = ablation.call_body(
+        request=request,
+        model=endpoint.model,
+        mode=endpoint.mode,
+        endpoint_params=endpoint.default_params,
+        overrides=job.params,
+    )
+    api_key = _api_key(endpoint)
+    result = endpoints.complete(
+        base_url=url, path=path, body=body, api_key=api_key, timeout=endpoint.timeout_s,
+        allow_private=project.allow_private_endpoints,
+    )
+    embedding: list[float] | None = None
+    if endpoint.embeddings_model and result.text:
+        try:
+            embedding = endpoints.embed(
+                base_url=url,
+                model=endpoint.embeddings_model,
+                text=result.text,
+                api_key=api_key,
+                timeout=endpoint.timeout_s,
+                allow_private=project.allow_private_endpoints,
+            )
+        except endpoints.CallError as exc:
+            logger.warning("replay.embedding_failed run_id=%s reason=%s", run.pk, exc.reason)
+    return result, embedding
 
 
 def replay_run_execute(*, run_id: int) -> RunOutcome:
@@ -515,17 +675,25 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             run.status = ReplayRun.Status.CANCELLED
             run.error = "cancelled"
             run.finished_at = now
-            run.save(update_fields=["status", "error", "finished_at"])
+            run.lease_expires_at = None
+            run.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
             transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
             return RunOutcome("cancelled")
-        if (
-            run.status == ReplayRun.Status.RUNNING
-            and run.claimed_at
-            and now - run.claimed_at < _lease(endpoint)
-        ):
-            # Another worker holds it; look again when its lease would have run out.
-            remaining = (_lease(endpoint) - (now - run.claimed_at)).total_seconds()
-            return RunOutcome("claimed_elsewhere", retry_in=max(1.0, remaining))
+        if run.status == ReplayRun.Status.RUNNING:
+            if run.lease_expires_at and run.lease_expires_at > now:
+                # Another worker holds it; look again when its lease would run out.
+                remaining = (run.lease_expires_at - now).total_seconds()
+                return RunOutcome("claimed_elsewhere", retry_in=max(1.0, remaining))
+            if run.attempts >= _max_attempts():
+                run.status = ReplayRun.Status.FAILED
+                run.error = f"the worker running it stopped during the model call ({run.attempts} times)"
+                run.finished_at = now
+                run.claim = None
+                run.lease_expires_at = None
+                run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at"])
+                transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
+                return RunOutcome("failed")
+            logger.warning("replay.run_lease_expired run_id=%s attempt=%s", run_id, run.attempts)
         if (
             run.status == ReplayRun.Status.PENDING
             and run.next_attempt_at
@@ -536,9 +704,12 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
         run.status = ReplayRun.Status.RUNNING
         run.claim = claim
         run.claimed_at = now
+        run.lease_expires_at = now + _lease()
         run.attempts += 1
         run.model_calls += 1
-        run.save(update_fields=["status", "claim", "claimed_at", "attempts", "model_calls"])
+        run.save(
+            update_fields=["status", "claim", "claimed_at", "lease_expires_at", "attempts", "model_calls"]
+        )
         if job.status == JobStatus.PENDING:
             ReplayJob.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
                 status=JobStatus.RUNNING, started_at=now
@@ -548,39 +719,16 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
     embedding: list[float] | None = None
     failure: endpoints.CallError | None = None
     try:
-        # Shape only: the address is checked where the connection is opened (core.net).
-        url = endpoints.validate_base_url(
-            endpoint.base_url, allow_private=project.allow_private_endpoints, resolve=False
-        )
-        request = replay_run_request(project=project, variant=run.variant)
-        path, body = ablation.call_body(
-            request=request,
-            model=endpoint.model,
-            mode=endpoint.mode,
-            endpoint_params=endpoint.default_params,
-            overrides=job.params,
-        )
-        api_key = _api_key(endpoint)
-        result = endpoints.complete(
-            base_url=url, path=path, body=body, api_key=api_key, timeout=endpoint.timeout_s,
-            allow_private=project.allow_private_endpoints,
-        )
-        if endpoint.embeddings_model and result.text:
-            try:
-                embedding = endpoints.embed(
-                    base_url=url,
-                    model=endpoint.embeddings_model,
-                    text=result.text,
-                    api_key=api_key,
-                    timeout=endpoint.timeout_s,
-                    allow_private=project.allow_private_endpoints,
-                )
-            except endpoints.CallError as exc:
-                logger.warning("replay.embedding_failed run_id=%s reason=%s", run_id, exc.reason)
+        with _LeaseKeeper(run_id=run_id, claim=claim):
+            result, embedding = _run_call(run=run, job=job, endpoint=endpoint, project=project)
     except endpoints.CallError as exc:
         failure = exc
     except ReplayError as exc:
         failure = endpoints.CallError(exc.detail, transient=False)
+    except SoftTimeLimitExceeded:
+        # A repeat would hit the same limit: record it, so that the run ends with its reason.
+        limit = float(settings.CTXOBS_REPLAY_TIME_LIMIT_S)
+        failure = endpoints.CallError(f"took longer than the replay time limit ({limit:g}s)", transient=False)
     outcome = RunOutcome("done")
     with transaction.atomic():
         cur = ReplayRun.objects.select_for_update().get(pk=run_id)
@@ -588,6 +736,7 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             logger.warning("replay.claim_lost run_id=%s", run_id)
             return RunOutcome("claim_lost")
         cur.claim = None
+        cur.lease_expires_at = None
         if result is not None:
             cur.status = ReplayRun.Status.DONE
             cur.output_text = result.text
@@ -603,6 +752,9 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             delay = _backoff(cur.attempts, failure.retry_after)
             cur.status = ReplayRun.Status.PENDING
             cur.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+            # The retry's message waits on a worker until then; if that worker dies, the
+            # reclaimer sends another once this lease has run out too.
+            cur.lease_expires_at = cur.next_attempt_at + _lease()
             cur.error = f"retrying in {delay:.1f}s after: {failure.reason}"[:500]
             outcome = RunOutcome("retry", retry_in=delay)
         else:

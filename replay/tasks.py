@@ -1,10 +1,18 @@
-"""Replay tasks: thin wrappers taking ids, one per (job, variant, sample), on the replay queue."""
+"""Replay tasks: thin wrappers taking ids, one per (job, variant, sample), on the replay queue,
+and the periodic reclaimer of runs whose worker died. Time limits: settings.CTXOBS_TASK_TIME_LIMITS."""
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+
+from celery import current_app, shared_task
+from kombu.exceptions import ChannelError
 
 from replay import services
+
+logger = logging.getLogger(__name__)
+
+REPLAY_QUEUE = "replay"
 
 
 @shared_task(name="replay.run_execute", bind=True, max_retries=None, acks_late=True, ignore_result=True)
@@ -15,3 +23,22 @@ def run_execute(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.state
+
+
+def replay_queue_depth() -> int | None:
+    """Messages waiting in the replay queue, or None when the broker cannot say."""
+    try:
+        with current_app.connection_for_read() as conn:
+            return int(conn.default_channel.queue_declare(queue=REPLAY_QUEUE, passive=True).message_count)
+    except ChannelError:
+        return 0  # Redis drops an empty list: the queue "does not exist" when nothing waits in it
+    except Exception as exc:  # noqa: BLE001 - unknown depth only postpones part of the reclaim
+        logger.warning("replay.queue_depth_unknown error=%s", type(exc).__name__)
+        return None
+
+
+@shared_task(name="replay.runs_reclaim", acks_late=True, ignore_result=True)
+def runs_reclaim() -> int:
+    """Re-queue the runs whose lease ran out (beat runs this every CTXOBS_REPLAY_RECLAIM_EVERY_S)."""
+    res = services.replay_runs_reclaim(replay_queue_depth=replay_queue_depth())
+    return len(res.requeued)

@@ -62,18 +62,108 @@ def api(client: Client, ingest_key: str) -> Api:
     return Api(client, ingest_key)
 
 
-# --- a real Celery worker process for end-to-end tests -----------------------
+# --- real Celery worker processes for end-to-end tests ------------------------
+# Short replay leases so that the tests about dead workers wait seconds, not minutes.
+TEST_WORKER_ENV = {"CTXOBS_REPLAY_LEASE_S": "12", "CTXOBS_REPLAY_RECLAIM_EVERY_S": "2"}
+
+
+class CeleryWorkers:
+    """The processes a deployment runs (config.celery: one worker per queue group, and beat),
+    on the test database and the test Redis. Each runs in its own process group, so that a test
+    can kill -9 a worker together with its pool children and start it again."""
+
+    def __init__(self, env: dict[str, str], log_dir: Any) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: dict[str, Any] = {}
+        self.custom: set[str] = set()  # services started with a test's own settings
+        self._logs: list[Any] = []
+        self._starts = 0
+
+    def start(self, service: str, *, concurrency: int = 2, env: dict[str, str] | None = None) -> Any:
+        """Start SERVICE ("worker", "worker-replay" or "beat"), with ENV on top of the test settings."""
+        import os
+        import subprocess
+        from pathlib import Path
+
+        from config.celery import beat_argv, worker_argv
+
+        self._starts += 1
+        hostname = f"{service}-{os.getpid()}-{self._starts}@ctxobs-test"
+        if service == "beat":
+            argv = beat_argv(schedule_file=str(self.log_dir / f"celerybeat-{os.getpid()}-{self._starts}"))
+        else:
+            argv = worker_argv(service, concurrency=concurrency, hostname=hostname)
+        fh = (self.log_dir / f"celery-{service}.log").open("a")
+        self._logs.append(fh)
+        if env:
+            self.custom.add(service)
+        else:
+            self.custom.discard(service)
+        proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT,
+                                cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
+        self.procs[service] = proc
+        if service != "beat":
+            self.wait_ready(hostname, proc)
+        return proc
+
+    def wait_ready(self, hostname: str, proc: Any, timeout: float = 60.0) -> None:
+        import time
+
+        from config.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker {hostname} exited early; see {self.log_dir}")
+            try:
+                if app.control.inspect(destination=[hostname], timeout=1).ping():
+                    return
+            except Exception:  # noqa: BLE001, S110 - broker may not answer yet
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"celery worker {hostname} did not come up; see {self.log_dir}")
+
+    def kill(self, service: str) -> None:
+        """kill -9 SERVICE's main process and its pool children at once."""
+        import os
+        import signal
+
+        proc = self.procs.pop(service)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop(self, service: str) -> None:
+        import os
+        import signal
+        import subprocess
+
+        proc = self.procs.pop(service, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def close(self) -> None:
+        for service in list(self.procs):
+            self.stop(service)
+        for fh in self._logs:
+            fh.close()
+
+
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup: Any, django_db_blocker: Any) -> Any:
-    """A real `celery worker` subprocess on the test database and the test Redis.
+def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
+    """Real `celery worker` subprocesses (alerts + default, replay) and `celery beat`, on the
+    test database and the test Redis.
 
     Use with `@pytest.mark.django_db(transaction=True)` so that what a test writes is
-    committed and visible to the worker.
+    committed and visible to the workers.
     """
     import os
-    import subprocess
-    import sys
-    import time
     from pathlib import Path
 
     from django.conf import settings
@@ -87,36 +177,29 @@ def celery_worker_process(django_db_setup: Any, django_db_blocker: Any) -> Any:
         port = f":{db['PORT']}" if db["PORT"] else ""
         env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@{host}{port}/{db['NAME']}"
     env["REDIS_URL"] = settings.REDIS_URL
-    log = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts")) / "celery-worker.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fh = log.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,replay,alerts",
-         "-c", "2", "--pool", "prefork", "-l", "INFO", "-n", f"test-{os.getpid()}@%h"],
-        env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parent.parent),
-    )
-    from config.celery import app
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"celery worker exited early; see {log}")
-        try:
-            if app.control.inspect(timeout=1).ping():
-                break
-        except Exception:  # noqa: BLE001, S110 - broker may not answer yet
-            pass
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError(f"celery worker did not come up; see {log}")
-    yield proc
-    proc.terminate()
+    env.update(TEST_WORKER_ENV)
+    log_dir = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    workers = CeleryWorkers(env, log_dir)
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    fh.close()
+        workers.start("worker")
+        workers.start("worker-replay")
+        workers.start("beat")
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture
+def celery_worker_process(celery_workers: CeleryWorkers) -> CeleryWorkers:
+    """The running workers; a test that killed one has started it again before it ends."""
+    yield celery_workers
+    for service in ("worker", "worker-replay", "beat"):
+        proc = celery_workers.procs.get(service)
+        if service in celery_workers.custom:
+            celery_workers.stop(service)
+        if proc is None or proc.poll() is not None or service in celery_workers.custom:
+            celery_workers.start(service)
 
 
 # --- o200k_base without a network --------------------------------------------

@@ -1,5 +1,5 @@
-"""The README's first command: embedded PostgreSQL + Redis, demo project, web + worker + beat; rerun reuses
-data."""
+"""The README's first command: embedded PostgreSQL + Redis, demo project, web, workers and beat;
+rerun reuses data."""
 
 from __future__ import annotations
 
@@ -58,6 +58,30 @@ def _start(home: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], d
     raise AssertionError("ctxobs_up did not come up:\n" + "".join(lines))
 
 
+def _worker_queues(
+    proc: subprocess.Popen[str], timeout: float = 90.0
+) -> tuple[dict[str, set[str]], list[str]]:
+    """The queues each live Celery worker started by ctxobs_up consumes (asked over its broker),
+    and the command lines of its beat processes."""
+    import psutil
+    from celery import Celery
+
+    kids = psutil.Process(proc.pid).children()
+    beats = [" ".join(k.cmdline()) for k in kids if "beat" in k.cmdline()]
+    redis_url = next(k.environ()["REDIS_URL"] for k in kids if "worker" in k.cmdline())
+    app = Celery(broker=redis_url)
+    deadline = time.monotonic() + timeout
+    found: dict[str, set[str]] = {}
+    while time.monotonic() < deadline:
+        replies = app.control.inspect(timeout=2).active_queues() or {}
+        found = {node: {q["name"] for q in queues} for node, queues in replies.items()}
+        if len(found) >= 2:
+            break
+        time.sleep(1)
+    app.close()
+    return found, beats
+
+
 def _stop(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -95,6 +119,11 @@ def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tm
                                                             worker_log.read_text(errors="replace")):
             time.sleep(0.5)
         assert re.search(r"Task alerts\.sweep\[\S+\] succeeded", worker_log.read_text(errors="replace"))
+        # Alerts are served while replays run: a worker of their own, apart from the replay one,
+        # and the one beat that re-queues replay runs of a dead worker.
+        queues, beats = _worker_queues(proc)
+        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["replay"]], queues
+        assert len(beats) == 1, beats
     finally:
         _stop(proc)
     assert (home / "pg").is_dir() and (home / "redis").is_dir()

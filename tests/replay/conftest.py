@@ -163,6 +163,83 @@ def stub_endpoint(private_project: Project, stub_server: StubServer) -> ModelEnd
     )
 
 
+# --- a counting proxy in front of a real model server ------------------------------
+class CountingProxy:
+    """A real HTTP proxy on loopback in front of UPSTREAM (a base URL ending in /v1): forwards
+    every request and counts the completion requests the model received, and those under way."""
+
+    def __init__(self, upstream: str) -> None:
+        import httpx
+
+        self.upstream = upstream.rstrip("/").removesuffix("/v1")
+        self.started = 0
+        self.answered = 0
+        self.lock = threading.Lock()
+        proxy = self
+        client = httpx.Client(timeout=120.0)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                counted = method == "POST" and self.path.endswith("completions")
+                if counted:
+                    with proxy.lock:
+                        proxy.started += 1
+                try:
+                    r = client.request(method, proxy.upstream + self.path, content=body,
+                                       headers={"Content-Type": "application/json"})
+                finally:
+                    if counted:
+                        with proxy.lock:
+                            proxy.answered += 1
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("Content-Type", "application/json"))
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                try:
+                    self.wfile.write(r.content)
+                except OSError:
+                    pass  # the worker that asked was killed
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._forward("POST")
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._forward("GET")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    @property
+    def in_flight(self) -> int:
+        with self.lock:
+            return self.started - self.answered
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def counted_local_endpoint(
+    private_project: Project, local_model: localmodel.LocalModelServer
+) -> Iterator[tuple[ModelEndpoint, CountingProxy]]:
+    """The local model as the project's endpoint, reached through a CountingProxy."""
+    proxy = CountingProxy(local_model.base_url)
+    ep = local_endpoint_register(project=private_project, base_url=proxy.base_url)
+    yield ep, proxy
+    proxy.close()
+
+
 # --- members ------------------------------------------------------------------------
 def member_client(project: Project, role: str, username: str | None = None) -> Client:
     user = get_user_model().objects.create_user(

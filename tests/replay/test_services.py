@@ -66,12 +66,14 @@ def test_a_run_another_worker_holds_is_not_called_again(
 ) -> None:
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=planted["snapshot_id"], samples=1)
     run = job.runs.get()
-    ReplayRun.objects.filter(pk=run.pk).update(status="running", claimed_at=timezone.now())
+    ReplayRun.objects.filter(pk=run.pk).update(
+        status="running", claimed_at=timezone.now(), lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
     out = services.replay_run_execute(run_id=run.pk)
     assert out.state == "claimed_elsewhere" and out.retry_in and out.retry_in > 1
     assert stub_server.completion_calls() == []
     # A claim whose lease ran out (its worker died) is taken over.
-    ReplayRun.objects.filter(pk=run.pk).update(claimed_at=timezone.now() - timedelta(hours=1))
+    ReplayRun.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert services.replay_run_execute(run_id=run.pk).state == "done"
     assert len(stub_server.completion_calls()) == 1
 

@@ -2,7 +2,8 @@
 
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
-the web server, a Celery worker, Celery beat and the local model server. Ctrl-C stops them all.
+the web server, the Celery workers (alerts and replays apart, see config.celery), beat and the
+local model server. Ctrl-C stops them all.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from config.celery import WORKER_QUEUES, beat_argv, worker_argv
 from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, Membership, Project
 from ingest.services import ingest_key_create, project_create
 
@@ -66,7 +68,7 @@ def _secret_file(path: Path, make: Any) -> str:
 
 
 class Command(BaseCommand):
-    help = "Start ctxobs (web, worker, beat, local model, demo data) with embedded PostgreSQL and Redis."
+    help = "Start ctxobs (web, workers, beat, local model, demo data) with embedded PostgreSQL and Redis."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=settings.CTXOBS_HOST)
@@ -83,6 +85,7 @@ class Command(BaseCommand):
         home = Path(settings.CTXOBS_HOME)
         home.mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: dict[int, str] = {}
         logs = home / "logs"
         logs.mkdir(exist_ok=True)
 
@@ -106,12 +109,10 @@ class Command(BaseCommand):
         if not opts["no_model"]:
             model_base = self._start_model(project, env, logs)
 
-        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "config", "worker",
-                               "-Q", "default,replay,alerts", "-c", "2", "-l", "INFO"], env, logs)
-        # Periodic work (the alerts sweeper); exactly one beat per install.
-        self._spawn("beat", [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "INFO",
-                             "-s", str(home / "celerybeat-schedule"),
-                             "--pidfile", str(home / "celerybeat.pid")], env, logs)
+        # One worker per queue group, so that alerts go out while replays run; one beat.
+        for service in WORKER_QUEUES:
+            self._spawn(service, worker_argv(service, concurrency=2, hostname=f"{service}@%h"), env, logs)
+        self._spawn("beat", beat_argv(schedule_file=str(home / "celerybeat-schedule")), env, logs)
         self._spawn("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application",
                             "-b", f"{host}:{port}", "-w", str(opts["workers"]), "--threads", "4",
                             "--timeout", "60", "--access-logfile", "-"], env, logs)
@@ -149,7 +150,7 @@ class Command(BaseCommand):
             while True:
                 for p in self.procs:
                     if p.poll() is not None:
-                        name = p.args[2] if len(p.args) > 2 else p.args
+                        name = self.names.get(p.pid, "?")
                         self.stderr.write(f"ctxobs: a process exited ({name}); see {logs}")
                         self._stop()
                         sys.exit(1)
@@ -224,8 +225,9 @@ class Command(BaseCommand):
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], logs: Path) -> None:
         fh = (logs / f"{name}.log").open("a")
-        self.procs.append(subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                           cwd=str(settings.BASE_DIR)))
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(settings.BASE_DIR))
+        self.procs.append(proc)
+        self.names[proc.pid] = name
 
     def _stop(self) -> None:
         for p in self.procs:

@@ -32,7 +32,7 @@ def wait_until(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
 
 def tests_database_url() -> str:
     db = settings.DATABASES["default"]
-    host = db["HOST"]
+    host = str(db["HOST"])
     if host.startswith("/"):
         return f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
     port = f":{db['PORT']}" if db["PORT"] else ""

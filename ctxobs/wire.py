@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 WIRE_VERSION = 1
@@ -100,7 +101,8 @@ def message_hash(message: dict[str, Any]) -> str:
             found = _pair_memo.get(pair)
             if found is None:
                 global _pair_memo_chars
-                found = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+                text = _CANONICAL.encode(message).encode("utf-8", "surrogatepass")
+                found = hashlib.sha256(text).hexdigest()[:HASH_CHARS]
                 # The memo holds the texts themselves: bounded by their size as well as their number.
                 if len(_pair_memo) >= _HASH_MEMO_MAX or _pair_memo_chars > _PAIR_MEMO_MAX_CHARS:
                     _pair_memo.clear()
@@ -117,7 +119,9 @@ def message_hash(message: dict[str, Any]) -> str:
         hit = _hash_memo.get(memo_key)
         if hit is not None:
             return hit
-    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+    # surrogatepass: an unpaired surrogate (binary decoded with surrogateescape) hashes as
+    # itself; valid text hashes exactly as with plain UTF-8.
+    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
     if memo_key is not None:
         if len(_hash_memo) >= _HASH_MEMO_MAX:
             _hash_memo.clear()
@@ -183,8 +187,21 @@ def _is_num(v: Any) -> bool:
     return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(s: str) -> str | None:
+    """Why S cannot be stored as PostgreSQL text (a NUL or an unpaired surrogate), or None."""
+    m = _UNSTORABLE.search(s)
+    if m is None:
+        return None
+    c = m.group()
+    return "contains U+0000 (NUL)" if c == "\x00" else f"contains an unpaired surrogate U+{ord(c):04X}"
+
+
 def _opt_str(
-    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int, default: str = ""
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int, default: str = "",
+    ident: bool = False,
 ) -> str:
     v = obj.get(key)
     if v is None:
@@ -192,6 +209,14 @@ def _opt_str(
     if not isinstance(v, str):
         err.add((*loc, key), f"must be a string, got {type(v).__name__}", f"send {key} as a JSON string")
         return default
+    if ident:
+        # Content is stored escaped when it holds these; an identifier is matched, joined and shown
+        # as it is, so it must be plain text.
+        problem = unstorable(v)
+        if problem is not None:
+            err.add((*loc, key), f"{problem}, which an identifier cannot hold",
+                    f"remove control characters and invalid text from {key}")
+            return default
     if len(v) > max_len:
         err.add((*loc, key), f"longer than {max_len} characters", f"shorten {key} to at most {max_len}")
         return v[:max_len]
@@ -199,11 +224,12 @@ def _opt_str(
 
 
 def _req_str(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int) -> str:
+    """A required identifier (non-empty, storable as it is)."""
     v = obj.get(key)
     if v is None or v == "":
         err.add((*loc, key), "field required", f"add a non-empty string {key!r}")
         return ""
-    return _opt_str(obj, key, loc, err, max_len)
+    return _opt_str(obj, key, loc, err, max_len, ident=True)
 
 
 def _opt_bool(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, default: bool) -> bool:
@@ -270,7 +296,11 @@ def parse_ts(value: Any) -> datetime | None:
         return None
     if ts.tzinfo is None or ts.utcoffset() is None:
         return None
-    return ts
+    try:
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 text may carry.
+        return ts.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 moved out of range by its offset
+        return None
 
 
 def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
@@ -315,7 +345,8 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
     key = b.get("key")
     kind = b.get("kind") or "other"
     msgs = b.get("messages")
-    if (type(key) is not str or not key or len(key) > 128 or type(kind) is not str or kind not in _KIND_SET
+    if (type(key) is not str or not key or len(key) > 128 or (not key.isascii() and unstorable(key))
+            or "\x00" in key or type(kind) is not str or kind not in _KIND_SET
             or type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block):
         return None
     chars = 0
@@ -464,7 +495,7 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         "name": name,
         "context_window": int(window),
         "reserve_tokens": int(reserve),
-        "encoding": _opt_str(m, "encoding", loc, err, 64),
+        "encoding": _opt_str(m, "encoding", loc, err, 64, ident=True),
         "counts": counts,
     }
 
@@ -476,7 +507,7 @@ def _compression(c: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] |
     items = _list(c, "items", loc, err, LIMITS.max_list_items, "max_list_items")
     return {
         "strategy": _req_str(c, "strategy", loc, err, 64),
-        "block": _opt_str(c, "block", loc, err, 128),
+        "block": _opt_str(c, "block", loc, err, 128, ident=True),
         "tokens_before": _opt_int(c, "tokens_before", loc, err),
         "tokens_after": _opt_int(c, "tokens_after", loc, err),
         "watermark": _opt_num(c, "watermark", loc, err),
@@ -505,7 +536,7 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
         "injected": _opt_bool(r, "injected", loc, err, False),
         "stale": _opt_bool(r, "stale", loc, err, False),
         "conflicting": _opt_bool(r, "conflicting", loc, err, False),
-        "block": _opt_str(r, "block", loc, err, 128),
+        "block": _opt_str(r, "block", loc, err, 128, ident=True),
         "preview": _opt_str(r, "preview", loc, err, LIMITS.max_text_chars),
     }
 
@@ -529,9 +560,9 @@ def _validation(v: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
     attempt = _opt_int(v, "attempt", loc, err, minimum=1)
     return {
         "layer": layer,
-        "check": _opt_str(v, "check", loc, err, 128),
+        "check": _opt_str(v, "check", loc, err, 128, ident=True),
         "passed": passed,
-        "code": _opt_str(v, "code", loc, err, 128),
+        "code": _opt_str(v, "code", loc, err, 128, ident=True),
         "message": _opt_str(v, "message", loc, err, LIMITS.max_text_chars),
         "attempt": attempt or 1,
     }
@@ -659,13 +690,14 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
         tags = {str(k)[:128]: str(v)[: LIMITS.max_text_chars] for k, v in tags.items()}
     retries = _opt_int(item, "retries", loc, err) or 0
     fallback_used = _opt_bool(item, "fallback_used", loc, err, False)
+    agent = _opt_str(item, "agent", loc, err, LIMITS.max_id_chars, ident=True)
     if err.items:
         return None, err.items
     return {
         "snapshot_id": snapshot_id,
         "session_id": session_id,
         "turn": int(turn),
-        "agent": _opt_str(item, "agent", loc, err, LIMITS.max_id_chars),
+        "agent": agent,
         "ts": ts,
         "model": model,
         "params": params,

@@ -142,7 +142,14 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     with _cyclic_gc_paused():
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            # Binary tool output pasted in as raw bytes: the sender has to encode it as text.
+            bad = exc.object[exc.start : exc.start + 1].hex()
+            raise BadRequest(
+                f"body is not valid UTF-8: byte 0x{bad} at position {exc.start} ({exc.reason}); send JSON "
+                "encoded as UTF-8, binary content as text (e.g. base64)"
+            ) from None
+        except ValueError as exc:
             raise BadRequest(f"body is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
             raise BadRequest('body must be an object {"snapshots": [...]}')

@@ -32,6 +32,8 @@ class Limits:
     max_tags: int = 64
     max_id_chars: int = 256
     max_text_chars: int = 2_000  # previews, validation messages, tag values
+    max_block_tokens: int = 10_000_000  # a block's token count (200 of them still fit a 32-bit total)
+    max_int: int = 2**31 - 1  # turns, windows, token counts, attempts: stored as 32-bit integers
 
 
 LIMITS = Limits()
@@ -180,6 +182,10 @@ class _Errors:
 
 
 def _is_int(v: Any) -> bool:
+    # JSON has one number type: 5.0 is the integer 5 (JSON Schema says so too), as some
+    # encoders write whole floats.
+    if isinstance(v, float):
+        return v.is_integer()
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -243,13 +249,15 @@ def _opt_bool(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors,
 
 
 def _opt_int(
-    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, minimum: int = 0
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, minimum: int = 0,
+    maximum: int = LIMITS.max_int,
 ) -> int | None:
     v = obj.get(key)
     if v is None:
         return None
-    if not _is_int(v) or v < minimum:
-        err.add((*loc, key), f"must be an integer >= {minimum}", f"send {key} as a whole number >= {minimum}")
+    if not _is_int(v) or v < minimum or v > maximum:
+        err.add((*loc, key), f"must be an integer from {minimum} to {maximum}",
+                f"send {key} as a whole number from {minimum} to {maximum}")
         return None
     return int(v)
 
@@ -343,7 +351,9 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
     if type(b) is not dict:
         return None
     key = b.get("key")
-    kind = b.get("kind") or "other"
+    kind = b.get("kind")
+    if kind is None:
+        kind = "other"
     msgs = b.get("messages")
     if (type(key) is not str or not key or len(key) > 128 or (not key.isascii() and unstorable(key))
             or "\x00" in key or type(kind) is not str or kind not in _KIND_SET
@@ -379,7 +389,7 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
     if chars > LIMITS.max_chars_per_block:
         return None
     tokens = b.get("tokens")
-    if tokens is not None and (type(tokens) is not int or tokens < 0):
+    if tokens is not None and (type(tokens) is not int or tokens < 0 or tokens > LIMITS.max_block_tokens):
         return None
     flags = []
     for k in ("estimated", "pinned", "compressed"):
@@ -419,8 +429,10 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         err.add(loc, "must be an object", "send each block as {'key': ..., 'kind': ..., 'messages': [...]}")
         return None
     key = _req_str(b, "key", loc, err, 128)
-    kind = b.get("kind") or "other"
-    if kind not in BLOCK_KINDS:
+    kind = b.get("kind")
+    if kind is None:
+        kind = "other"
+    if not isinstance(kind, str) or kind not in BLOCK_KINDS:
         err.add((*loc, "kind"), f"unknown kind {str(kind)[:40]!r}", f"use one of: {', '.join(BLOCK_KINDS)}")
         kind = "other"
     raw_msgs = b.get("messages")
@@ -444,7 +456,7 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
             f"{chars} characters exceed the limit max_chars_per_block={LIMITS.max_chars_per_block}",
             "truncate or externalise the block's content and send a reference instead",
         )
-    tokens = _opt_int(b, "tokens", loc, err)
+    tokens = _opt_int(b, "tokens", loc, err, maximum=LIMITS.max_block_tokens)
     refs = _list(b, "refs", loc, err, LIMITS.max_list_items, "max_list_items")
     if any(not isinstance(r, str) for r in refs):
         err.add(
@@ -470,7 +482,7 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         return {"name": "", "context_window": 1, "reserve_tokens": 0, "encoding": "", "counts": "estimated"}
     name = _req_str(m, "name", loc, err, LIMITS.max_id_chars)
     window = m.get("context_window")
-    if not _is_int(window) or window <= 0:
+    if not _is_int(window) or window <= 0 or window > LIMITS.max_int:
         err.add(
             (*loc, "context_window"),
             "field required: a positive integer",
@@ -520,8 +532,10 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
     if not isinstance(r, dict):
         err.add(loc, "must be an object", "send each recall item as an object")
         return None
-    channel = r.get("channel") or "other"
-    if channel not in RECALL_CHANNELS:
+    channel = r.get("channel")
+    if channel is None:
+        channel = "other"
+    if not isinstance(channel, str) or channel not in RECALL_CHANNELS:
         err.add(
             (*loc, "channel"),
             f"unknown channel {str(channel)[:40]!r}",
@@ -639,7 +653,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
             "send e.g. 2026-12-02T08:15:03.120Z",
         )
     model = _model(item.get("model"), (*loc, "model"), err)
-    params = item.get("params") or {}
+    params = item.get("params")
+    if params is None:
+        params = {}
     if not isinstance(params, dict):
         err.add((*loc, "params"), "must be an object", "send the request parameters as an object")
         params = {}
@@ -677,7 +693,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
         if (v := _validation(raw, (*loc, "validation", i), err)) is not None
     ]
     output = _output(item.get("output"), (*loc, "output"), err)
-    tags = item.get("tags") or {}
+    tags = item.get("tags")
+    if tags is None:
+        tags = {}
     if not isinstance(tags, dict):
         err.add((*loc, "tags"), "must be an object of string values", "send tags as {'env': 'prod'}")
         tags = {}
@@ -685,6 +703,11 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
         err.add(
             (*loc, "tags"), f"{len(tags)} tags exceed the limit max_tags={LIMITS.max_tags}", "send fewer tags"
         )
+        tags = {}
+    elif any(not isinstance(v, str | int | float | bool) for v in tags.values()):
+        bad = next(k for k, v in tags.items() if not isinstance(v, str | int | float | bool))
+        err.add((*loc, "tags", bad), "must be a string (or a number or boolean, stored as text)",
+                "send each tag value as a string")
         tags = {}
     else:
         tags = {str(k)[:128]: str(v)[: LIMITS.max_text_chars] for k, v in tags.items()}
@@ -735,16 +758,41 @@ def limits_doc() -> dict[str, int]:
     return {k: getattr(LIMITS, k) for k in LIMITS.__dataclass_fields__}
 
 
-# JSON Schema of one snapshot, published in the OpenAPI document of the ingest API.
+# JSON Schema of one snapshot, published in the OpenAPI document of the ingest API. It states what
+# validate_snapshot() accepts, field by field: null stands for an absent optional field.
+# Two rules it cannot state are checked by validate_snapshot() alone: reserve_tokens below
+# context_window, and a block's characters within max_chars_per_block.
+_NO_NUL = "^[^\\u0000]*$"  # identifiers; content may hold U+0000 (stored escaped)
+
+
+def _ident(max_len: int, *, required: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "maxLength": max_len, "pattern": _NO_NUL}
+    if required:
+        return {**schema, "minLength": 1}
+    return {"type": ["string", "null"], "maxLength": max_len, "pattern": _NO_NUL}
+
+
+def _opt(type_: str, **kw: Any) -> dict[str, Any]:
+    return {"type": [type_, "null"], **kw}
+
+
+def _count(maximum: int = LIMITS.max_int, minimum: int = 0, **kw: Any) -> dict[str, Any]:
+    return _opt("integer", minimum=minimum, maximum=maximum, **kw)
+
+
+def _events(item: dict[str, Any]) -> dict[str, Any]:
+    return _opt("array", maxItems=LIMITS.max_list_items, items=item)
+
+
 _MESSAGE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["role"],
     "properties": {
         "role": {"enum": list(MESSAGE_ROLES)},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
-        "name": {"type": "string"},
-        "tool_call_id": {"type": "string"},
-        "tool_calls": {"type": "array"},
+        "content": {"type": ["string", "array", "null"]},
+        "name": _opt("string"),
+        "tool_call_id": _opt("string"),
+        "tool_calls": _opt("array"),
     },
 }
 SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
@@ -752,22 +800,22 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
     "required": ["snapshot_id", "session_id", "turn", "ts", "model", "blocks"],
     "properties": {
         "snapshot_id": {"type": "string", "format": "uuid", "description": "idempotency key"},
-        "session_id": {"type": "string", "maxLength": LIMITS.max_id_chars},
-        "turn": {"type": "integer", "minimum": 0},
-        "agent": {"type": "string"},
-        "ts": {"type": "string", "format": "date-time", "description": "timezone-aware"},
+        "session_id": _ident(LIMITS.max_id_chars, required=True),
+        "turn": {"type": "integer", "minimum": 0, "maximum": LIMITS.max_int},
+        "agent": _ident(LIMITS.max_id_chars),
+        "ts": {"type": "string", "format": "date-time", "description": "with a UTC offset"},
         "model": {
             "type": "object",
             "required": ["name", "context_window"],
             "properties": {
-                "name": {"type": "string"},
-                "context_window": {"type": "integer", "minimum": 1},
-                "reserve_tokens": {"type": "integer", "description": "default: 15% of the window"},
-                "encoding": {"type": "string"},
-                "counts": {"enum": ["exact", "estimated"]},
+                "name": _ident(LIMITS.max_id_chars, required=True),
+                "context_window": {"type": "integer", "minimum": 1, "maximum": LIMITS.max_int},
+                "reserve_tokens": _count(description="smaller than context_window; default: 15% of it"),
+                "encoding": _ident(64),
+                "counts": {"enum": ["exact", "estimated", None]},
             },
         },
-        "params": {"type": "object"},
+        "params": _opt("object"),
         "blocks": {
             "type": "array",
             "minItems": 1,
@@ -776,23 +824,70 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["key", "messages"],
                 "properties": {
-                    "key": {"type": "string"},
-                    "kind": {"enum": list(BLOCK_KINDS)},
-                    "messages": {"type": "array", "items": _MESSAGE_SCHEMA},
-                    "tokens": {"type": "integer", "description": "omit to have the server count it"},
-                    "estimated": {"type": "boolean"},
-                    "pinned": {"type": "boolean"},
-                    "compressed": {"type": "boolean"},
-                    "refs": {"type": "array", "items": {"type": "string"}},
+                    "key": _ident(128, required=True),
+                    "kind": {"enum": [*BLOCK_KINDS, None], "description": "default: other"},
+                    "messages": {"type": "array", "maxItems": LIMITS.max_messages_per_block,
+                                 "items": _MESSAGE_SCHEMA},
+                    "tokens": _count(LIMITS.max_block_tokens, description="omit to have the server count it"),
+                    "estimated": _opt("boolean"),
+                    "pinned": _opt("boolean"),
+                    "compressed": _opt("boolean"),
+                    "refs": _opt("array", maxItems=LIMITS.max_list_items, items={"type": "string"}),
                 },
             },
         },
-        "compression": {"type": "array", "items": {"type": "object"}},
-        "recall": {"type": "array", "items": {"type": "object"}},
-        "validation": {"type": "array", "items": {"type": "object"}},
-        "output": {"type": "object"},
-        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
-        "retries": {"type": "integer"},
-        "fallback_used": {"type": "boolean"},
+        "compression": _events({
+            "type": "object",
+            "required": ["strategy"],
+            "properties": {
+                "strategy": _ident(64, required=True),
+                "block": _ident(128),
+                "tokens_before": _count(),
+                "tokens_after": _count(),
+                "watermark": _opt("number"),
+                "items": _opt("array", maxItems=LIMITS.max_list_items),
+                "ref": _opt("string", maxLength=LIMITS.max_text_chars),
+            },
+        }),
+        "recall": _events({
+            "type": "object",
+            "required": ["memory_id"],
+            "properties": {
+                "memory_id": _ident(LIMITS.max_id_chars, required=True),
+                "channel": {"enum": [*RECALL_CHANNELS, None]},
+                "score": _opt("number"),
+                "rank": _count(),
+                "injected": _opt("boolean"),
+                "stale": _opt("boolean"),
+                "conflicting": _opt("boolean"),
+                "block": _ident(128),
+                "preview": _opt("string", maxLength=LIMITS.max_text_chars),
+            },
+        }),
+        "validation": _events({
+            "type": "object",
+            "required": ["layer", "passed"],
+            "properties": {
+                "layer": {"enum": list(VALIDATION_LAYERS)},
+                "passed": {"type": "boolean"},
+                "check": _ident(128),
+                "code": _ident(128),
+                "message": _opt("string", maxLength=LIMITS.max_text_chars),
+                "attempt": _count(minimum=1),
+            },
+        }),
+        "output": _opt("object", properties={
+            "text": _opt("string", maxLength=LIMITS.max_chars_per_block),
+            "tool_calls": _opt("array"),
+            "finish_reason": _opt("string", maxLength=64),
+            "usage": _opt("object", properties={
+                k: _count() for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
+            }),
+            "latency_ms": _opt("number"),
+        }),
+        "tags": _opt("object", maxProperties=LIMITS.max_tags,
+                     additionalProperties={"type": ["string", "number", "boolean"]}),
+        "retries": _count(),
+        "fallback_used": _opt("boolean"),
     },
 }

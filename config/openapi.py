@@ -81,5 +81,6 @@ def add_error_responses(api: Any, schema: dict[str, Any]) -> None:
                                    _RETRY_AFTER)
             for status, answer in extra.items():
                 responses.setdefault(status, answer)
-            if "429" in responses:
-                responses["429"].setdefault("headers", _RETRY_AFTER)
+            for status in ("429", "503"):
+                if status in responses:
+                    responses[status].setdefault("headers", _RETRY_AFTER)

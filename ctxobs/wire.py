@@ -352,7 +352,7 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
         return None
     key = b.get("key")
     kind = b.get("kind")
-    if kind is None:
+    if kind is None or kind == "":
         kind = "other"
     msgs = b.get("messages")
     if (type(key) is not str or not key or len(key) > 128 or (not key.isascii() and unstorable(key))
@@ -430,7 +430,7 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         return None
     key = _req_str(b, "key", loc, err, 128)
     kind = b.get("kind")
-    if kind is None:
+    if kind is None or kind == "":
         kind = "other"
     if not isinstance(kind, str) or kind not in BLOCK_KINDS:
         err.add((*loc, "kind"), f"unknown kind {str(kind)[:40]!r}", f"use one of: {', '.join(BLOCK_KINDS)}")
@@ -533,7 +533,7 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
         err.add(loc, "must be an object", "send each recall item as an object")
         return None
     channel = r.get("channel")
-    if channel is None:
+    if channel is None or channel == "":
         channel = "other"
     if not isinstance(channel, str) or channel not in RECALL_CHANNELS:
         err.add(
@@ -825,7 +825,7 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
                 "required": ["key", "messages"],
                 "properties": {
                     "key": _ident(128, required=True),
-                    "kind": {"enum": [*BLOCK_KINDS, None], "description": "default: other"},
+                    "kind": {"enum": [*BLOCK_KINDS, "", None], "description": "default: other"},
                     "messages": {"type": "array", "maxItems": LIMITS.max_messages_per_block,
                                  "items": _MESSAGE_SCHEMA},
                     "tokens": _count(LIMITS.max_block_tokens, description="omit to have the server count it"),
@@ -854,7 +854,7 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
             "required": ["memory_id"],
             "properties": {
                 "memory_id": _ident(LIMITS.max_id_chars, required=True),
-                "channel": {"enum": [*RECALL_CHANNELS, None]},
+                "channel": {"enum": [*RECALL_CHANNELS, "", None]},
                 "score": _opt("number"),
                 "rank": _count(),
                 "injected": _opt("boolean"),

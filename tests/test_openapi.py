@@ -22,6 +22,7 @@ from config.wsgi import application
 from ctxobs.wire import parse_ts
 from ingest.models import Project
 from ingest.services import project_create
+from tests.factories import full_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -114,3 +115,51 @@ def filter_case(context: Any, case: Any) -> bool:
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_every_operation_behaves_as_its_schema_says(case: Any, keyed_project: tuple[Project, str]) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {keyed_project[1]}"})
+
+
+def _published(client: Any) -> dict[str, Any]:
+    r = client.get("/api/v1/openapi.json")
+    assert r.status_code == 200
+    return r.json()
+
+
+def test_every_operation_documents_the_errors_it_can_answer(client: Any) -> None:
+    doc = _published(client)
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            statuses = set(op["responses"])
+            where = f"{method.upper()} {path}"
+            assert {"401", "503"} <= statuses, where
+            assert "Retry-After" in op["responses"]["503"]["headers"], where
+            if op.get("parameters") or "requestBody" in op:
+                assert "422" in statuses, where
+            if "requestBody" in op:
+                assert "400" in statuses, where
+    assert {"413", "429"} <= set(doc["paths"]["/api/v1/snapshots"]["post"]["responses"])
+
+
+def test_empty_model_name_is_refused_by_the_schema_and_by_the_api(client: Any, api: Any) -> None:
+    body = _published(client)["paths"]["/api/v1/snapshots"]["post"]["requestBody"]
+    snap = body["content"]["application/json"]["schema"]["properties"]["snapshots"]["items"]
+    assert snap["properties"]["model"]["properties"]["name"]["minLength"] == 1
+    assert snap["properties"]["session_id"]["minLength"] == 1
+    s = full_snapshot()
+    s["model"]["name"] = ""
+    r = api.post_snapshots([s])
+    assert r.status_code == 422
+    assert r.json()["results"][0]["errors"][0]["loc"] == ["snapshots", 0, "model", "name"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("context_window", 2**31, id="window-beyond-int32"),
+        pytest.param("context_window", 8000.0, id="whole-float-window"),
+    ],
+)
+def test_model_numbers_are_judged_as_the_schema_says(api: Any, field: str, value: Any) -> None:
+    s = full_snapshot()
+    s["model"][field] = value
+    r = api.post_snapshots([s])
+    # A whole float is the integer JSON Schema says it is; beyond 32 bits is refused, not a 500.
+    assert r.status_code == (200 if isinstance(value, float) else 422), r.content

@@ -7,6 +7,7 @@ caller may retry after `retry_after` seconds, and permanent ones, which end the 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 import threading
@@ -138,6 +139,15 @@ def _headers(api_key: str) -> dict[str, str]:
     return h
 
 
+def _json_body(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # Saved content may hold unpaired surrogates (binary tool output); as \uXXXX escapes
+        # the model server gets exactly what the agent sent.
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 def post_json(
     *,
     base_url: str,
@@ -151,7 +161,8 @@ def post_json(
     url = base_url.rstrip("/") + path
     t0 = time.perf_counter()
     try:
-        resp = (client or shared_client()).post(url, json=body, headers=_headers(api_key), timeout=timeout)
+        resp = (client or shared_client()).post(url, content=_json_body(body), headers=_headers(api_key),
+                                                timeout=timeout)
     except httpx.TimeoutException:
         raise CallError(f"timed out after {timeout:g}s", transient=True) from None
     except httpx.TransportError as exc:

@@ -14,7 +14,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 WIRE_VERSION = 1
 
@@ -181,7 +181,7 @@ class _Errors:
         self.items.append({"loc": list(loc), "msg": msg, "hint": hint})
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int | float]:
     # JSON has one number type: 5.0 is the integer 5 (JSON Schema says so too), as some
     # encoders write whole floats.
     if isinstance(v, float):
@@ -491,14 +491,14 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         window = 1
     reserve = m.get("reserve_tokens")
     if reserve is None:
-        reserve = default_reserve(window)
+        reserve = default_reserve(int(window))
     elif not _is_int(reserve) or reserve < 0 or reserve >= window:
         err.add(
             (*loc, "reserve_tokens"),
             "must be an integer >= 0 and smaller than context_window",
             "omit it to use 15% of the window",
         )
-        reserve = default_reserve(window)
+        reserve = default_reserve(int(window))
     counts = m.get("counts")
     if counts not in (None, "exact", "estimated"):
         err.add((*loc, "counts"), "must be 'exact' or 'estimated'", "omit it if unsure")

@@ -93,3 +93,9 @@ def test_pages_never_answer_5xx_to_out_of_range_query_or_path_values(api, admin,
         if r.status_code >= 500:
             failures.append((url, r.status_code))
     assert failures == []
+
+
+@pytest.mark.parametrize("project_param", ["\u00b2", HUGE, BIG, "-1", "0x1"])
+def test_a_members_project_parameter_out_of_range_is_a_404(admin, project_param):
+    r = admin.get("/api/v1/sessions", {"project": project_param})
+    assert r.status_code == 404, r.content

@@ -198,6 +198,8 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 def unstorable(s: str) -> str | None:
     """Why S cannot be stored as PostgreSQL text (a NUL or an unpaired surrogate), or None."""
+    if s.isascii():  # a flag of the string: the common case skips the regex
+        return "contains U+0000 (NUL)" if "\x00" in s else None
     m = _UNSTORABLE.search(s)
     if m is None:
         return None
@@ -338,6 +340,10 @@ def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | Non
     return m
 
 
+# A server stores a string holding U+0000, or starting with this mark, escaped behind the mark
+# (ingest.pgtext). Validation notes the blocks that need no such care, where it looks at every
+# message anyway: a block is `verbatim` when its messages are {role, content} with such text.
+STORE_ESCAPE = "\u241b"
 _KIND_SET = frozenset(BLOCK_KINDS)
 _ROLE_SET = frozenset(MESSAGE_ROLES)
 
@@ -355,12 +361,13 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
     if kind is None or kind == "":
         kind = "other"
     msgs = b.get("messages")
-    if (type(key) is not str or not key or len(key) > 128 or (not key.isascii() and unstorable(key))
-            or "\x00" in key or type(kind) is not str or kind not in _KIND_SET
+    if (type(key) is not str or not key or len(key) > 128 or unstorable(key)
+            or type(kind) is not str or kind not in _KIND_SET
             or type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block):
         return None
     chars = 0
     plain = True
+    verbatim = True
     for m in msgs:
         if type(m) is not dict:
             return None
@@ -370,11 +377,14 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
         c = m.get("content")
         if type(c) is str:
             chars += len(c)
+            if "\x00" in c or c[:1] == STORE_ESCAPE:
+                verbatim = False
         elif c is not None:
             if type(c) is not list:
                 return None
             plain = False
         if len(m) != 2 or "content" not in m:  # more than {role, content}
+            verbatim = False
             calls = m.get("tool_calls")
             if calls is not None:
                 if type(calls) is not list:
@@ -386,6 +396,7 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
                     return None
     if not plain:
         chars = block_chars(msgs)
+        verbatim = False
     if chars > LIMITS.max_chars_per_block:
         return None
     tokens = b.get("tokens")
@@ -414,7 +425,20 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
         "compressed": flags[2],
         "refs": refs,
         "chars": chars,
+        "verbatim": verbatim,
     }
+
+
+def _verbatim(messages: list[dict[str, Any]]) -> bool:
+    """What `_block_fast` finds in passing: every message is {role, content} with no text a store
+    has to escape (see STORE_ESCAPE)."""
+    for m in messages:
+        if len(m) != 2 or "content" not in m:
+            return False
+        c = m["content"]
+        if c is not None and (type(c) is not str or "\x00" in c or c[:1] == STORE_ESCAPE):
+            return False
+    return True
 
 
 def _block(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
@@ -473,6 +497,7 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         "compressed": _opt_bool(b, "compressed", loc, err, False),
         "refs": refs,
         "chars": chars,
+        "verbatim": _verbatim(messages),
     }
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import orjson
 
-ESC = "\u241b"  # SYMBOL FOR ESCAPE: rare in text, and readable if a stored value is ever seen raw
+from ctxobs.wire import STORE_ESCAPE
+
+ESC = STORE_ESCAPE  # SYMBOL FOR ESCAPE: rare in text, and readable if a stored value is ever seen raw
 NUL_SHOWN = "\u2400"  # SYMBOL FOR NULL, how a page shows a U+0000 of the content
 _NEEDS = re.compile("[\x00\ud800-\udfff]")
 _ESCAPABLE = re.compile(f"[{ESC}\x00\ud800-\udfff]")
@@ -79,22 +81,52 @@ def unescape_json(value: Any) -> Any:
     return value
 
 
+_QUOTED_ESC = ('"' + ESC).encode()
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def json_dumps(value: Any) -> str:
-    """VALUE as JSON text PostgreSQL's jsonb accepts, escaped where it must be (see the module)."""
+def json_dumps(value: Any, *, checked: bool = False) -> str:
+    """VALUE as JSON text PostgreSQL's jsonb accepts, escaped where it must be (see the module).
+
+    CHECKED: the caller already escaped what holds U+0000 or starts with ESC (validation's
+    `verbatim` blocks need nothing, `escape_message` does the others), so only unpaired
+    surrogates (which orjson refuses) are left to find.
+    """
     try:
-        text = orjson.dumps(value).decode()
+        raw = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
         # orjson refuses integers beyond 64 bits (valid JSON, and jsonb holds them) and unpaired
         # surrogates; the second are escaped here, the first left to the standard encoder.
         return _ENCODER.encode(escape_json(value))
     # orjson writes U+0000 as \u0000 and ESC as itself: only then can a string need escaping
     # (a false alarm, e.g. a literal backslash-u0000 in the text, just costs the walk).
-    if "\\u0000" in text or '"' + ESC in text:
+    if not checked and (b"\\u0000" in raw or _QUOTED_ESC in raw):
         return orjson.dumps(escape_json(value)).decode()
-    return text
+    return raw.decode()
+
+
+def escape_message(message: dict[str, Any]) -> dict[str, Any]:
+    """MESSAGE ready for `json_dumps(..., checked=True)`."""
+    if len(message) == 2:
+        content = message.get("content")
+        if type(content) is str and type(message.get("role")) is str:
+            if "\x00" in content or content.startswith(ESC):
+                return {"role": message["role"], "content": escape_text(content)}
+            return message
+    if unescaped_text_in(message):
+        return dict(escape_json(message))
+    return message
+
+
+def unescaped_text_in(value: Any) -> bool:
+    """Whether some string of VALUE (keys included) holds U+0000 or starts with ESC."""
+    if isinstance(value, str):
+        return "\x00" in value or value.startswith(ESC)
+    if isinstance(value, dict):
+        return any(unescaped_text_in(k) or unescaped_text_in(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(unescaped_text_in(v) for v in value)
+    return False
 
 
 def shown(value: Any) -> Any:

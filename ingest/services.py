@@ -424,8 +424,12 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         messages: dict[str, dict[str, Any]] = {}
         for h in new_blocks:
             b = contents[h][0]
+            # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
+            # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
+            verbatim = b["verbatim"]
             for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
-                messages.setdefault(mh, m)
+                if mh not in messages:
+                    messages[mh] = m if verbatim else pgtext.escape_message(m)
         new_messages = sorted(_known_messages.unknown(pid, messages))
         if new_messages:
             cur.execute(
@@ -434,7 +438,8 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
                 ON CONFLICT (project_id, hash) DO NOTHING
                 """,
-                [pid, _j([{"hash": mh, "message": messages[mh]} for mh in new_messages])],
+                [pid, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
+                                        checked=True)],
             )
 
         # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.

@@ -17,6 +17,7 @@ from alerts import channels, selectors, services
 from alerts.errors import NotFound
 from alerts.models import Alert, AlertRule
 from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
+from config.params import Id, PageLimit, PageOffset
 from ingest.auth import Caller, ProjectReadAuth
 from ingest.schemas import Detail
 
@@ -63,11 +64,11 @@ def _rule_out(r: AlertRule) -> dict[str, Any]:
 
 class AlertFilters(Schema):
     state: str | None = None
-    rule: int | None = None
+    rule: Id | None = None
     session: str | None = None
     severity: str | None = None
-    limit: int = 50
-    offset: int = 0
+    limit: PageLimit = 50
+    offset: PageOffset = 0
 
 
 @router.get(
@@ -85,8 +86,7 @@ def alerts_list(request: HttpRequest, filters: Query[AlertFilters]) -> dict[str,
         session_id=filters.session,
         severity=filters.severity,
     )
-    limit = max(1, min(filters.limit, 500))
-    offset = max(0, filters.offset)
+    limit, offset = filters.limit, filters.offset
     return {
         "count": qs.count(),
         "limit": limit,

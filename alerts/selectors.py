@@ -13,6 +13,7 @@ from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
+from ctxobs.wire import unstorable
 from ingest.models import Snapshot
 
 
@@ -47,6 +48,9 @@ def alerts_filter(
 ) -> QuerySet[Alert]:
     """Alerts of a project, newest first, with their rule."""
     qs = Alert.objects.filter(project_id=project_id).select_related("rule")
+    if any(v and unstorable(v) for v in (state, session_id, severity)):
+        # Text the store cannot hold (a NUL) matches no stored alert.
+        return qs.none()
     if state:
         qs = qs.filter(state=state)
     if rule_id:

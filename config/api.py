@@ -2,14 +2,24 @@
 
 from importlib import import_module
 from importlib.util import find_spec
+from typing import Any
 
 from django.conf import settings
 from ninja import NinjaAPI
 
 from config.errors import install_exception_handlers
+from config.openapi import add_error_responses
 from ingest.api import router as ingest_router
 
-api = NinjaAPI(
+
+class CtxobsAPI(NinjaAPI):
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        add_error_responses(self, schema)
+        return schema
+
+
+api = CtxobsAPI(
     title="ctxobs API",
     version="1",
     description="Context snapshots in, sessions and timelines out. Limits are listed on POST /snapshots.",

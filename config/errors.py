@@ -31,6 +31,11 @@ class StoreUnavailable(ApplicationError):
     status_code = 503
 
 
+def _is_read(request: HttpRequest) -> bool:
+    # A failed read stored nothing either, but saying so would tell a reader its data was lost.
+    return request.method in ("GET", "HEAD", "OPTIONS")
+
+
 def install_exception_handlers(api: Any) -> None:
     @api.exception_handler(ApplicationError)
     def _app_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
@@ -42,9 +47,9 @@ def install_exception_handlers(api: Any) -> None:
     def _unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
         # Never a 2xx for data that is not stored, never a bare 500: tell the sender to come back.
         logger.warning("store.unavailable error=%s path=%s", type(exc).__name__, request.path)
-        resp = api.create_response(
-            request, {"detail": "the database is unreachable; nothing was stored, retry later"}, status=503
-        )
+        detail = "the database is unreachable; " + (
+            "retry later" if _is_read(request) else "nothing was stored, retry later")
+        resp = api.create_response(request, {"detail": detail}, status=503)
         resp["Retry-After"] = str(settings.CTXOBS_DB_RETRY_AFTER)
         return resp
 
@@ -56,5 +61,6 @@ def install_exception_handlers(api: Any) -> None:
         if isinstance(exc, OperationalError | InterfaceError):
             return _unavailable(request, exc)
         logger.exception("store.error path=%s", request.path)
-        detail = {"detail": "internal storage error; nothing was stored"}
+        text = "internal storage error" if _is_read(request) else "internal storage error; nothing was stored"
+        detail = {"detail": text}
         return api.create_response(request, detail, status=500)

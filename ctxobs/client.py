@@ -99,6 +99,25 @@ def _has_other_tags(message: Message) -> bool:
     return any(isinstance(k, str) and k.startswith("ctxobs_") for k in message)
 
 
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def bytes_as_text(value: bytes | bytearray | memoryview) -> str:
+    """Bytes (a tool's raw output) as text, every byte kept: valid UTF-8 reads as itself, other
+    bytes become unpaired surrogates that `.encode("utf-8", "surrogateescape")` turns back."""
+    return bytes(value).decode("utf-8", "surrogateescape")
+
+
+def _content_as_text(content: Any) -> Any:
+    if isinstance(content, _BYTES):
+        return bytes_as_text(content)
+    return [
+        {**p, "text": bytes_as_text(p["text"])}
+        if isinstance(p, dict) and isinstance(p.get("text"), _BYTES) else p
+        for p in content
+    ]
+
+
 def clean_message(message: Any) -> Message:
     """A plain-dict copy of MESSAGE without ctxobs fields (pydantic messages are dumped)."""
     if isinstance(message, dict):
@@ -328,6 +347,11 @@ class Turn:
             else clean_message(m)
             for m in messages
         ]
+        for m in copies:
+            c = m.get("content")
+            if isinstance(c, _BYTES) or (isinstance(c, list) and any(
+                    isinstance(p, dict) and isinstance(p.get("text"), _BYTES) for p in c)):
+                m["content"] = _content_as_text(c)
         existing = self._blocks.get(key)
         if existing is not None:
             existing.messages.extend(copies)

@@ -125,6 +125,12 @@ class _Response:
     detail: str = ""
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    return str(value)
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if absent."""
     if not value:
@@ -579,7 +585,13 @@ class Transport:
         started = time.perf_counter()
         try:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
-            body = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+            text = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+            try:
+                body = text.encode()
+            except UnicodeEncodeError:
+                # Unpaired surrogates (binary output decoded with surrogateescape) have no UTF-8
+                # form; as \uXXXX escapes the body is valid and the server stores them as sent.
+                body = json.dumps(prepared, separators=(",", ":"), default=_json_default).encode()
         except Exception as exc:  # noqa: BLE001
             errors = getattr(exc, "errors", None)
             kind = "invalid" if isinstance(errors, list) else "prepare"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
 
 WIRE_VERSION = 1
 
@@ -31,6 +32,8 @@ class Limits:
     max_tags: int = 64
     max_id_chars: int = 256
     max_text_chars: int = 2_000  # previews, validation messages, tag values
+    max_block_tokens: int = 10_000_000  # a block's token count (200 of them still fit a 32-bit total)
+    max_int: int = 2**31 - 1  # turns, windows, token counts, attempts: stored as 32-bit integers
 
 
 LIMITS = Limits()
@@ -100,7 +103,8 @@ def message_hash(message: dict[str, Any]) -> str:
             found = _pair_memo.get(pair)
             if found is None:
                 global _pair_memo_chars
-                found = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+                text = _CANONICAL.encode(message).encode("utf-8", "surrogatepass")
+                found = hashlib.sha256(text).hexdigest()[:HASH_CHARS]
                 # The memo holds the texts themselves: bounded by their size as well as their number.
                 if len(_pair_memo) >= _HASH_MEMO_MAX or _pair_memo_chars > _PAIR_MEMO_MAX_CHARS:
                     _pair_memo.clear()
@@ -117,7 +121,9 @@ def message_hash(message: dict[str, Any]) -> str:
         hit = _hash_memo.get(memo_key)
         if hit is not None:
             return hit
-    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+    # surrogatepass: an unpaired surrogate (binary decoded with surrogateescape) hashes as
+    # itself; valid text hashes exactly as with plain UTF-8.
+    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
     if memo_key is not None:
         if len(_hash_memo) >= _HASH_MEMO_MAX:
             _hash_memo.clear()
@@ -175,7 +181,11 @@ class _Errors:
         self.items.append({"loc": list(loc), "msg": msg, "hint": hint})
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int | float]:
+    # JSON has one number type: 5.0 is the integer 5 (JSON Schema says so too), as some
+    # encoders write whole floats.
+    if isinstance(v, float):
+        return v.is_integer()
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -183,8 +193,23 @@ def _is_num(v: Any) -> bool:
     return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(s: str) -> str | None:
+    """Why S cannot be stored as PostgreSQL text (a NUL or an unpaired surrogate), or None."""
+    if s.isascii():  # a flag of the string: the common case skips the regex
+        return "contains U+0000 (NUL)" if "\x00" in s else None
+    m = _UNSTORABLE.search(s)
+    if m is None:
+        return None
+    c = m.group()
+    return "contains U+0000 (NUL)" if c == "\x00" else f"contains an unpaired surrogate U+{ord(c):04X}"
+
+
 def _opt_str(
-    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int, default: str = ""
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int, default: str = "",
+    ident: bool = False,
 ) -> str:
     v = obj.get(key)
     if v is None:
@@ -192,6 +217,14 @@ def _opt_str(
     if not isinstance(v, str):
         err.add((*loc, key), f"must be a string, got {type(v).__name__}", f"send {key} as a JSON string")
         return default
+    if ident:
+        # Content is stored escaped when it holds these; an identifier is matched, joined and shown
+        # as it is, so it must be plain text.
+        problem = unstorable(v)
+        if problem is not None:
+            err.add((*loc, key), f"{problem}, which an identifier cannot hold",
+                    f"remove control characters and invalid text from {key}")
+            return default
     if len(v) > max_len:
         err.add((*loc, key), f"longer than {max_len} characters", f"shorten {key} to at most {max_len}")
         return v[:max_len]
@@ -199,11 +232,12 @@ def _opt_str(
 
 
 def _req_str(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, max_len: int) -> str:
+    """A required identifier (non-empty, storable as it is)."""
     v = obj.get(key)
     if v is None or v == "":
         err.add((*loc, key), "field required", f"add a non-empty string {key!r}")
         return ""
-    return _opt_str(obj, key, loc, err, max_len)
+    return _opt_str(obj, key, loc, err, max_len, ident=True)
 
 
 def _opt_bool(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, default: bool) -> bool:
@@ -217,13 +251,15 @@ def _opt_bool(obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors,
 
 
 def _opt_int(
-    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, minimum: int = 0
+    obj: dict[str, Any], key: str, loc: tuple[Any, ...], err: _Errors, minimum: int = 0,
+    maximum: int = LIMITS.max_int,
 ) -> int | None:
     v = obj.get(key)
     if v is None:
         return None
-    if not _is_int(v) or v < minimum:
-        err.add((*loc, key), f"must be an integer >= {minimum}", f"send {key} as a whole number >= {minimum}")
+    if not _is_int(v) or v < minimum or v > maximum:
+        err.add((*loc, key), f"must be an integer from {minimum} to {maximum}",
+                f"send {key} as a whole number from {minimum} to {maximum}")
         return None
     return int(v)
 
@@ -270,7 +306,11 @@ def parse_ts(value: Any) -> datetime | None:
         return None
     if ts.tzinfo is None or ts.utcoffset() is None:
         return None
-    return ts
+    try:
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 text may carry.
+        return ts.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 moved out of range by its offset
+        return None
 
 
 def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
@@ -300,6 +340,10 @@ def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | Non
     return m
 
 
+# A server stores a string holding U+0000, or starting with this mark, escaped behind the mark
+# (ingest.pgtext). Validation notes the blocks that need no such care, where it looks at every
+# message anyway: a block is `verbatim` when its messages are {role, content} with such text.
+STORE_ESCAPE = "\u241b"
 _KIND_SET = frozenset(BLOCK_KINDS)
 _ROLE_SET = frozenset(MESSAGE_ROLES)
 
@@ -313,13 +357,17 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
     if type(b) is not dict:
         return None
     key = b.get("key")
-    kind = b.get("kind") or "other"
+    kind = b.get("kind")
+    if kind is None or kind == "":
+        kind = "other"
     msgs = b.get("messages")
-    if (type(key) is not str or not key or len(key) > 128 or type(kind) is not str or kind not in _KIND_SET
+    if (type(key) is not str or not key or len(key) > 128 or unstorable(key)
+            or type(kind) is not str or kind not in _KIND_SET
             or type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block):
         return None
     chars = 0
     plain = True
+    verbatim = True
     for m in msgs:
         if type(m) is not dict:
             return None
@@ -329,11 +377,14 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
         c = m.get("content")
         if type(c) is str:
             chars += len(c)
+            if "\x00" in c or c[:1] == STORE_ESCAPE:
+                verbatim = False
         elif c is not None:
             if type(c) is not list:
                 return None
             plain = False
         if len(m) != 2 or "content" not in m:  # more than {role, content}
+            verbatim = False
             calls = m.get("tool_calls")
             if calls is not None:
                 if type(calls) is not list:
@@ -345,10 +396,11 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
                     return None
     if not plain:
         chars = block_chars(msgs)
+        verbatim = False
     if chars > LIMITS.max_chars_per_block:
         return None
     tokens = b.get("tokens")
-    if tokens is not None and (type(tokens) is not int or tokens < 0):
+    if tokens is not None and (type(tokens) is not int or tokens < 0 or tokens > LIMITS.max_block_tokens):
         return None
     flags = []
     for k in ("estimated", "pinned", "compressed"):
@@ -373,7 +425,20 @@ def _block_fast(b: Any) -> dict[str, Any] | None:
         "compressed": flags[2],
         "refs": refs,
         "chars": chars,
+        "verbatim": verbatim,
     }
+
+
+def _verbatim(messages: list[dict[str, Any]]) -> bool:
+    """What `_block_fast` finds in passing: every message is {role, content} with no text a store
+    has to escape (see STORE_ESCAPE)."""
+    for m in messages:
+        if len(m) != 2 or "content" not in m:
+            return False
+        c = m["content"]
+        if c is not None and (type(c) is not str or "\x00" in c or c[:1] == STORE_ESCAPE):
+            return False
+    return True
 
 
 def _block(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None:
@@ -388,8 +453,10 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         err.add(loc, "must be an object", "send each block as {'key': ..., 'kind': ..., 'messages': [...]}")
         return None
     key = _req_str(b, "key", loc, err, 128)
-    kind = b.get("kind") or "other"
-    if kind not in BLOCK_KINDS:
+    kind = b.get("kind")
+    if kind is None or kind == "":
+        kind = "other"
+    if not isinstance(kind, str) or kind not in BLOCK_KINDS:
         err.add((*loc, "kind"), f"unknown kind {str(kind)[:40]!r}", f"use one of: {', '.join(BLOCK_KINDS)}")
         kind = "other"
     raw_msgs = b.get("messages")
@@ -413,7 +480,7 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
             f"{chars} characters exceed the limit max_chars_per_block={LIMITS.max_chars_per_block}",
             "truncate or externalise the block's content and send a reference instead",
         )
-    tokens = _opt_int(b, "tokens", loc, err)
+    tokens = _opt_int(b, "tokens", loc, err, maximum=LIMITS.max_block_tokens)
     refs = _list(b, "refs", loc, err, LIMITS.max_list_items, "max_list_items")
     if any(not isinstance(r, str) for r in refs):
         err.add(
@@ -430,6 +497,7 @@ def _block_full(b: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
         "compressed": _opt_bool(b, "compressed", loc, err, False),
         "refs": refs,
         "chars": chars,
+        "verbatim": _verbatim(messages),
     }
 
 
@@ -439,7 +507,7 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         return {"name": "", "context_window": 1, "reserve_tokens": 0, "encoding": "", "counts": "estimated"}
     name = _req_str(m, "name", loc, err, LIMITS.max_id_chars)
     window = m.get("context_window")
-    if not _is_int(window) or window <= 0:
+    if not _is_int(window) or window <= 0 or window > LIMITS.max_int:
         err.add(
             (*loc, "context_window"),
             "field required: a positive integer",
@@ -448,14 +516,14 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         window = 1
     reserve = m.get("reserve_tokens")
     if reserve is None:
-        reserve = default_reserve(window)
+        reserve = default_reserve(int(window))
     elif not _is_int(reserve) or reserve < 0 or reserve >= window:
         err.add(
             (*loc, "reserve_tokens"),
             "must be an integer >= 0 and smaller than context_window",
             "omit it to use 15% of the window",
         )
-        reserve = default_reserve(window)
+        reserve = default_reserve(int(window))
     counts = m.get("counts")
     if counts not in (None, "exact", "estimated"):
         err.add((*loc, "counts"), "must be 'exact' or 'estimated'", "omit it if unsure")
@@ -464,7 +532,7 @@ def _model(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any]:
         "name": name,
         "context_window": int(window),
         "reserve_tokens": int(reserve),
-        "encoding": _opt_str(m, "encoding", loc, err, 64),
+        "encoding": _opt_str(m, "encoding", loc, err, 64, ident=True),
         "counts": counts,
     }
 
@@ -476,7 +544,7 @@ def _compression(c: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] |
     items = _list(c, "items", loc, err, LIMITS.max_list_items, "max_list_items")
     return {
         "strategy": _req_str(c, "strategy", loc, err, 64),
-        "block": _opt_str(c, "block", loc, err, 128),
+        "block": _opt_str(c, "block", loc, err, 128, ident=True),
         "tokens_before": _opt_int(c, "tokens_before", loc, err),
         "tokens_after": _opt_int(c, "tokens_after", loc, err),
         "watermark": _opt_num(c, "watermark", loc, err),
@@ -489,8 +557,10 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
     if not isinstance(r, dict):
         err.add(loc, "must be an object", "send each recall item as an object")
         return None
-    channel = r.get("channel") or "other"
-    if channel not in RECALL_CHANNELS:
+    channel = r.get("channel")
+    if channel is None or channel == "":
+        channel = "other"
+    if not isinstance(channel, str) or channel not in RECALL_CHANNELS:
         err.add(
             (*loc, "channel"),
             f"unknown channel {str(channel)[:40]!r}",
@@ -505,7 +575,7 @@ def _recall(r: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | None
         "injected": _opt_bool(r, "injected", loc, err, False),
         "stale": _opt_bool(r, "stale", loc, err, False),
         "conflicting": _opt_bool(r, "conflicting", loc, err, False),
-        "block": _opt_str(r, "block", loc, err, 128),
+        "block": _opt_str(r, "block", loc, err, 128, ident=True),
         "preview": _opt_str(r, "preview", loc, err, LIMITS.max_text_chars),
     }
 
@@ -529,9 +599,9 @@ def _validation(v: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | 
     attempt = _opt_int(v, "attempt", loc, err, minimum=1)
     return {
         "layer": layer,
-        "check": _opt_str(v, "check", loc, err, 128),
+        "check": _opt_str(v, "check", loc, err, 128, ident=True),
         "passed": passed,
-        "code": _opt_str(v, "code", loc, err, 128),
+        "code": _opt_str(v, "code", loc, err, 128, ident=True),
         "message": _opt_str(v, "message", loc, err, LIMITS.max_text_chars),
         "attempt": attempt or 1,
     }
@@ -608,7 +678,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
             "send e.g. 2026-12-02T08:15:03.120Z",
         )
     model = _model(item.get("model"), (*loc, "model"), err)
-    params = item.get("params") or {}
+    params = item.get("params")
+    if params is None:
+        params = {}
     if not isinstance(params, dict):
         err.add((*loc, "params"), "must be an object", "send the request parameters as an object")
         params = {}
@@ -646,7 +718,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
         if (v := _validation(raw, (*loc, "validation", i), err)) is not None
     ]
     output = _output(item.get("output"), (*loc, "output"), err)
-    tags = item.get("tags") or {}
+    tags = item.get("tags")
+    if tags is None:
+        tags = {}
     if not isinstance(tags, dict):
         err.add((*loc, "tags"), "must be an object of string values", "send tags as {'env': 'prod'}")
         tags = {}
@@ -655,17 +729,23 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
             (*loc, "tags"), f"{len(tags)} tags exceed the limit max_tags={LIMITS.max_tags}", "send fewer tags"
         )
         tags = {}
+    elif any(not isinstance(v, str | int | float | bool) for v in tags.values()):
+        bad = next(k for k, v in tags.items() if not isinstance(v, str | int | float | bool))
+        err.add((*loc, "tags", bad), "must be a string (or a number or boolean, stored as text)",
+                "send each tag value as a string")
+        tags = {}
     else:
         tags = {str(k)[:128]: str(v)[: LIMITS.max_text_chars] for k, v in tags.items()}
     retries = _opt_int(item, "retries", loc, err) or 0
     fallback_used = _opt_bool(item, "fallback_used", loc, err, False)
+    agent = _opt_str(item, "agent", loc, err, LIMITS.max_id_chars, ident=True)
     if err.items:
         return None, err.items
     return {
         "snapshot_id": snapshot_id,
         "session_id": session_id,
         "turn": int(turn),
-        "agent": _opt_str(item, "agent", loc, err, LIMITS.max_id_chars),
+        "agent": agent,
         "ts": ts,
         "model": model,
         "params": params,
@@ -703,16 +783,41 @@ def limits_doc() -> dict[str, int]:
     return {k: getattr(LIMITS, k) for k in LIMITS.__dataclass_fields__}
 
 
-# JSON Schema of one snapshot, published in the OpenAPI document of the ingest API.
+# JSON Schema of one snapshot, published in the OpenAPI document of the ingest API. It states what
+# validate_snapshot() accepts, field by field: null stands for an absent optional field.
+# Two rules it cannot state are checked by validate_snapshot() alone: reserve_tokens below
+# context_window, and a block's characters within max_chars_per_block.
+_NO_NUL = "^[^\\u0000]*$"  # identifiers; content may hold U+0000 (stored escaped)
+
+
+def _ident(max_len: int, *, required: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "maxLength": max_len, "pattern": _NO_NUL}
+    if required:
+        return {**schema, "minLength": 1}
+    return {"type": ["string", "null"], "maxLength": max_len, "pattern": _NO_NUL}
+
+
+def _opt(type_: str, **kw: Any) -> dict[str, Any]:
+    return {"type": [type_, "null"], **kw}
+
+
+def _count(maximum: int = LIMITS.max_int, minimum: int = 0, **kw: Any) -> dict[str, Any]:
+    return _opt("integer", minimum=minimum, maximum=maximum, **kw)
+
+
+def _events(item: dict[str, Any]) -> dict[str, Any]:
+    return _opt("array", maxItems=LIMITS.max_list_items, items=item)
+
+
 _MESSAGE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["role"],
     "properties": {
         "role": {"enum": list(MESSAGE_ROLES)},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
-        "name": {"type": "string"},
-        "tool_call_id": {"type": "string"},
-        "tool_calls": {"type": "array"},
+        "content": {"type": ["string", "array", "null"]},
+        "name": _opt("string"),
+        "tool_call_id": _opt("string"),
+        "tool_calls": _opt("array"),
     },
 }
 SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
@@ -720,22 +825,22 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
     "required": ["snapshot_id", "session_id", "turn", "ts", "model", "blocks"],
     "properties": {
         "snapshot_id": {"type": "string", "format": "uuid", "description": "idempotency key"},
-        "session_id": {"type": "string", "maxLength": LIMITS.max_id_chars},
-        "turn": {"type": "integer", "minimum": 0},
-        "agent": {"type": "string"},
-        "ts": {"type": "string", "format": "date-time", "description": "timezone-aware"},
+        "session_id": _ident(LIMITS.max_id_chars, required=True),
+        "turn": {"type": "integer", "minimum": 0, "maximum": LIMITS.max_int},
+        "agent": _ident(LIMITS.max_id_chars),
+        "ts": {"type": "string", "format": "date-time", "description": "with a UTC offset"},
         "model": {
             "type": "object",
             "required": ["name", "context_window"],
             "properties": {
-                "name": {"type": "string"},
-                "context_window": {"type": "integer", "minimum": 1},
-                "reserve_tokens": {"type": "integer", "description": "default: 15% of the window"},
-                "encoding": {"type": "string"},
-                "counts": {"enum": ["exact", "estimated"]},
+                "name": _ident(LIMITS.max_id_chars, required=True),
+                "context_window": {"type": "integer", "minimum": 1, "maximum": LIMITS.max_int},
+                "reserve_tokens": _count(description="smaller than context_window; default: 15% of it"),
+                "encoding": _ident(64),
+                "counts": {"enum": ["exact", "estimated", None]},
             },
         },
-        "params": {"type": "object"},
+        "params": _opt("object"),
         "blocks": {
             "type": "array",
             "minItems": 1,
@@ -744,23 +849,70 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["key", "messages"],
                 "properties": {
-                    "key": {"type": "string"},
-                    "kind": {"enum": list(BLOCK_KINDS)},
-                    "messages": {"type": "array", "items": _MESSAGE_SCHEMA},
-                    "tokens": {"type": "integer", "description": "omit to have the server count it"},
-                    "estimated": {"type": "boolean"},
-                    "pinned": {"type": "boolean"},
-                    "compressed": {"type": "boolean"},
-                    "refs": {"type": "array", "items": {"type": "string"}},
+                    "key": _ident(128, required=True),
+                    "kind": {"enum": [*BLOCK_KINDS, "", None], "description": "default: other"},
+                    "messages": {"type": "array", "maxItems": LIMITS.max_messages_per_block,
+                                 "items": _MESSAGE_SCHEMA},
+                    "tokens": _count(LIMITS.max_block_tokens, description="omit to have the server count it"),
+                    "estimated": _opt("boolean"),
+                    "pinned": _opt("boolean"),
+                    "compressed": _opt("boolean"),
+                    "refs": _opt("array", maxItems=LIMITS.max_list_items, items={"type": "string"}),
                 },
             },
         },
-        "compression": {"type": "array", "items": {"type": "object"}},
-        "recall": {"type": "array", "items": {"type": "object"}},
-        "validation": {"type": "array", "items": {"type": "object"}},
-        "output": {"type": "object"},
-        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
-        "retries": {"type": "integer"},
-        "fallback_used": {"type": "boolean"},
+        "compression": _events({
+            "type": "object",
+            "required": ["strategy"],
+            "properties": {
+                "strategy": _ident(64, required=True),
+                "block": _ident(128),
+                "tokens_before": _count(),
+                "tokens_after": _count(),
+                "watermark": _opt("number"),
+                "items": _opt("array", maxItems=LIMITS.max_list_items),
+                "ref": _opt("string", maxLength=LIMITS.max_text_chars),
+            },
+        }),
+        "recall": _events({
+            "type": "object",
+            "required": ["memory_id"],
+            "properties": {
+                "memory_id": _ident(LIMITS.max_id_chars, required=True),
+                "channel": {"enum": [*RECALL_CHANNELS, "", None]},
+                "score": _opt("number"),
+                "rank": _count(),
+                "injected": _opt("boolean"),
+                "stale": _opt("boolean"),
+                "conflicting": _opt("boolean"),
+                "block": _ident(128),
+                "preview": _opt("string", maxLength=LIMITS.max_text_chars),
+            },
+        }),
+        "validation": _events({
+            "type": "object",
+            "required": ["layer", "passed"],
+            "properties": {
+                "layer": {"enum": list(VALIDATION_LAYERS)},
+                "passed": {"type": "boolean"},
+                "check": _ident(128),
+                "code": _ident(128),
+                "message": _opt("string", maxLength=LIMITS.max_text_chars),
+                "attempt": _count(minimum=1),
+            },
+        }),
+        "output": _opt("object", properties={
+            "text": _opt("string", maxLength=LIMITS.max_chars_per_block),
+            "tool_calls": _opt("array"),
+            "finish_reason": _opt("string", maxLength=64),
+            "usage": _opt("object", properties={
+                k: _count() for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
+            }),
+            "latency_ms": _opt("number"),
+        }),
+        "tags": _opt("object", maxProperties=LIMITS.max_tags,
+                     additionalProperties={"type": ["string", "number", "boolean"]}),
+        "retries": _count(),
+        "fallback_used": _opt("boolean"),
     },
 }

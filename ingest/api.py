@@ -7,7 +7,6 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from isal import isal_zlib
 from ninja import Query, Router, Schema
 
+from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
 from ingest import selectors, services
 from ingest.auth import IngestKeyAuth, ProjectReadAuth
@@ -144,7 +144,14 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     with _cyclic_gc_paused():
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            # Binary tool output pasted in as raw bytes: the sender has to encode it as text.
+            bad = exc.object[exc.start : exc.start + 1].hex()
+            raise BadRequest(
+                f"body is not valid UTF-8: byte 0x{bad} at position {exc.start} ({exc.reason}); send JSON "
+                "encoded as UTF-8, binary content as text (e.g. base64)"
+            ) from None
+        except ValueError as exc:
             raise BadRequest(f"body is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
             raise BadRequest('body must be an object {"snapshots": [...]}')
@@ -168,13 +175,13 @@ class SessionFilters(Schema):
     q: str | None = None
     agent: str | None = None
     model: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    min_watermark: float | None = None
+    since: Instant | None = None
+    until: Instant | None = None
+    min_watermark: FiniteFloat | None = None
     tier: str | None = None
     sort: str = "last_seen"
-    limit: int = 50
-    offset: int = 0
+    limit: PageLimit = 50
+    offset: PageOffset = 0
 
 
 def _session_out(s: Any) -> dict[str, Any]:
@@ -189,8 +196,7 @@ def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[
         project=caller.project, q=filters.q, agent=filters.agent, model=filters.model, since=filters.since,
         until=filters.until, min_watermark=filters.min_watermark, tier=filters.tier, sort=filters.sort,
     )
-    limit = max(1, min(filters.limit, 500))
-    offset = max(0, filters.offset)
+    limit, offset = filters.limit, filters.offset
     items = [_session_out(s) for s in qs[offset : offset + limit]]
     return {"count": qs.count(), "limit": limit, "offset": offset, "items": items}
 

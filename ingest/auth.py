@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
+from config.params import MAX_ID
 from ingest.errors import AuthError, Forbidden, NotFound
 from ingest.models import IngestKey, Membership, Project
 from ingest.services import ingest_key_authenticate
@@ -76,7 +77,8 @@ class ProjectReadAuth:
         memberships = Membership.objects.select_related("project").filter(user=request.user)
         wanted = request.GET.get("project")
         if wanted:
-            if not wanted.isdigit():
+            # isdigit() alone also takes "²" and other digits int() refuses.
+            if not (wanted.isascii() and wanted.isdigit()) or int(wanted) > MAX_ID:
                 raise NotFound("no such project")
             memberships = memberships.filter(project_id=int(wanted))
         found = list(memberships[:2])

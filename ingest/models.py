@@ -17,6 +17,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from ctxobs.wire import TIERS
+from ingest import pgtext
 
 TIER_CHOICES = [(t, t) for t in TIERS]
 
@@ -25,6 +26,41 @@ def next_id(sequence: str) -> models.Func:
     """DB-side id default for composite-key tables (AutoField must be a lone primary key)."""
     return models.Func(function="nextval", template=f"nextval('{sequence}'::regclass)",
                        output_field=models.BigIntegerField())
+
+
+class EscapedJSONField(models.JSONField):
+    """JSON content that may hold text PostgreSQL refuses (U+0000, unpaired surrogates): stored
+    escaped, read back as sent (see ingest.pgtext)."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        return super().get_prep_value(pgtext.escape_json(value))
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        out = super().from_db_value(value, expression, connection)
+        # Only a value holding ESC can hold an escaped string: the rest skip the walk.
+        if isinstance(value, str) and pgtext.ESC in value:
+            return pgtext.unescape_json(out)
+        return out
+
+    def deconstruct(self) -> Any:
+        # The column is plain jsonb: the escaping is Python-side only, so no migration.
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+
+class EscapedTextField(models.TextField):
+    """Text content stored escaped where PostgreSQL would refuse it (see ingest.pgtext)."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return pgtext.escape_text(value) if isinstance(value, str) else value
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        return pgtext.unescape_text(value) if isinstance(value, str) else value
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.TextField", args, kwargs
 
 
 class Project(models.Model):
@@ -168,8 +204,8 @@ class Snapshot(models.Model):
     reserve_tokens = models.IntegerField()
     encoding = models.CharField(max_length=64, default="", blank=True)
     counts_estimated = models.BooleanField(default=False)
-    params = models.JSONField(default=dict)
-    tags = models.JSONField(default=dict)
+    params = EscapedJSONField(default=dict)
+    tags = EscapedJSONField(default=dict)
     total_tokens = models.IntegerField()
     watermark = models.FloatField()
     tier = models.CharField(max_length=10, choices=TIER_CHOICES)
@@ -182,7 +218,7 @@ class Snapshot(models.Model):
     n_validation_failed = models.IntegerField(default=0)
     retries = models.IntegerField(default=0)
     fallback_used = models.BooleanField(default=False)
-    output = models.JSONField(null=True, blank=True)
+    output = EscapedJSONField(null=True, blank=True)
     prompt_tokens_reported = models.IntegerField(null=True, blank=True)
     completion_tokens = models.IntegerField(null=True, blank=True)
     cached_tokens = models.IntegerField(null=True, blank=True)
@@ -199,7 +235,7 @@ class Snapshot(models.Model):
     block_hashes = ArrayField(models.CharField(max_length=32), default=list)  # BlockContent.hash
     block_tokens = ArrayField(models.IntegerField(), default=list)
     block_flags = ArrayField(models.SmallIntegerField(), default=list)  # BLOCK_ESTIMATED | BLOCK_PINNED | …
-    block_refs = models.JSONField(null=True, blank=True)  # refs per block; null when no block has any
+    block_refs = EscapedJSONField(null=True, blank=True)  # refs per block; null when no block has any
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "snapshot_id"], name="uniq_snapshot_id")]
@@ -251,7 +287,7 @@ class MessageContent(models.Model):
     pk = models.CompositePrimaryKey("project_id", "hash")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
-    message = models.JSONField()
+    message = EscapedJSONField()
 
 
 class CompressionEvent(models.Model):
@@ -265,8 +301,8 @@ class CompressionEvent(models.Model):
     tokens_before = models.IntegerField(null=True)
     tokens_after = models.IntegerField(null=True)
     watermark = models.FloatField(null=True)
-    items = models.JSONField(default=list)
-    ref = models.TextField(default="", blank=True)
+    items = EscapedJSONField(default=list)
+    ref = EscapedTextField(default="", blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["project", "ts"], name="compression_ts_idx")]
@@ -285,7 +321,7 @@ class RecallItem(models.Model):
     stale = models.BooleanField(default=False)
     conflicting = models.BooleanField(default=False)
     block = models.CharField(max_length=128, default="", blank=True)
-    preview = models.TextField(default="", blank=True)
+    preview = EscapedTextField(default="", blank=True)
 
 
 class ValidationOutcome(models.Model):
@@ -297,5 +333,5 @@ class ValidationOutcome(models.Model):
     check_name = models.CharField(max_length=128, default="", blank=True, db_column="check")
     passed = models.BooleanField()
     code = models.CharField(max_length=128, default="", blank=True)
-    message = models.TextField(default="", blank=True)
+    message = EscapedTextField(default="", blank=True)
     attempt = models.IntegerField(default=1)

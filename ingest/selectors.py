@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from ctxobs.wire import unstorable
 from ingest.models import (
     AgentSession,
     BlockContent,
@@ -47,6 +48,9 @@ def sessions_filter(
 ) -> QuerySet[AgentSession]:
     """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first)."""
     qs = AgentSession.objects.filter(project=project)
+    if any(v and unstorable(v) for v in (q, agent, model, tier)):
+        # Text the store cannot hold (a NUL) matches no stored session.
+        return qs.none()
     if q:
         qs = qs.filter(session_id__icontains=q)
     if agent:
@@ -70,11 +74,14 @@ def sessions_filter(
 
 
 def session_get(*, project: Project, session_id: str) -> AgentSession | None:
+    if unstorable(session_id):
+        return None
     return AgentSession.objects.filter(project=project, session_id=session_id).first()
 
 
 def session_ids_existing(*, project: Project, session_ids: list[str]) -> set[str]:
     """Which of SESSION_IDS are sessions of PROJECT (one query)."""
+    session_ids = [s for s in session_ids if not unstorable(s)]
     return set(
         AgentSession.objects.filter(project=project, session_id__in=session_ids).values_list(
             "session_id", flat=True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
@@ -10,14 +9,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
 import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ctxobs import tokens as tok
 from ctxobs.wire import TIERS, block_hashes, validate_snapshot
-from ingest import derive
+from ingest import derive, pgtext
 from ingest.errors import AuthError
 from ingest.models import (
     KEY_PREFIX_LEN,
@@ -264,15 +262,8 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
     return res
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
-
-
 def _j(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        # orjson refuses integers beyond 64 bits, which valid JSON (and jsonb) may hold.
-        return _ENCODER.encode(value)
+    return pgtext.json_dumps(value)
 
 
 def _text_array(values: list[str]) -> str:
@@ -467,8 +458,12 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         messages: dict[str, dict[str, Any]] = {}
         for h in new_blocks:
             b = contents[h][0]
+            # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
+            # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
+            verbatim = b["verbatim"]
             for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
-                messages.setdefault(mh, m)
+                if mh not in messages:
+                    messages[mh] = m if verbatim else pgtext.escape_message(m)
         new_messages = sorted(_known_messages.unknown(pid, messages))
         if new_messages:
             cur.execute(
@@ -477,7 +472,8 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
                 ON CONFLICT (project_id, hash) DO NOTHING
                 """,
-                [pid, _j([{"hash": mh, "message": messages[mh]} for mh in new_messages])],
+                [pid, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
+                                        checked=True)],
             )
 
         # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
@@ -490,7 +486,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                     for pos, c in enumerate(p.snap["compression"]):
                         copy.write_row((pid, p.ref, pos, p.snap["ts"], c["strategy"], c["block"],
                                         c["tokens_before"], c["tokens_after"], c["watermark"], _j(c["items"]),
-                                        c["ref"]))
+                                        pgtext.escape_text(c["ref"])))
         if any(p.snap["recall"] for p in fresh):
             with raw.copy(
                 "COPY ingest_recallitem (project_id, snapshot_ref, position, memory_id, channel, score, rank,"
@@ -500,7 +496,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                     for pos, r in enumerate(p.snap["recall"]):
                         copy.write_row((pid, p.ref, pos, r["memory_id"], r["channel"], r["score"],
                                         r["rank"], r["injected"], r["stale"], r["conflicting"], r["block"],
-                                        r["preview"]))
+                                        pgtext.escape_text(r["preview"])))
         if any(p.snap["validation"] for p in fresh):
             with raw.copy(
                 "COPY ingest_validationoutcome (project_id, snapshot_ref, position, layer, \"check\", passed,"
@@ -509,7 +505,7 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
                 for p in fresh:
                     for pos, v in enumerate(p.snap["validation"]):
                         copy.write_row((pid, p.ref, pos, v["layer"], v["check"], v["passed"], v["code"],
-                                        v["message"], v["attempt"]))
+                                        pgtext.escape_text(v["message"]), v["attempt"]))
 
         # 7. Existing turns whose predecessor changed because an earlier turn arrived late.
         if updates:

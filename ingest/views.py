@@ -32,7 +32,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
 from config.redis_client import redis_client
-from ingest import charts, dashboard, members, selectors, signin
+from ingest import charts, dashboard, members, pgtext, selectors, signin
 from ingest.access import page_context, project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
 from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, IngestKey, Membership, Project, Snapshot
@@ -349,6 +349,7 @@ def _present_messages(msgs: list[dict[str, Any]], *, full: bool) -> tuple[list[d
         cut = True
     out = []
     for m in shown:
+        m = pgtext.shown(m)
         text = _content_text(m.get("content"))
         if not full and len(text) > PREVIEW_CHARS:
             text, cut = text[:PREVIEW_CHARS], True
@@ -395,7 +396,8 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         other = selectors.snapshot_by_turn(project=project, session=session, turn=snapshot.prev_turn)
 
     blocks, change = dashboard.turn_comparison(project_id=project.pk, snapshot=snapshot, other=other)
-    events = selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id)
+    blocks = pgtext.shown(blocks)
+    events = pgtext.shown(selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id))
     total = snapshot.total_tokens or 0
     usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
     shown = []
@@ -419,7 +421,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         for m in dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
         if m["turn"] == snapshot.turn
     ]
-    out = snapshot.output or {}
+    out = pgtext.shown(snapshot.output or {})
     drift = snapshot.count_drift
     ctx = _page(
         request,

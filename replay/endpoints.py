@@ -6,6 +6,7 @@ caller may retry after `retry_after` seconds, and permanent ones, which end the 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -80,6 +81,15 @@ def _headers(api_key: str) -> dict[str, str]:
     return h
 
 
+def _json_body(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # Saved content may hold unpaired surrogates (binary tool output); as \uXXXX escapes
+        # the model server gets exactly what the agent sent.
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 def post_json(
     *,
     base_url: str,
@@ -96,7 +106,7 @@ def post_json(
     t0 = time.perf_counter()
     try:
         resp = (client or shared_client(allow_private=allow_private)).post(
-            url, json=body, headers=_headers(api_key), timeout=timeout
+            url, content=_json_body(body), headers=_headers(api_key), timeout=timeout
         )
     except net.AddressRefused as exc:
         raise CallError(f"the base URL {exc.reason}", transient=False) from None

@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
+
+from config.params import FiniteFloat, Id
 
 
 class Detail(Schema):
@@ -28,18 +30,34 @@ class TurnFilter(Schema):
     agent: str | None = None
     model: str | None = None
     tier: str | None = None
-    min_watermark: float | None = None
+    min_watermark: FiniteFloat | None = None
     turn_from: int | None = None
     turn_to: int | None = None
 
 
 class ReplayIn(Schema):
     """A replay job. Name the turns (snapshot_id, or session_id / filter for many turns) and
-    what to do: kind plain | without | move | loo | batch | custom."""
+    what to do: kind plain | without | move | loo | batch | custom.
+
+    With both snapshot_id and session_id, the snapshot is the turn and must be of that session.
+    A filter without conditions selects every session (up to the per-job bound)."""
+
+    # What the validator below refuses, stated in the published schema.
+    model_config = ConfigDict(json_schema_extra={
+        "allOf": [
+            {"anyOf": [
+                {"required": ["snapshot_id"], "properties": {"snapshot_id": {"type": "string"}}},
+                {"required": ["session_id"], "properties": {"session_id": {"type": "string"}}},
+                {"required": ["filter"], "properties": {"filter": {"type": "object"}}},
+            ]},
+            {"if": {"required": ["kind"], "properties": {"kind": {"enum": ["without", "move"]}}},
+             "then": {"required": ["block"], "properties": {"block": {"type": "string", "minLength": 1}}}},
+        ],
+    })
 
     kind: Literal["plain", "without", "move", "loo", "batch", "custom"] = "plain"
-    snapshot_id: str | None = None
-    session_id: str | None = None
+    snapshot_id: str | None = Field(None, min_length=1)
+    session_id: str | None = Field(None, min_length=1)
     filter: TurnFilter | None = None
     block: str | None = Field(None, description="the block key for without / move / batch")
     to: Literal["front", "end", "middle", "before", "after"] | None = None
@@ -49,8 +67,16 @@ class ReplayIn(Schema):
     params: dict[str, Any] | None = Field(
         None, description="sampling overrides, e.g. max_tokens, temperature"
     )
-    endpoint_id: int | None = None
+    endpoint_id: Id | None = None
     title: str | None = None
+
+    @model_validator(mode="after")
+    def _names_turns_and_block(self) -> ReplayIn:
+        if self.snapshot_id is None and self.session_id is None and self.filter is None:
+            raise ValueError("name the turns to replay: snapshot_id, session_id or filter")
+        if self.kind in ("without", "move") and not self.block:
+            raise ValueError(f"a {self.kind} job needs 'block': the key of the block")
+        return self
 
 
 class EstimateOut(Schema):

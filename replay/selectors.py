@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from ingest import pgtext
 from ingest import selectors as ingest_selectors
 from ingest.models import Project
 from replay import diff
@@ -168,7 +169,9 @@ def run_compare(*, job: ReplayJob, run: ReplayRun) -> dict[str, Any]:
     """RUN beside the original answer and beside the first baseline sample of its turn."""
     variant = run.variant
     snap = ingest_selectors.snapshot_by_uuid(project=job.project, snapshot_id=variant.snapshot_uuid)
-    original = (snap.output if snap else None) or {}
+    # For the page: a NUL or an unpaired surrogate of the saved answer shown visibly (UTF-8
+    # cannot carry the second).
+    original = pgtext.shown((snap.output if snap else None) or {})
     baseline = (
         ReplayRun.objects.filter(
             job=job,

@@ -238,8 +238,13 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
         snap = ingest_selectors.snapshot_by_uuid(project=project, snapshot_id=spec["snapshot_id"])
         if snap is None:
             raise NotFound("no such snapshot in this project")
+        # A session_id given too names the snapshot's session: a mismatch is a wrong reference.
+        if spec.get("session_id") and str(spec["session_id"]) != snap.session_id:
+            raise NotFound("no such snapshot in that session")
         return [(snap.id, snap.snapshot_id, snap.session_id, snap.turn)]
-    flt = spec.get("filter") or {}
+    flt = spec.get("filter")
+    if flt is None:
+        flt = {}
     if not isinstance(flt, dict):
         raise VariantError("filter must be an object")
     if spec.get("session_id"):
@@ -247,7 +252,8 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
         if session is None:
             raise NotFound("no such session in this project")
         sessions = [session]
-    elif flt:
+    elif "filter" in spec:
+        # No condition at all selects every session; the per-job bound below still holds.
         sessions = list(
             ingest_selectors.sessions_filter(
                 project=project,
@@ -266,7 +272,8 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
             if len(out) > MAX_SNAPSHOTS_PER_JOB:
                 raise VariantError(f"at most {MAX_SNAPSHOTS_PER_JOB} turns per job; narrow the filter")
     if not out:
-        raise VariantError("no turn matches")
+        # The selection is valid and names nothing, like an unknown session.
+        raise NotFound("no turn matches")
     return out
 
 

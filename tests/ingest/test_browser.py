@@ -257,3 +257,25 @@ def test_api_docs_render_their_operations_with_no_network(live_server: Any, brow
     assert page.locator(".swagger-ui .info .title").inner_text().startswith("ctxobs API")
     assert refused == []
     assert errors == []
+
+
+def test_binary_tool_output_shows_its_nul_bytes_visibly(
+    live_server: Any, browser_page: tuple[Any, list[str]]
+) -> None:
+    from tests.factories import full_snapshot
+
+    project, _ = project_create(name="demo")
+    user = get_user_model().objects.create_user(username="demo", password="demo-pass-1")
+    Membership.objects.create(project=project, user=user, role="admin")
+    snap = full_snapshot(session_id="binary-read", turn=0)
+    snap["blocks"][2]["messages"][2]["content"] = "PK\x03\x04\x00\x00 zip header"
+    snap["output"]["text"] = "read \udcff of it"
+    ingest(project, [snap])
+    page, errors = browser_page
+    base = live_server.url.replace("127.0.0.1", "localhost")
+    _login(page, base)
+    page.goto(f"{base}/p/{project.pk}/s/binary-read/t/0/")
+    page.locator("tr.block-body details summary").nth(2).click()
+    assert "\x04\u2400\u2400 zip header" in page.locator("#block-body-2").inner_text()
+    assert "read \ufffd of it" in page.locator("pre.output").inner_text()
+    assert errors == [], errors

@@ -172,3 +172,43 @@ def test_a_session_post_without_the_csrf_token_is_refused(
     resp = _post(c, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]})
     assert resp.status_code == 403 and "CSRF" in resp.json()["detail"]
     assert not ReplayJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_snapshot_id_with_its_session_id_names_that_turn_and_another_session_is_404(
+    api: Any, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    body = {"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 1}
+    same = {**body, "session_id": planted["session_id"]}
+    resp = _post(api.client, "/replays/preview", same, **api.headers())
+    assert resp.status_code == 200, resp.content
+    assert [v["snapshot_id"] for v in resp.json()["variants"]] == [planted["snapshot_id"]]
+    resp = _post(api.client, "/replays/preview", {**body, "session_id": "another"}, **api.headers())
+    assert resp.status_code == 404
+    assert "session" in resp.json()["detail"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"kind": "plain"}, id="no-turns"),
+        pytest.param({"kind": "plain", "snapshot_id": ""}, id="empty-snapshot-id"),
+        pytest.param({"kind": "without", "session_id": "s"}, id="without-needs-block"),
+    ],
+)
+def test_a_request_the_schema_refuses_is_a_422_naming_the_problem(
+    api: Any, stub_endpoint: Any, body: dict[str, Any]
+) -> None:
+    resp = _post(api.client, "/replays", body, **api.headers())
+    assert resp.status_code == 422, resp.content
+    assert not ReplayJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_filter_that_matches_no_turn_is_a_404(
+    api: Any, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    resp = _post(api.client, "/replays/preview", {"filter": {"agent": "nobody"}}, **api.headers())
+    assert resp.status_code == 404
+    assert resp.json()["detail"] == "no turn matches"

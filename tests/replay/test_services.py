@@ -209,3 +209,19 @@ def test_the_request_sent_for_a_removed_block_lacks_exactly_that_block(
     assert base["max_tokens"] == 8 and base["model"] == "stub-model"
     snap = ingest_selectors.snapshot_by_uuid(project=private_project, snapshot_id=planted["snapshot_id"])
     assert snap is not None
+
+
+@pytest.mark.django_db
+def test_a_replay_sends_content_holding_nul_and_broken_text_as_it_was_sent(
+    api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    question = "Read this file: PK\x03\x04\x00\x00 and \udcff please"
+    wire = planted_fact_snapshot(session_id="binary")
+    wire["blocks"][2]["messages"][0]["content"] = question
+    wire["params"] = {"stop": ["\x00"]}
+    post(api, wire)
+    job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=wire["snapshot_id"], samples=1)
+    assert services.replay_run_execute(run_id=job.runs.get().pk).state == "done"
+    [call] = stub_server.completion_calls()
+    assert question in call["body"]["prompt"]
+    assert call["body"]["stop"] == ["\x00"]

@@ -302,3 +302,19 @@ def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_bl
     page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
     assert page.count('class="verdict noise">within noise') == 1
     assert page.count('class="verdict changed"') == 1 and page.count('class="verdict same"') == 1
+
+
+def test_the_side_by_side_page_shows_an_original_answer_holding_nul_and_broken_text(
+    api: Any, editor_client: Any, private_project: Any, stub_endpoint: Any
+) -> None:
+    wire = planted_fact_snapshot(session_id="binary")
+    wire["output"]["text"] = "Guang\x00zhou \udcff."
+    post(api, wire)
+    job = services.replay_job_create(
+        project=private_project, endpoint=stub_endpoint,
+        spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
+    )
+    _run_all(job)
+    resp = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/runs/{job.runs.get().pk}/")
+    assert resp.status_code == 200
+    assert "Guang\u2400zhou \ufffd." in resp.content.decode()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -51,121 +52,108 @@ TARGET_MS = 300.0
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
+_WORDS = (
+    "order carrier parcel refund invoice customer warehouse delivery status tracking label "
+    "address payment card reship damaged missing late exchange policy window days return "
+    "courier depot scan signature weekend holiday express standard priority account gold "
+    "silver discount voucher coupon basket checkout confirm cancel escalate ticket agent "
+    "summary because however therefore meanwhile after before during within without "
+    "the a an of to in on for with by from and or but not is was are were be been has have"
+).split()
+
+
+def _text(seed: int, n_words: int) -> str:
+    """N_WORDS of varied prose, the same for the same SEED (a realistic word mix for the diffs)."""
+    rng = random.Random(seed)
+    words = [rng.choice(_WORDS) for _ in range(n_words)]
+    out, line = [], []
+    for i, w in enumerate(words):
+        line.append(w)
+        if i % 14 == 13:
+            out.append(" ".join(line) + ".")
+            line = []
+    if line:
+        out.append(" ".join(line) + ".")
+    # A few sentences a line, as prompts are written.
+    return "\n".join(" ".join(out[i : i + 3]) for i in range(0, len(out), 3))
+
+
+def realistic_turn(sid: str, t: int, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Turn T of an order assistant: 12 blocks, about 6,000 tokens. System, tools, safety, format,
+    constraints and few-shot stay the same; memory changes every 100 turns, the rolling summary
+    and retrieved documents every 20 and 7 turns; history (a rolling window of exchanges), the
+    plan, the tool results and the user input every turn. Token counts are left to ingest."""
+    tools = [
+        {"type": "function", "function": {
+            "name": name, "description": _text(100 + i, 45),
+            "parameters": {"type": "object", "properties": {
+                "order_id": {"type": "string", "description": "the order number"},
+                "reason": {"type": "string", "description": _text(200 + i, 12)}},
+                "required": ["order_id"]}}}
+        for i, name in enumerate(["order_status", "refund", "reship", "track", "cancel", "escalate"])
+    ]
+    return {
+        "snapshot_id": str(uuid.uuid4()),
+        "session_id": sid,
+        "turn": t,
+        "agent": "order-bot",
+        "ts": (T0 + timedelta(seconds=20 * t)).isoformat(),
+        "model": {"name": "gpt-4o", "context_window": 32000},
+        "blocks": [
+            {"key": "system", "kind": "system", "pinned": True,
+             "messages": [{"role": "system", "content": _text(1, 800)}]},
+            {"key": "tools", "kind": "tools", "messages": [{"role": "system", "content": json.dumps(tools)}]},
+            {"key": "safety", "kind": "system", "pinned": True,
+             "messages": [{"role": "system", "content": _text(2, 150)}]},
+            {"key": "format", "kind": "system", "messages": [{"role": "system", "content": _text(3, 90)}]},
+            {"key": "constraints", "kind": "constraints", "pinned": True,
+             "messages": [{"role": "system", "content": _text(4, 80)}]},
+            {"key": "few_shot", "kind": "other", "messages": [
+                {"role": "user", "content": _text(5, 40)}, {"role": "assistant", "content": _text(6, 70)}]},
+            {"key": "memory", "kind": "memory",
+             "messages": [{"role": "system", "content": _text(1000 + t // 100, 300)}]},
+            {"key": "summary", "kind": "summary", "compressed": True,
+             "messages": [{"role": "system", "content": _text(2000 + t // 20, 450)}]},
+            {"key": "history", "kind": "history", "messages": list(history)},
+            {"key": "retrieval", "kind": "retrieval", "messages": [
+                {"role": "system", "content": _text(3000 + t // 7 * 3 + i, 330)} for i in range(3)]},
+            {"key": "tool_results", "kind": "tool_results", "messages": [
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{t}", "type": "function",
+                     "function": {"name": "order_status", "arguments": json.dumps({"order_id": f"A{t}"})}}]},
+                {"role": "tool", "tool_call_id": f"c{t}", "content": json.dumps(
+                    {"order": f"A{t}", "status": "pending", "notes": _text(4000 + t, 160)})},
+            ]},
+            {"key": "user", "kind": "user", "messages": [{"role": "user", "content": _text(5000 + t, 30)}]},
+        ],
+        "compression": [
+            {"strategy": "rolling_summary", "block": "history", "tokens_before": 2400,
+             "tokens_after": 600, "watermark": 0.72}
+        ] if t % 20 == 0 and t > 0 else [],
+        "validation": [{"layer": "structure", "check": "json_schema", "passed": t % 13 != 0, "attempt": 1}],
+        "recall": [{"memory_id": "m1", "channel": "vector", "score": 0.8, "rank": 1, "injected": True}],
+        "output": {
+            "text": _text(6000 + t, 60),
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 6000, "completion_tokens": 90},
+            "latency_ms": 700,
+        },
+    }
+
+
 def seed_long_session(project: Any) -> str:
+    """The LONG_TURNS-turn session of realistic turns, through the real ingest path."""
     from ingest.services import snapshot_batch_ingest
 
     sid = "bench-long-session"
     history: list[dict[str, Any]] = []
     snaps = []
     for t in range(LONG_TURNS):
-        history.append({"role": "user", "content": f"step {t}: check the order status and summarise it"})
-        history.append({"role": "assistant", "content": f"order {t} is pending; waiting for the carrier"})
-        if len(history) > 40:  # a rolling summary every 20 turns
-            history = history[-10:]
-        compressed = t % 20 == 0 and t > 0
-        blocks = [
-            {
-                "key": "system",
-                "kind": "system",
-                "pinned": True,
-                "tokens": 450,
-                "messages": [{"role": "system", "content": "You are an order assistant. Answer in JSON."}],
-            },
-            {
-                "key": "tools",
-                "kind": "tools",
-                "tokens": 1200,
-                "messages": [{"role": "system", "content": '{"tools":["order_status","refund"]}'}],
-            },
-            {
-                "key": "constraints",
-                "kind": "constraints",
-                "pinned": True,
-                "tokens": 80,
-                "messages": [{"role": "system", "content": "No refunds above 500 EUR."}],
-            },
-            {
-                "key": "memory",
-                "kind": "memory",
-                "tokens": 300,
-                "messages": [
-                    {"role": "system", "content": f"Memory: customer tier gold; version {t // 100}"}
-                ],
-            },
-            {
-                "key": "summary",
-                "kind": "summary",
-                "compressed": True,
-                "tokens": 600,
-                "messages": [{"role": "system", "content": f"Summary up to turn {t - t % 20}."}],
-            },
-            {
-                "key": "history",
-                "kind": "history",
-                "tokens": 300 * (len(history) // 2),
-                "messages": list(history),
-            },
-            {
-                "key": "retrieval_1",
-                "kind": "retrieval",
-                "tokens": 700,
-                "messages": [{"role": "system", "content": f"Doc A rev {t % 7}"}],
-            },
-            {
-                "key": "retrieval_2",
-                "kind": "retrieval",
-                "tokens": 700,
-                "messages": [{"role": "system", "content": f"Doc B rev {t % 5}"}],
-            },
-            {
-                "key": "tool_results",
-                "kind": "tool_results",
-                "tokens": 400 + (t % 9) * 50,
-                "messages": [
-                    {"role": "tool", "tool_call_id": f"c{t}", "content": f'{{"order":{t},"ok":true}}'}
-                ],
-            },
-            {
-                "key": "user",
-                "kind": "user",
-                "tokens": 40,
-                "messages": [{"role": "user", "content": f"What about order {t}?"}],
-            },
-        ]
-        snaps.append(
-            {
-                "snapshot_id": str(uuid.uuid4()),
-                "session_id": sid,
-                "turn": t,
-                "agent": "order-bot",
-                "ts": (T0 + timedelta(seconds=20 * t)).isoformat(),
-                "model": {"name": "gpt-4o", "context_window": 32000},
-                "blocks": blocks,
-                "compression": [
-                    {
-                        "strategy": "rolling_summary",
-                        "block": "history",
-                        "tokens_before": 12000,
-                        "tokens_after": 3600,
-                        "watermark": 0.72,
-                    }
-                ]
-                if compressed
-                else [],
-                "validation": [
-                    {"layer": "structure", "check": "json_schema", "passed": t % 13 != 0, "attempt": 1}
-                ],
-                "recall": [
-                    {"memory_id": "m1", "channel": "vector", "score": 0.8, "rank": 1, "injected": True}
-                ],
-                "output": {
-                    "text": f"Order {t} is pending.",
-                    "finish_reason": "stop",
-                    "usage": {"prompt_tokens": 9000, "completion_tokens": 20},
-                    "latency_ms": 700,
-                },
-            }
-        )
+        if t % 20 == 0:  # the rolling summary takes over the older exchanges
+            history = history[-4:]
+        history.append({"role": "user", "content": _text(7000 + t, 30)})
+        history.append({"role": "assistant", "content": _text(8000 + t, 45)})
+        snaps.append(realistic_turn(sid, t, history))
     for i in range(0, len(snaps), 500):
         res = snapshot_batch_ingest(project=project, batch=snaps[i : i + 500])
         assert res.rejected == 0, res.results[:3]

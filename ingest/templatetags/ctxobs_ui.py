@@ -11,7 +11,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from ingest import charts
-from ingest.views import PLOTLY_VERSION
+from ingest.views import PLOTLY_BUNDLE, PLOTLY_VERSION
 
 register = template.Library()
 
@@ -97,5 +97,6 @@ def query(context: dict[str, Any], **kwargs: Any) -> str:
 
 @register.simple_tag
 def plotly_src() -> str:
-    """URL of the plotly.js bundled with the installed plotly package."""
-    return reverse("ingest:plotly_js", kwargs={"version": PLOTLY_VERSION})
+    """URL of the dashboard's plotly.js (ingest.views.PLOTLY_JS); the bundle is named in the query, so
+    a browser that cached the other one for this version fetches it anew."""
+    return reverse("ingest:plotly_js", kwargs={"version": PLOTLY_VERSION}) + f"?bundle={PLOTLY_BUNDLE}"

@@ -100,3 +100,13 @@ def test_matching_is_the_standard_librarys(a: str, b: str) -> None:
         assert ours == difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes()
     segs = textdiff.word_diff(a, b, context=0)
     assert _apply(segs, "a") == a and _apply(segs, "b") == b
+
+
+def test_segments_render_as_escaped_html() -> None:
+    from ingest.templatetags.ctxobs_ui import diff_html
+
+    segs = [("equal", "a <b> & "), ("delete", "<script>x</script>"), ("insert", '"y"'), ("skip", "⋯ 3 ⋯")]
+    assert diff_html(segs) == (
+        "a &lt;b&gt; &amp; <del>&lt;script&gt;x&lt;/script&gt;</del><ins>&quot;y&quot;</ins>"
+        '<span class="skip">⋯ 3 ⋯</span>'
+    )

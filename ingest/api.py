@@ -13,6 +13,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from isal import isal_zlib
 from ninja import Query, Router, Schema
+from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
@@ -20,7 +21,7 @@ from ingest import selectors, services
 from ingest.auth import IngestKeyAuth, ProjectReadAuth
 from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
-from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut, TimelineTurn
+from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut
 
 router = Router(tags=["snapshots"])
 
@@ -204,31 +205,24 @@ def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[
 @router.get("/sessions/{session_id}/timeline", auth=ProjectReadAuth(),
             response={200: TimelineOut, 401: Detail, 404: Detail}, tags=["read"],
             summary="Per turn: tokens per block kind, watermark, tier, event counts")
-def session_timeline(request: HttpRequest, session_id: str) -> dict[str, Any]:
+def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     caller = request.auth  # type: ignore[attr-defined]
     project = caller.project
     session = selectors.session_get(project=project, session_id=session_id)
     if session is None:
         raise NotFound("no such session")
-    rows = selectors.session_timeline(project=project, session=session)
-    turns: list[dict[str, Any]] = [
-        TimelineTurn(
-            turn=r["turn"], snapshot_id=str(r["snapshot_id"]), ts=r["ts"], total_tokens=r["total_tokens"],
-            watermark=r["watermark"], tier=r["tier"], kind_tokens=r["kind_tokens"],
-            compression_events=r["n_compression"], recall_items=r["n_recall"],
-            recall_injected=r["n_recall_injected"], failed_validations=r["n_validation_failed"],
-            count_drift=r["count_drift"], prev_turn=r["prev_turn"],
-        ).model_dump()
-        for r in rows
-    ]
-    last = rows[-1] if rows else None
-    return {
+    turns, window = selectors.session_timeline_turns(project=project, session=session)
+    doc = {
         "session": _session_out(session),
-        "context_window": last["context_window"] if last else None,
-        "usable_tokens": (last["context_window"] - last["reserve_tokens"]) if last else None,
+        "context_window": window[0] if window else None,
+        "usable_tokens": (window[0] - window[1]) if window else None,
         "thresholds": dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
         "turns": turns,
     }
+    # The rows are already of TimelineOut's types: returned as a response, they skip ninja's
+    # per-turn validation, which took three quarters of the time for 2,000 turns. The encoder is
+    # ninja's, so the document is byte for byte what the schema would have produced.
+    return HttpResponse(json.dumps(doc, cls=NinjaJSONEncoder), content_type="application/json; charset=utf-8")
 
 
 @router.get("/snapshots/{snapshot_id}", auth=ProjectReadAuth(),

@@ -6,14 +6,20 @@ escapes every segment.
 
 Lines are matched first and words only inside changed line runs, so a 500 kB block costs a
 line diff, not a quadratic word diff.
+
+The matching is difflib's algorithm as cydifflib implements it in C++: the same opcodes as the
+standard library's SequenceMatcher (tested), about ten times faster on prose, where the
+whitespace and short common words make difflib's longest-match search the turn page's largest
+cost (a rewritten 450-word summary took ~100 ms).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from typing import Any
+
+from cydifflib import SequenceMatcher
 
 Segment = tuple[str, str]
 
@@ -63,7 +69,7 @@ def _word_diff(a: str, b: str, out: list[Segment]) -> None:
         _push(out, "delete", a)
         _push(out, "insert", b)
         return
-    sm = difflib.SequenceMatcher(None, wa, wb, autojunk=False)
+    sm = SequenceMatcher(None, wa, wb, autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":
             _push(out, "equal", "".join(wa[i1:i2]))
@@ -75,7 +81,7 @@ def _word_diff(a: str, b: str, out: list[Segment]) -> None:
 def word_diff(a: str, b: str, *, context: int = CONTEXT_CHARS) -> list[Segment]:
     """Segments turning A into B; unchanged runs longer than 2*CONTEXT+ are shortened."""
     la, lb = a.splitlines(keepends=True), b.splitlines(keepends=True)
-    sm = difflib.SequenceMatcher(None, la, lb, autojunk=False)
+    sm = SequenceMatcher(None, la, lb, autojunk=False)
     out: list[Segment] = []
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":

@@ -9,13 +9,27 @@
     return window.Plotly.newPlot(el, fig.data || [], layout, CONFIG);
   }
 
-  function timeline(el) {
-    var prefix = el.getAttribute("data-turn-url");
-    fetch(el.getAttribute("data-chart-src"), { credentials: "same-origin", headers: { Accept: "application/json" } })
+  function chartData(el) {
+    return fetch(el.getAttribute("data-chart-src"), { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (r) {
         if (!r.ok) { throw new Error("chart data: HTTP " + r.status); }
         return r.json();
-      })
+      });
+  }
+
+  // Chart data is requested as soon as this script runs. The timeline lists this script before
+  // plotly.js (both deferred), so the request overlaps plotly.js's download and start-up, the
+  // longest part of a first view, instead of waiting for them.
+  var requested = [];
+  document.querySelectorAll("[data-chart-src]").forEach(function (el) {
+    var data = chartData(el);
+    data.catch(function () {});  // handled when drawn; not an unhandled rejection meanwhile
+    requested.push({ el: el, data: data });
+  });
+
+  function timeline(el, data) {
+    var prefix = el.getAttribute("data-turn-url");
+    data
       .then(function (fig) {
         el.textContent = "";
         return plot(el, fig).then(function () {
@@ -41,13 +55,15 @@
 
   function init() {
     if (!window.Plotly) { return; }
-    document.querySelectorAll("[data-chart-src]").forEach(timeline);
+    requested.forEach(function (r) { timeline(r.el, r.data); });
     document.querySelectorAll("[data-figure]").forEach(embedded);
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", init);
-  } else {
+  // Run as a deferred script before plotly.js, the document is parsed but plotly.js has not run
+  // yet: DOMContentLoaded comes after every deferred script.
+  if (document.readyState === "complete" || (document.readyState === "interactive" && window.Plotly)) {
     init();
+  } else {
+    document.addEventListener("DOMContentLoaded", init);
   }
 })();

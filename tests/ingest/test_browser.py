@@ -279,3 +279,31 @@ def test_binary_tool_output_shows_its_nul_bytes_visibly(
     assert "\x04\u2400\u2400 zip header" in page.locator("#block-body-2").inner_text()
     assert "read \ufffd of it" in page.locator("pre.output").inner_text()
     assert errors == [], errors
+
+
+def test_timeline_requests_its_chart_data_while_plotly_js_loads(
+    live_server: Any, seeded: Project, browser_page: tuple[Any, list[str]]
+) -> None:
+    from ingest import views
+
+    page, errors = browser_page
+    base = live_server.url.replace("127.0.0.1", "localhost")
+    _login(page, base)
+    page.goto(f"{base}/p/{seeded.pk}/s/support-7431/")
+    page.wait_for_selector("#timeline-chart[data-rendered='1']")
+    seen = page.evaluate(
+        """() => {
+            const nav = performance.getEntriesByType('navigation')[0];
+            const chart = performance.getEntriesByType('resource').find(e => e.name.includes('/chart.json'));
+            const js = performance.getEntriesByType('resource').find(e => e.name.includes('/assets/plotly-'));
+            return {chart: chart.startTime, dcl: nav.domContentLoadedEventStart, js: js.name,
+                    version: window.Plotly.version};
+        }"""
+    )
+    # Requested before DOMContentLoaded, i.e. before plotly.js (a deferred script) has run, not
+    # after it as when the request waited for plotly.js.
+    assert seen["chart"] < seen["dcl"], seen
+    # The basic bundle of the plotly.js version the installed plotly package ships.
+    assert seen["js"].endswith("?bundle=basic"), seen
+    assert seen["version"] == views.plotly_js_version(views.PLOTLY_PACKAGE_JS), seen
+    assert errors == [], errors

@@ -130,3 +130,82 @@ def test_per_key_rate_limit_answers_429_with_retry_after(api, settings):
     assert limited, codes
     assert int(limited[0]["Retry-After"]) >= 1
     assert "rate limit" in limited[0].json()["detail"]
+
+
+# --- the timeline document: the schema's bytes, a fixed number of queries ------------------------
+def _timeline_as_the_schema_renders_it(project, session_id: str) -> bytes:
+    """The timeline document built the way ninja renders TimelineOut: every turn validated by
+    the schema from the ORM row, dumped, and encoded by ninja's JSON encoder."""
+    from ninja.responses import NinjaJSONEncoder
+
+    from ingest.models import AgentSession
+    from ingest.schemas import SessionOut, TimelineOut, TimelineTurn
+
+    s = AgentSession.objects.get(project=project, session_id=session_id)
+    rows = list(
+        Snapshot.objects.filter(project=project, session_ref=s.id).order_by("turn", "ts", "snapshot_id")
+    )
+    last = rows[-1]
+    doc = TimelineOut(
+        session=SessionOut(**{f: getattr(s, f) for f in SessionOut.model_fields}),
+        context_window=last.context_window,
+        usable_tokens=last.context_window - last.reserve_tokens,
+        thresholds=dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
+        turns=[
+            TimelineTurn(
+                turn=r.turn, snapshot_id=str(r.snapshot_id), ts=r.ts, total_tokens=r.total_tokens,
+                watermark=r.watermark, tier=r.tier, kind_tokens=r.kind_tokens,
+                compression_events=r.n_compression,
+                recall_items=r.n_recall, recall_injected=r.n_recall_injected,
+                failed_validations=r.n_validation_failed, count_drift=r.count_drift, prev_turn=r.prev_turn,
+            )
+            for r in rows
+        ],
+    )
+    return json.dumps(doc.model_dump(), cls=NinjaJSONEncoder).encode()
+
+
+def test_timeline_document_is_byte_for_byte_what_the_schema_renders(api):
+    # Timestamps with and without fractions (the JSON form keeps milliseconds, truncated), given in
+    # another offset, out of order; a late turn, drift, compression, a turn arriving twice.
+    stamps = ["2026-12-01T08:00:00Z", "2026-12-01T08:00:01.999999Z", "2026-12-01T10:00:02.0015+02:00",
+              "2026-12-01T08:00:03.123Z", "2026-12-31T23:59:59.000001Z",
+              "2026-12-01T08:00:05.5-03:30"]
+    snaps = [
+        snapshot(session_id="fmt", turn=t, ts=datetime.fromisoformat(ts), context_window=1000 + t,
+                 blocks=[block("sys", "system", "s", tokens=10 * t + 1),
+                         block("h", "history", f"h{t}", tokens=7),
+                         *([block("r", "retrieval", "doc", tokens=3)] if t % 2 else [])],
+                 compression=[{"strategy": "merge"}] * (t % 3),
+                 validation=[{"layer": "semantic", "passed": t % 2 == 0}],
+                 **({"output": {"text": "ok", "usage": {"prompt_tokens": 13 + t}}} if t in (1, 4) else {}))
+        for t, ts in enumerate(stamps)
+    ]
+    api.post_snapshots([snaps[0], snaps[3], snaps[1], snaps[5], snaps[2]])
+    api.post_snapshots([snaps[4], snaps[3]])  # one late, one again
+    r = api.get("/sessions/fmt/timeline")
+    assert r.status_code == 200
+    assert r["Content-Type"] == "application/json; charset=utf-8"
+    project = Snapshot.objects.filter(session_id="fmt").first().project
+    assert r.content == _timeline_as_the_schema_renders_it(project, "fmt")
+    turns = r.json()["turns"]
+    assert [t["ts"] for t in turns] == [
+        "2026-12-01T08:00:00Z", "2026-12-01T08:00:01.999Z", "2026-12-01T08:00:02.001Z",
+        "2026-12-01T08:00:03.123Z",
+        "2026-12-31T23:59:59.000Z", "2026-12-01T11:30:05.500Z",
+    ]
+    assert turns[1]["count_drift"] is not None and turns[0]["count_drift"] is None
+
+
+def test_timeline_query_count_is_the_same_for_a_short_and_a_long_session(
+    api, django_assert_max_num_queries
+):
+    api.post_snapshots([snapshot(session_id="short", turn=t) for t in range(3)])
+    api.post_snapshots([snapshot(session_id="long", turn=t) for t in range(150)])
+    counts = {}
+    for sid, turns in (("short", 3), ("long", 150)):
+        with django_assert_max_num_queries(3) as ctx:
+            r = api.get(f"/sessions/{sid}/timeline")
+        assert r.status_code == 200 and len(r.json()["turns"]) == turns
+        counts[sid] = len(ctx.captured_queries)
+    assert counts["short"] == counts["long"]

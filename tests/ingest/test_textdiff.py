@@ -68,3 +68,45 @@ def test_messages_text_includes_roles_and_tool_calls() -> None:
         ]
     )
     assert "[assistant]" in text and '"name": "f"' in text and "tool_call_id=c1" in text
+
+
+def _prose(seed: int, n: int) -> str:
+    import random
+
+    rng = random.Random(seed)
+    vocab = "the a of to order parcel refund late carrier status window seat summary, because; (note) 42"
+    vocab = vocab.split()
+    return "\n".join(" ".join(rng.choice(vocab) for _ in range(12)) + "." for _ in range(n // 12))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (_prose(1, 450), _prose(2, 450)),  # a summary rewritten: few equal runs, many common words
+        (_prose(3, 300), _prose(3, 300).replace("refund", "reship")),  # the same text, words swapped
+        (_prose(4, 200), _prose(4, 200) + "\n" + _prose(5, 60)),  # a history that grew
+        ("", _prose(6, 100)),
+    ],
+    ids=["rewritten", "edited", "appended", "from-empty"],
+)
+def test_matching_is_the_standard_librarys(a: str, b: str) -> None:
+    """The diff runs difflib's algorithm through cydifflib: the same opcodes as the standard
+    library's SequenceMatcher on our line and word tokens, so the segments shown are too."""
+    import difflib
+
+    lines = (a.splitlines(keepends=True), b.splitlines(keepends=True))
+    for x, y in (lines, (textdiff._words(a), textdiff._words(b))):
+        ours = textdiff.SequenceMatcher(None, x, y, autojunk=False).get_opcodes()
+        assert ours == difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes()
+    segs = textdiff.word_diff(a, b, context=0)
+    assert _apply(segs, "a") == a and _apply(segs, "b") == b
+
+
+def test_segments_render_as_escaped_html() -> None:
+    from ingest.templatetags.ctxobs_ui import diff_html
+
+    segs = [("equal", "a <b> & "), ("delete", "<script>x</script>"), ("insert", '"y"'), ("skip", "⋯ 3 ⋯")]
+    assert diff_html(segs) == (
+        "a &lt;b&gt; &amp; <del>&lt;script&gt;x&lt;/script&gt;</del><ins>&quot;y&quot;</ins>"
+        '<span class="skip">⋯ 3 ⋯</span>'
+    )

@@ -367,6 +367,27 @@ def test_plotly_js_is_served_from_the_package(client: Client) -> None:
     assert again.status_code == 304
 
 
+def test_plotly_js_is_the_basic_bundle_of_the_packages_plotly_js(
+    admin_client: Client, project: Project, demo: AgentSession
+) -> None:
+    from ingest import views
+
+    # The vendored bundle must follow the plotly package: after an upgrade of plotly, update
+    # static/vendor/plotly-basic.min.js to the same plotly.js version (npm plotly.js-basic-dist-min).
+    assert views.plotly_js_version(views.PLOTLY_BASIC_JS) == views.plotly_js_version(views.PLOTLY_PACKAGE_JS)
+    assert views.PLOTLY_BUNDLE == "basic"
+    page = admin_client.get(reverse("ingest:timeline", args=[project.pk, demo.session_id])).content.decode()
+    src = reverse("ingest:plotly_js", args=[views.PLOTLY_VERSION]) + "?bundle=basic"
+    assert f'<script src="{src}" defer></script>' in page
+    body = b"".join(admin_client.get(src).streaming_content)
+    assert body[:300].startswith(b"/**\n* plotly.js (basic") and len(body) < 2_000_000
+    # It registers bar, scatter and pie: every trace type the dashboard's figures use.
+    overview = admin_client.get(reverse("ingest:overview", args=[project.pk])).context["figures"]
+    chart = admin_client.get(reverse("ingest:chart_data", args=[project.pk, demo.session_id])).json()
+    used = {t["type"] for fig in [*overview.values(), chart] for t in fig["data"]}
+    assert used <= {"bar", "scatter", "pie"}, used
+
+
 # --- hostile content stays text ---------------------------------------------------------------
 def test_hostile_content_is_escaped_everywhere(admin_client: Client, project: Project) -> None:
     snaps = hostile_session()
@@ -579,3 +600,24 @@ def test_query_counts_equal_for_few_and_many_rows(admin_client: Client, project:
         **{k: _queries(admin_client, v) for k, v in urls(project, "long", turn=59).items()},
     }
     assert few == many
+
+
+def test_turn_page_query_count_is_the_same_for_a_short_and_a_long_session(
+    admin_client: Client, project: Project, django_assert_max_num_queries: Any
+) -> None:
+    ingest(project, demo_session(session_id="short", turns=5, compress_at=2))
+    ingest(project, demo_session(session_id="long", turns=150, compress_at=120))
+    counts = {}
+    for sid, turn in (("short", 4), ("long", 140)):
+        for query in ("", "?compare=1"):
+            with django_assert_max_num_queries(16) as ctx:
+                r = admin_client.get(reverse("ingest:turn", args=[project.pk, sid, turn]) + query)
+            assert r.status_code == 200
+            # The change (against the previous turn, or the one asked for) and the block list with
+            # its share bars are part of what was counted.
+            assert r.context["change"]["other_turn"] == (turn - 1 if not query else 1)
+            assert len(r.context["shown_blocks"]) == 8
+            assert r.content.decode().count('<div class="share">') == 8
+            counts[sid, query] = len(ctx.captured_queries)
+    assert counts["short", ""] == counts["long", ""]
+    assert counts["short", "?compare=1"] == counts["long", "?compare=1"]

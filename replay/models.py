@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from ingest.models import Project
+from ingest.models import EscapedJSONField, EscapedTextField, Project
 
 
 class ModelEndpoint(models.Model):
@@ -154,8 +154,10 @@ class ReplayRun(models.Model):
     model_calls = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True, default="")
-    output_text = models.TextField(blank=True, default="")
-    tool_calls = models.JSONField(default=list, blank=True)
+    # A model's answer may hold U+0000 or broken UTF-16 that PostgreSQL refuses: stored escaped,
+    # read back as the model sent it (ingest.pgtext).
+    output_text = EscapedTextField(blank=True, default="")
+    tool_calls = EscapedJSONField(default=list, blank=True)
     finish_reason = models.CharField(max_length=50, blank=True, default="")
     prompt_tokens = models.IntegerField(null=True, blank=True)
     completion_tokens = models.IntegerField(null=True, blank=True)

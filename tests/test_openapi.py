@@ -16,8 +16,10 @@ import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from pydantic import TypeAdapter, ValidationError
 from schemathesis.config import SchemathesisConfig
 
+from config.params import Instant
 from config.wsgi import application
 from ctxobs.wire import parse_ts
 from ingest.models import Project
@@ -52,7 +54,8 @@ def _states_what_json_schema_cannot(snap: Any) -> bool:
     model = snap.get("model")
     if isinstance(model, dict):
         window, reserve = model.get("context_window"), model.get("reserve_tokens")
-        if isinstance(window, int) and isinstance(reserve, int) and reserve >= window:
+        # Whole floats (8000.0) are integers to the schema and to validation alike.
+        if isinstance(window, int | float) and isinstance(reserve, int | float) and reserve >= window:
             return False
     ts = snap.get("ts")
     return not isinstance(ts, str) or parse_ts(ts) is not None or not _looks_like_date_time(ts)
@@ -62,6 +65,16 @@ def _looks_like_date_time(ts: str) -> bool:
     try:
         datetime.fromisoformat(ts.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
+        return False
+    return True
+
+
+def _instant_or_not_a_date_time(value: Any) -> bool:
+    if not isinstance(value, str) or not _looks_like_date_time(value):
+        return True
+    try:
+        TypeAdapter(Instant).validate_python(value)
+    except ValidationError:
         return False
     return True
 
@@ -82,9 +95,12 @@ def wsgi_in_test_transaction(db: Any) -> Iterator[None]:
 
 @pytest.fixture
 def keyed_project(wsgi_in_test_transaction: None) -> tuple[Project, str]:
+    from ingest.services import ingest_key_create
     from replay.services import endpoint_create
 
-    project, key = project_create(name="schema")
+    project, _ = project_create(name="schema")
+    # Both scopes, so that the replay operations are exercised past their scope check.
+    key = ingest_key_create(project=project, name="schemathesis", scopes=("ingest", "replay"))[1]
     project.allow_private_endpoints = True
     project.save(update_fields=["allow_private_endpoints"])
     from tests.ctxobs.conftest import free_port
@@ -102,9 +118,14 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", application, con
 def filter_case(context: Any, case: Any) -> bool:
     """Schema-valid cases only where the schema can say so: drop positive batches that break a
     rule JSON Schema cannot express (negative cases are kept whatever they hold)."""
-    if case.operation.path != "/api/v1/snapshots" or case.meta is None:
+    if case.meta is None or case.meta.generation.mode.name.lower() != "positive":
         return True
-    if case.meta.generation.mode.name.lower() != "positive" or not isinstance(case.body, dict):
+    if case.operation.path != "/api/v1/snapshots":
+        # A date-time query parameter: RFC 3339 allows any offset below 24 h and years from 1,
+        # but an instant is one only within ±14:00 and once in UTC still within years 1-9999.
+        query = case.query or {}
+        return all(_instant_or_not_a_date_time(query[k]) for k in ("since", "until") if k in query)
+    if not isinstance(case.body, dict):
         return True
     items = case.body.get("snapshots")
     return not isinstance(items, list) or all(_states_what_json_schema_cannot(s) for s in items)

@@ -198,9 +198,9 @@ def test_snapshot_id_with_its_session_id_names_that_turn_and_another_session_is_
     ],
 )
 def test_a_request_the_schema_refuses_is_a_422_naming_the_problem(
-    api: Any, stub_endpoint: Any, body: dict[str, Any]
+    api: Any, replay_key: str, stub_endpoint: Any, body: dict[str, Any]
 ) -> None:
-    resp = _post(api.client, "/replays", body, **api.headers())
+    resp = _post(api.client, "/replays", body, **api.headers(replay_key))
     assert resp.status_code == 422, resp.content
     assert not ReplayJob.objects.exists()
 

@@ -225,3 +225,18 @@ def test_a_replay_sends_content_holding_nul_and_broken_text_as_it_was_sent(
     [call] = stub_server.completion_calls()
     assert question in call["body"]["prompt"]
     assert call["body"]["stop"] == ["\x00"]
+
+
+@pytest.mark.django_db
+def test_an_answer_holding_nul_and_broken_text_is_stored_and_read_back_as_the_model_sent_it(
+    api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    wire = planted_fact_snapshot(session_id="binary-answer")
+    post(api, wire)
+    stub_server.text = "bytes: \x00\x01 then \udcff end"
+    job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=wire["snapshot_id"], samples=1)
+    run = job.runs.get()
+    assert services.replay_run_execute(run_id=run.pk).state == "done"
+    run.refresh_from_db()
+    assert run.state == "done"
+    assert run.output_text == "bytes: \x00\x01 then \udcff end"

@@ -158,24 +158,51 @@ def agent_request(stable: list, changing: list) -> dict[str, Any]:
             "temperature": 0}
 
 
+Sample = tuple[float, float, float]  # wall ms, this thread's CPU ms, the process's CPU ms
+
+
+def _clock() -> Sample:
+    return time.perf_counter() * 1000, time.thread_time() * 1000, time.process_time() * 1000
+
+
+def _since(t0: Sample) -> Sample:
+    t1 = _clock()
+    return t1[0] - t0[0], t1[1] - t0[1], t1[2] - t0[2]
+
+
+def _summary(pairs: list[tuple[Sample, Sample]]) -> dict[str, float]:
+    """Medians of the plain and instrumented call and of the per-pair differences.
+
+    Wall time is what the agent waits; its thread's CPU time is the instrumentation's own work
+    on that thread, untouched by other processes' load; the process's CPU, averaged, adds the
+    sender thread's work (batched, so only its mean per call means something).
+    """
+    med = statistics.median
+    wall = [i[0] - p[0] for p, i in pairs]
+    cpu = [i[1] - p[1] for p, i in pairs]
+    return {
+        "plain_p50_ms": round(med(p[0] for p, _ in pairs), 4),
+        "instrumented_p50_ms": round(med(i[0] for _, i in pairs), 4),
+        "added_p50_ms": round(med(wall), 4),
+        "added_p90_ms": round(pct(wall, 0.9), 4),
+        "ratio_p50": round(med(i[0] for _, i in pairs) / med(p[0] for p, _ in pairs), 3),
+        "added_thread_cpu_p50_ms": round(med(cpu), 4),
+        "added_process_cpu_mean_ms": round(statistics.fmean(i[2] - p[2] for p, i in pairs), 4),
+    }
+
+
 def _paired(plain: Any, inst: Any, requests: list[dict[str, Any]], warmup: int) -> dict[str, float]:
-    """Median wall ms of the plain and instrumented call, and the median per-pair difference."""
-    p_ms, i_ms, diff = [], [], []
+    pairs = []
     for n, req in enumerate(requests):
         # Alternate which client goes first: whatever the first call of a pair pays (a cold
         # cache after the previous pair, a GC pass) falls on both sides equally.
-        first_plain = n % 2 == 0
-        a = plain(req) if first_plain else inst(req)
-        b = inst(req) if first_plain else plain(req)
-        pm, im = (a, b) if first_plain else (b, a)
+        if n % 2 == 0:
+            pm, im = plain(req), inst(req)
+        else:
+            im, pm = inst(req), plain(req)
         if n >= warmup:
-            p_ms.append(pm)
-            i_ms.append(im)
-            diff.append(im - pm)
-    med = statistics.median
-    return {"plain_p50_ms": round(med(p_ms), 4), "instrumented_p50_ms": round(med(i_ms), 4),
-            "added_p50_ms": round(med(diff), 4), "added_p90_ms": round(pct(diff, 0.9), 4),
-            "ratio_p50": round(med(i_ms) / med(p_ms), 3)}
+            pairs.append((pm, im))
+    return _summary(pairs)
 
 
 def instrumented_overhead(stable: list, changing: list, calls: int = INSTRUMENTED_CALLS) -> dict[str, Any]:
@@ -199,8 +226,8 @@ def instrumented_overhead(stable: list, changing: list, calls: int = INSTRUMENTE
                                               obs)
 
             def timed(client: Any, stream: bool = False) -> Any:
-                def call(req: dict[str, Any]) -> float:
-                    t0 = time.perf_counter()
+                def call(req: dict[str, Any]) -> Sample:
+                    t0 = _clock()
                     if stream:
                         for _ in client.chat.completions.create(
                             **req, stream=True, stream_options={"include_usage": True}
@@ -208,7 +235,7 @@ def instrumented_overhead(stable: list, changing: list, calls: int = INSTRUMENTE
                             pass
                     else:
                         client.chat.completions.create(**req)
-                    return (time.perf_counter() - t0) * 1000
+                    return _since(t0)
                 return call
 
             with ctxobs.session("bench-sync"):
@@ -223,12 +250,12 @@ def instrumented_overhead(stable: list, changing: list, calls: int = INSTRUMENTE
                 ainst = ctxobs.instrument_openai(
                     openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0), obs
                 )
-                p_ms, i_ms, diff = [], [], []
+                pairs = []
 
-                async def one(client: Any, req: dict[str, Any]) -> float:
-                    t0 = time.perf_counter()
+                async def one(client: Any, req: dict[str, Any]) -> Sample:
+                    t0 = _clock()
                     await client.chat.completions.create(**req)
-                    return (time.perf_counter() - t0) * 1000
+                    return _since(t0)
 
                 with ctxobs.session("bench-async"):
                     for k, req in enumerate(requests):
@@ -239,15 +266,10 @@ def instrumented_overhead(stable: list, changing: list, calls: int = INSTRUMENTE
                             im = await one(ainst, req)
                             pm = await one(aplain, req)
                         if k >= INSTRUMENTED_WARMUP:
-                            p_ms.append(pm)
-                            i_ms.append(im)
-                            diff.append(im - pm)
+                            pairs.append((pm, im))
                 await aplain.close()
                 await ainst.close()
-                med = statistics.median
-                return {"plain_p50_ms": round(med(p_ms), 4), "instrumented_p50_ms": round(med(i_ms), 4),
-                        "added_p50_ms": round(med(diff), 4), "added_p90_ms": round(pct(diff, 0.9), 4),
-                        "ratio_p50": round(med(i_ms) / med(p_ms), 3)}
+                return _summary(pairs)
 
             out[f"async_{state}"] = asyncio.run(run_async(obs))
             stats = obs.stats()
@@ -270,7 +292,9 @@ def print_instrumented(res: dict[str, Any]) -> None:
         if isinstance(v, dict):
             print(f"instrument_openai {case:18s} plain {v['plain_p50_ms']:.3f} ms, instrumented "
                   f"{v['instrumented_p50_ms']:.3f} ms, added p50 {v['added_p50_ms']:.3f} ms "
-                  f"(p90 {v['added_p90_ms']:.3f}), ratio {v['ratio_p50']}")
+                  f"(p90 {v['added_p90_ms']:.3f}), ratio {v['ratio_p50']}; agent-thread CPU added p50 "
+                  f"{v['added_thread_cpu_p50_ms']:.3f} ms, process CPU added mean "
+                  f"{v['added_process_cpu_mean_ms']:.3f} ms")
 
 
 def main() -> None:

@@ -316,6 +316,7 @@ class Turn:
         self._recall: list[dict[str, Any]] = []
         self._validation: list[dict[str, Any]] = []
         self._output: dict[str, Any] | None = None
+        self._reply: tuple[Any, float | None] | None = None
         self._retries: int | None = None
         self._fallback = False
         self._messages_at: float | None = None
@@ -526,6 +527,17 @@ class Turn:
         """
         if latency_ms is None and self._messages_at is not None:
             latency_ms = (time.perf_counter() - self._messages_at) * 1000
+        # Read when the snapshot is made (on the sender thread): dumping a ChatCompletion costs
+        # more than the rest of recording the turn. Only the latency must be taken now.
+        self._reply = (response, latency_ms)
+        self._output = None
+        return self
+
+    def _read_reply(self) -> None:
+        if self._reply is None:
+            return
+        response, latency_ms = self._reply
+        self._reply = None
         try:
             self._output = output_from(response, latency_ms)
         except Exception:  # noqa: BLE001 - an unexpected response type must not break the agent
@@ -533,7 +545,6 @@ class Turn:
                 "ctxobs.output_unreadable snapshot_id=%s type=%s", self.snapshot_id, type(response).__name__
             )
             self._output = None
-        return self
 
     # recording
 
@@ -579,6 +590,7 @@ class Turn:
             snap["recall"] = self._recall
         if self._validation:
             snap["validation"] = self._validation
+        self._read_reply()
         if self._output is not None:
             snap["output"] = self._output
         if self.tags:

@@ -125,8 +125,13 @@ def strip_request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     opts = {k: v for k, v in kwargs.items() if k.startswith("ctxobs_")}
     clean = {k: v for k, v in kwargs.items() if not k.startswith("ctxobs_")} if opts else dict(kwargs)
     msgs = clean.get("messages")
-    if isinstance(msgs, list) and any(_has_tags(m) for m in msgs):
-        clean["messages"] = [clean_message(m) if _has_tags(m) else m for m in msgs]
+    if isinstance(msgs, list):
+        fields = _MESSAGE_FIELDS
+        # Inline rather than any(_has_tags(...)): this runs on every call, for every message.
+        for m in msgs:
+            if (m.__class__ is not dict or not m.keys() <= fields) and _has_tags(m):
+                clean["messages"] = [clean_message(m) if _has_tags(m) else m for m in msgs]
+                break
     return clean, opts
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import openai
 import pytest
 
@@ -57,6 +60,30 @@ def test_session_context_supplies_the_session_for_explicit_turns() -> None:
     with ctxobs.session("ctx-s", agent="bot", tags={"env": "dev"}):
         t = obs.turn(model="gpt-4o")
     assert (t.session_id, t.agent, t.tags) == ("ctx-s", "bot", {"env": "dev"})
+
+
+class _WatchedReply:
+    """A reply read the way an openai ChatCompletion is (`model_dump()`), noting the reader's thread."""
+
+    def __init__(self) -> None:
+        self.read_on: list[str] = []
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        self.read_on.append(threading.current_thread().name)
+        return {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}]}
+
+
+def test_reply_given_to_output_is_read_on_the_sender_thread(ingest, make_client) -> None:
+    obs = make_client(ingest.url)
+    reply = _WatchedReply()
+    with obs.turn(session_id="s", model="gpt-4o-mini") as t:
+        t.block("user", [{"role": "user", "content": "hi"}])
+        t.messages()
+        t.output(reply)
+    assert obs.flush(timeout=10)
+    [snap] = ingest.stored.values()
+    assert snap["output"]["text"] == "ok" and snap["output"]["latency_ms"] >= 0
+    assert reply.read_on and threading.current_thread().name not in reply.read_on
 
 
 def test_openai_chat_completion_object_is_read_as_output() -> None:

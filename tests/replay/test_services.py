@@ -238,5 +238,5 @@ def test_an_answer_holding_nul_and_broken_text_is_stored_and_read_back_as_the_mo
     run = job.runs.get()
     assert services.replay_run_execute(run_id=run.pk).state == "done"
     run.refresh_from_db()
-    assert run.state == "done"
+    assert run.status == "done"
     assert run.output_text == "bytes: \x00\x01 then \udcff end"

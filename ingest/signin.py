@@ -22,18 +22,11 @@ from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from config.env import redis_client_url
+from config.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "ctxobs:signin:"
-
-
-@lru_cache(maxsize=1)
-def _client() -> redis.Redis:
-    return redis.Redis.from_url(
-        redis_client_url(settings.REDIS_URL), socket_timeout=0.5, socket_connect_timeout=0.5
-    )
 
 
 @lru_cache(maxsize=8)
@@ -89,7 +82,7 @@ def signin_wait(*, username: str, ip: str) -> int | None:
     """Seconds until USERNAME may try to sign in from IP again, or None when it may now."""
     per_account, per_ip, window = _limits()
     try:
-        pipe = _client().pipeline()
+        pipe = redis_client().pipeline()
         pipe.get(_account_key(username))
         pipe.ttl(_account_key(username))
         pipe.get(_ip_key(ip))
@@ -110,7 +103,7 @@ def signin_failed(*, username: str, ip: str) -> None:
     """Count one failed sign-in against USERNAME and IP; the window starts at the first."""
     _, _, window = _limits()
     try:
-        pipe = _client().pipeline()
+        pipe = redis_client().pipeline()
         for key in (_account_key(username), _ip_key(ip)):
             pipe.set(key, 0, ex=window, nx=True)
             pipe.incr(key)
@@ -123,7 +116,7 @@ def signin_failed(*, username: str, ip: str) -> None:
 
 def signin_succeeded(*, username: str) -> None:
     try:
-        _client().delete(_account_key(username))
+        redis_client().delete(_account_key(username))
     except redis.RedisError as exc:
         logger.warning("ingest.signin_throttle_unavailable error=%s", type(exc).__name__)
 

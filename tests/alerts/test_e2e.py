@@ -12,18 +12,9 @@ from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
 from ingest.models import AgentSession
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.receiver import Receiver
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def wait_until(fn, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, api, project):

@@ -15,21 +15,12 @@ from tests import factories as f
 from tests.conftest import TEST_WORKER_ENV
 from tests.replay.conftest import wait_job
 from tests.replay.helpers import PLANTED_MEMORY, PLANTED_QUESTION, PLANTED_SYSTEM, post
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 LEASE_S = float(TEST_WORKER_ENV["CTXOBS_REPLAY_LEASE_S"])
 RECLAIM_EVERY_S = float(TEST_WORKER_ENV["CTXOBS_REPLAY_RECLAIM_EVERY_S"])
-
-
-def wait_until(fn: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def five_block_snapshot() -> dict[str, Any]:

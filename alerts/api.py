@@ -18,8 +18,8 @@ from alerts.errors import NotFound
 from alerts.models import Alert, AlertRule
 from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
 from config.params import Id, PageLimit, PageOffset
-from ingest.auth import Caller, ProjectReadAuth
-from ingest.schemas import Detail
+from core.auth import Caller, ProjectReadAuth
+from core.schemas import Detail
 
 router = Router(tags=["alerts"])
 

@@ -10,7 +10,7 @@ class AlertsConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from alerts import receivers
-        from ingest.models import Project
+        from core.models import Project
         from ingest.signals import snapshots_stored
 
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")

@@ -17,7 +17,7 @@ SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
 class AlertRule(models.Model):
-    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alert_rules")
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="alert_rules")
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=32, choices=KIND_CHOICES)
     severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES, default="warning")
@@ -48,7 +48,7 @@ class Alert(models.Model):
         ACKNOWLEDGED = "acknowledged", "acknowledged"
         RESOLVED = "resolved", "resolved"
 
-    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alerts")
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="alerts")
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
     rule_kind = models.CharField(max_length=32, choices=KIND_CHOICES)
     severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES)
@@ -105,7 +105,7 @@ class Channel(models.Model):
         WEBHOOK = "webhook", "webhook"
         EMAIL = "email", "e-mail"
 
-    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="alert_channels")
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="alert_channels")
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     enabled = models.BooleanField(default=True)
@@ -135,7 +135,7 @@ class Delivery(models.Model):
         SENT = "sent", "sent"
         FAILED = "failed", "failed"
 
-    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
     alert = models.ForeignKey(
         Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
     )
@@ -192,7 +192,7 @@ class PendingEvaluation(models.Model):
     transaction and deleted once they are evaluated, so that a broker outage or a lost task
     cannot lose it: the sweeper queues whatever is still here after `due_at`."""
 
-    project = models.ForeignKey("ingest.Project", on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
     snapshot_refs = ArrayField(models.BigIntegerField())
     created_at = models.DateTimeField()
     due_at = models.DateTimeField()

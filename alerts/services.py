@@ -29,7 +29,7 @@ from alerts.models import (
     DeliveryAttempt,
     PendingEvaluation,
 )
-from ingest.models import Project
+from core.models import Project
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from alerts import rules as R
 from alerts import selectors, services
 from alerts.errors import InvalidChannel, InvalidRule
 from alerts.models import Alert, AlertRule, Channel
-from ingest.access import page_context, project_access
-from ingest.models import Membership, Project
+from core.access import page_context, project_access
+from core.models import Membership, Project
 
 PAGE_SIZE = 50
 

@@ -49,8 +49,10 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from alerts import services as alert_services  # noqa: E402
 from alerts.channels import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_verify  # noqa: E402
 from alerts.models import Alert  # noqa: E402
-from ingest.models import Project, Snapshot  # noqa: E402
-from ingest.services import project_create, snapshot_batch_ingest  # noqa: E402
+from core.models import Project  # noqa: E402
+from core.services import project_create  # noqa: E402
+from ingest.models import Snapshot  # noqa: E402
+from ingest.services import snapshot_batch_ingest  # noqa: E402
 from ingest.signals import snapshots_stored  # noqa: E402
 
 WINDOW = 10_000

@@ -39,8 +39,9 @@ from django.db import connection  # noqa: E402
 from alerts import receivers  # noqa: E402
 from alerts.models import PendingEvaluation  # noqa: E402
 from bench.ingest import BATCH, make_batches  # noqa: E402
-from ingest.models import Project  # noqa: E402
-from ingest.services import project_create, snapshot_batch_ingest  # noqa: E402
+from core.models import Project  # noqa: E402
+from core.services import project_create  # noqa: E402
+from ingest.services import snapshot_batch_ingest  # noqa: E402
 from ingest.signals import snapshots_committed, snapshots_stored  # noqa: E402
 
 

@@ -340,9 +340,9 @@ def browser_render(client: Client, path: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    from core.models import Membership
+    from core.services import project_create
     from ingest import signals
-    from ingest.models import Membership
-    from ingest.services import project_create
 
     started = time.perf_counter()
     setup_test_environment()

@@ -459,9 +459,9 @@ def redelivery(run_ids: list[int], proxy: CountingProxy) -> int:
 
 def main() -> None:
     from config.celery import app
+    from core.models import Project
+    from core.services import project_create
     from ingest import signals
-    from ingest.models import Project
-    from ingest.services import project_create
     from replay import localmodel, services
     from replay.models import ReplayRun
 

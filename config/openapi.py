@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.auth import IngestKeyAuth, ProjectReadAuth
+from core.auth import IngestKeyAuth, ProjectReadAuth
 
 _DETAIL = {
     "type": "object",

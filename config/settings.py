@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "django_htmx",
     # Installed for its static files: /api/v1/docs loads Swagger UI from here, not from a CDN.
     "ninja",
+    "core",
     "ingest",
 ]
 for optional_app in ("replay", "alerts"):
@@ -100,9 +101,9 @@ CTXOBS_SERVE_STATIC = env_bool("CTXOBS_SERVE_STATIC", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 # --- sign-in ----------------------------------------------------------------
-# Every sign-in form goes through the throttle (ingest.signin): failures per account and per
+# Every sign-in form goes through the throttle (core.signin): failures per account and per
 # client address in a window; past either limit sign-ins are refused until the window ends.
-AUTHENTICATION_BACKENDS = ["ingest.signin.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["core.signin.ThrottledModelBackend"]
 CTXOBS_SIGNIN_MAX_FAILURES_ACCOUNT = env_int("CTXOBS_SIGNIN_MAX_FAILURES_ACCOUNT", 5)
 CTXOBS_SIGNIN_MAX_FAILURES_IP = env_int("CTXOBS_SIGNIN_MAX_FAILURES_IP", 20)
 CTXOBS_SIGNIN_WINDOW = env_int("CTXOBS_SIGNIN_WINDOW", 15 * 60)

@@ -1,1 +1,3 @@
-"""Policies every app shares and none owns (ORM-free): see core.net for outbound URLs."""
+"""Tenancy (projects, members and roles, ingest keys and their scopes, access checks, the page
+layout context) and the policies every app shares and none owns (core.net for outbound URLs,
+core.pgtext for text PostgreSQL refuses). Every other app may import core; core imports none of them."""

@@ -341,7 +341,7 @@ def _message(m: Any, loc: tuple[Any, ...], err: _Errors) -> dict[str, Any] | Non
 
 
 # A server stores a string holding U+0000, or starting with this mark, escaped behind the mark
-# (ingest.pgtext). Validation notes the blocks that need no such care, where it looks at every
+# (core.pgtext). Validation notes the blocks that need no such care, where it looks at every
 # message anyway: a block is `verbatim` when its messages are {role, content} with such text.
 STORE_ESCAPE = "\u241b"
 _KIND_SET = frozenset(BLOCK_KINDS)

@@ -16,12 +16,14 @@ from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
+from core.auth import IngestKeyAuth, ProjectReadAuth
+from core.errors import NotFound
+from core.schemas import Detail
 from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
 from ingest import selectors, services
-from ingest.auth import IngestKeyAuth, ProjectReadAuth
-from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
+from ingest.errors import IngestError, LimitExceeded, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
-from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut
+from ingest.schemas import BatchOut, SessionOut, SessionPage, SnapshotOut, TimelineOut
 
 router = Router(tags=["snapshots"])
 

@@ -15,8 +15,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from core.models import Project
 from ingest import derive, selectors, textdiff
-from ingest.models import AgentSession, Project, Snapshot
+from ingest.models import AgentSession, Snapshot
 
 SPARK_POINTS = 24
 TURN_TABLE_FIELDS = (

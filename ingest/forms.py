@@ -8,8 +8,8 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
+from core.models import Membership
 from ctxobs.wire import TIERS
-from ingest.models import Membership
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
 SORTS = [

@@ -8,16 +8,13 @@ distribution column if the store is ever sharded by project. They reference each
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from typing import Any
 
-from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from core.models import EscapedJSONField, EscapedTextField
 from ctxobs.wire import TIERS
-from ingest import pgtext
 
 TIER_CHOICES = [(t, t) for t in TIERS]
 
@@ -28,134 +25,11 @@ def next_id(sequence: str) -> models.Func:
                        output_field=models.BigIntegerField())
 
 
-class EscapedJSONField(models.JSONField):
-    """JSON content that may hold text PostgreSQL refuses (U+0000, unpaired surrogates): stored
-    escaped, read back as sent (see ingest.pgtext)."""
-
-    def get_prep_value(self, value: Any) -> Any:
-        return super().get_prep_value(pgtext.escape_json(value))
-
-    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        out = super().from_db_value(value, expression, connection)
-        # Only a value holding ESC can hold an escaped string: the rest skip the walk.
-        if isinstance(value, str) and pgtext.ESC in value:
-            return pgtext.unescape_json(out)
-        return out
-
-    def deconstruct(self) -> Any:
-        # The column is plain jsonb: the escaping is Python-side only, so no migration.
-        name, _path, args, kwargs = super().deconstruct()
-        return name, "django.db.models.JSONField", args, kwargs
-
-
-class EscapedTextField(models.TextField):
-    """Text content stored escaped where PostgreSQL would refuse it (see ingest.pgtext)."""
-
-    def get_prep_value(self, value: Any) -> Any:
-        value = super().get_prep_value(value)
-        return pgtext.escape_text(value) if isinstance(value, str) else value
-
-    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        return pgtext.unescape_text(value) if isinstance(value, str) else value
-
-    def deconstruct(self) -> Any:
-        name, _path, args, kwargs = super().deconstruct()
-        return name, "django.db.models.TextField", args, kwargs
-
-
-class Project(models.Model):
-    name = models.CharField(max_length=100, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # Tier thresholds as fractions of the usable window (warn, compress, force, break).
-    tier_warn = models.FloatField(default=0.60)
-    tier_compress = models.FloatField(default=0.70)
-    tier_force = models.FloatField(default=0.85)
-    tier_break = models.FloatField(default=0.95)
-    # Replays may target loopback/private model servers only when this is on.
-    allow_private_endpoints = models.BooleanField(default=False)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def thresholds(self) -> tuple[float, float, float, float]:
-        return (self.tier_warn, self.tier_compress, self.tier_force, self.tier_break)
-
-
-class Membership(models.Model):
-    class Role(models.TextChoices):
-        VIEWER = "viewer", "viewer"
-        EDITOR = "editor", "editor"
-        ADMIN = "admin", "admin"
-
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "user"], name="uniq_membership")]
-
-    def __str__(self) -> str:
-        return f"{self.user} @ {self.project} ({self.role})"
-
-    ROLE_RANK = {"viewer": 0, "editor": 1, "admin": 2}
-
-    def at_least(self, role: str) -> bool:
-        return self.ROLE_RANK[self.role] >= self.ROLE_RANK[role]
-
-
-KEY_PREFIX_LEN = 12
-
-
-def hash_key(raw: str) -> str:
-    # Ingest keys carry 190+ bits of randomness, so a plain SHA-256 is a safe, O(1)-lookup hash.
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
-
-
-def new_raw_key() -> str:
-    return "cx_" + secrets.token_urlsafe(32)
-
-
-# What a key may do. `ingest`: send snapshots and read its project's data (what agents need).
-# `replay`: also start and cancel replays, which spend the model provider's budget; never implied.
-SCOPE_INGEST, SCOPE_REPLAY = "ingest", "replay"
-KEY_SCOPES = (SCOPE_INGEST, SCOPE_REPLAY)
-
-
-def ingest_only() -> list[str]:
-    return [SCOPE_INGEST]
-
-
-class IngestKey(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
-    name = models.CharField(max_length=100, blank=True, default="")
-    scopes = ArrayField(models.CharField(max_length=16), default=ingest_only)
-    prefix = models.CharField(max_length=KEY_PREFIX_LEN, db_index=True)
-    key_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.project})"
-
-    @property
-    def active(self) -> bool:
-        return self.revoked_at is None
-
-    def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes
-
-
 class AgentSession(models.Model):
     """One agent conversation (`session_id`), with aggregates kept current at ingest."""
 
     pk = models.CompositePrimaryKey("project_id", "id")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False)
     id = models.BigIntegerField(db_default=next_id("ingest_session_id_seq"))
     session_id = models.CharField(max_length=256)
     agent = models.CharField(max_length=256, default="", blank=True)
@@ -190,7 +64,7 @@ class Snapshot(models.Model):
     # No database-level constraint: a deferred per-row check and share lock on the project row at
     # every commit cost ingest more than the rest of the row. Ingest writes only the authenticated
     # key's project, and deleting a project cascades in Django.
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     id = models.BigIntegerField(db_default=next_id("ingest_snapshot_id_seq"))
     snapshot_id = models.UUIDField()
     session_ref = models.BigIntegerField()  # AgentSession.id within the same project
@@ -272,7 +146,7 @@ class BlockContent(models.Model):
     its messages' hashes (see ctxobs.wire.block_hashes)."""
 
     pk = models.CompositePrimaryKey("project_id", "hash")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message_hashes = ArrayField(models.CharField(max_length=32))
     chars = models.IntegerField()
@@ -285,14 +159,14 @@ class MessageContent(models.Model):
     """One message exactly as sent, stored once per project under its content hash."""
 
     pk = models.CompositePrimaryKey("project_id", "hash")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message = EscapedJSONField()
 
 
 class CompressionEvent(models.Model):
     pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
     ts = models.DateTimeField()
@@ -310,7 +184,7 @@ class CompressionEvent(models.Model):
 
 class RecallItem(models.Model):
     pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
     memory_id = models.CharField(max_length=256)
@@ -326,7 +200,7 @@ class RecallItem(models.Model):
 
 class ValidationOutcome(models.Model):
     pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, db_constraint=False)
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
     layer = models.CharField(max_length=20)

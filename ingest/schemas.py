@@ -8,10 +8,6 @@ from typing import Any
 from ninja import Schema
 
 
-class Detail(Schema):
-    detail: str
-
-
 class FieldError(Schema):
     loc: list[str | int]
     msg: str

@@ -10,13 +10,13 @@ import orjson
 from django.db import connection
 from django.db.models import QuerySet
 
+from core.models import Project
 from ctxobs.wire import unstorable
 from ingest.models import (
     AgentSession,
     BlockContent,
     CompressionEvent,
     MessageContent,
-    Project,
     RecallItem,
     Snapshot,
     ValidationOutcome,

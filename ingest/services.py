@@ -1,4 +1,4 @@
-"""Writes of the ingest app: projects, keys and the snapshot batch path."""
+"""Writes of the ingest app: the snapshot batch path."""
 
 from __future__ import annotations
 
@@ -13,89 +13,15 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core import pgtext
+from core.models import Project
 from ctxobs import tokens as tok
 from ctxobs.wire import TIERS, block_hashes, validate_snapshot
-from ingest import derive, pgtext
-from ingest.errors import AuthError
-from ingest.models import (
-    KEY_PREFIX_LEN,
-    KEY_SCOPES,
-    SCOPE_INGEST,
-    IngestKey,
-    Project,
-    block_flags,
-    hash_key,
-    new_raw_key,
-)
+from ingest import derive
+from ingest.models import block_flags
 from ingest.signals import snapshots_committed, snapshots_stored
 
 logger = logging.getLogger(__name__)
-
-
-# --- projects and keys ------------------------------------------------------
-def project_create(*, name: str, scopes: tuple[str, ...] = (SCOPE_INGEST,)) -> tuple[Project, str]:
-    """Create a project and its first key (ingest-only unless SCOPES says otherwise); the raw key
-    is returned once, never stored."""
-    with transaction.atomic():
-        project = Project.objects.create(name=name)
-        _, raw = ingest_key_create(project=project, name="default", scopes=scopes)
-    return project, raw
-
-
-def ingest_key_create(
-    *, project: Project, name: str = "", scopes: tuple[str, ...] = (SCOPE_INGEST,)
-) -> tuple[IngestKey, str]:
-    """A new key of PROJECT with SCOPES (`ingest`, optionally `replay`); the raw key is returned
-    once. Every key may ingest: a replay-only key would be of no use to an agent."""
-    unknown = set(scopes) - set(KEY_SCOPES)
-    if unknown:
-        raise ValueError(f"unknown key scope(s): {', '.join(sorted(unknown))}")
-    wanted = [s for s in KEY_SCOPES if s == SCOPE_INGEST or s in scopes]
-    raw = new_raw_key()
-    key = IngestKey.objects.create(project=project, name=name, prefix=raw[:KEY_PREFIX_LEN],
-                                   key_hash=hash_key(raw), scopes=wanted)
-    logger.info("ingest.key_created project_id=%s prefix=%s scopes=%s", project.pk, key.prefix,
-                ",".join(wanted))
-    return key, raw
-
-
-def project_allow_private_set(*, project: Project, allow: bool) -> None:
-    """Whether PROJECT's model endpoints and webhooks may point at loopback/private addresses
-    (off by default: on a server those reach the server's own network)."""
-    Project.objects.filter(pk=project.pk).update(allow_private_endpoints=allow)
-    project.allow_private_endpoints = allow
-    logger.info("ingest.project_allow_private project_id=%s allow=%s", project.pk, allow)
-
-
-def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:
-    qs = IngestKey.objects.filter(prefix=prefix, revoked_at__isnull=True)
-    if project is not None:
-        qs = qs.filter(project=project)
-    keys = list(qs[:2])
-    if not keys:
-        raise IngestKey.DoesNotExist(f"no active key with prefix {prefix!r}")
-    if len(keys) > 1:
-        raise ValueError(f"prefix {prefix!r} matches more than one key; give the project too")
-    key = keys[0]
-    key.revoked_at = timezone.now()
-    key.save(update_fields=["revoked_at"])
-    logger.info("ingest.key_revoked project_id=%s prefix=%s", key.project_id, key.prefix)
-    return key
-
-
-def ingest_key_authenticate(*, raw: str | None) -> IngestKey:
-    """The active key for RAW, or AuthError saying what is wrong (missing/unknown/revoked)."""
-    if not raw:
-        raise AuthError("missing ingest key: send 'Authorization: Bearer <key>'")
-    key = IngestKey.objects.select_related("project").filter(key_hash=hash_key(raw.strip())).first()
-    if key is None:
-        raise AuthError("unknown ingest key")
-    if key.revoked_at is not None:
-        raise AuthError("this ingest key was revoked")
-    now = timezone.now()
-    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-        IngestKey.objects.filter(pk=key.pk).update(last_used_at=now)
-    return key
 
 
 # --- snapshots --------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Dashboard pages: projects, sessions, the session timeline, a turn, the overview and settings.
 
-Every page view resolves its project with ingest.access.project_access (404 for non-members,
+Every page view resolves its project with core.access.project_access (404 for non-members,
 403 for a role too low) and reads through selectors, with a query count that does not depend
 on the number of sessions or turns shown.
 """
@@ -33,12 +33,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
 from config.redis_client import redis_client
-from ingest import charts, dashboard, members, pgtext, selectors, signin
-from ingest.access import page_context, project_access, user_projects
+from core import members, pgtext, registry, signin
+from core.access import page_context, project_access, user_projects
+from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
+from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
+from ingest import charts, dashboard, selectors
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
-from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, IngestKey, Membership, Project, Snapshot
+from ingest.models import AgentSession, Snapshot
 from ingest.routing import legacy_session_paths
-from ingest.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
 
 
 class SignInView(auth_views.LoginView):
-    """Django's login page; a throttled sign-in (ingest.signin) says how long to wait, with 429."""
+    """Django's login page; a throttled sign-in (core.signin) says how long to wait, with 429."""
 
     redirect_authenticated_user = True
 
@@ -452,10 +454,18 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     ]
     out = pgtext.shown(snapshot.output or {})
     drift = snapshot.count_drift
+    # Partials other apps add to this page (replay's buttons), rendered with this page's context.
+    extensions = registry.turn_page_extensions()
+    extension_context: dict[str, Any] = {}
+    for ext in extensions:
+        if ext.context is not None:
+            extension_context.update(ext.context(request=request, project=project, membership=membership,
+                                                 snapshot=snapshot, blocks=blocks))
     ctx = _page(
         request,
         project,
         membership,
+        turn_extensions=[ext.template for ext in extensions],
         session=session,
         snapshot=snapshot,
         blocks=blocks,
@@ -484,6 +494,8 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
             for k in charts.ordered_kinds(snapshot.kind_tokens or {})
         ],
     )
+    for name, value in extension_context.items():
+        ctx.setdefault(name, value)  # the page's own names win
     if request.htmx and request.GET.get("part") == "diff":
         return render(request, "ingest/_turn_diff.html", ctx)
     return render(request, "ingest/turn.html", ctx)

@@ -8,12 +8,13 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Status
 
-from ingest.auth import Caller, ProjectReadAuth
-from ingest.models import SCOPE_REPLAY
+from core.auth import Caller, ProjectReadAuth
+from core.models import SCOPE_REPLAY
+from core.schemas import Detail
 from replay import selectors, services
 from replay.errors import NotFound
 from replay.models import ReplayJob, ReplayRun
-from replay.schemas import Detail, JobOut, PreviewOut, ReplayIn
+from replay.schemas import JobOut, PreviewOut, ReplayIn
 
 router = Router(tags=["replays"])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from ingest.models import EscapedJSONField, EscapedTextField, Project
+from core.models import EscapedJSONField, EscapedTextField, Project
 
 
 class ModelEndpoint(models.Model):
@@ -155,7 +155,7 @@ class ReplayRun(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True, default="")
     # A model's answer may hold U+0000 or broken UTF-16 that PostgreSQL refuses: stored escaped,
-    # read back as the model sent it (ingest.pgtext).
+    # read back as the model sent it (core.pgtext).
     output_text = EscapedTextField(blank=True, default="")
     tool_calls = EscapedJSONField(default=list, blank=True)
     finish_reason = models.CharField(max_length=50, blank=True, default="")

@@ -11,10 +11,6 @@ from pydantic import ConfigDict, Field, model_validator
 from config.params import FiniteFloat, Id
 
 
-class Detail(Schema):
-    detail: str
-
-
 class Operation(Schema):
     op: Literal["remove", "move", "truncate", "replace", "keep_only"]
     key: str | None = None

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from ingest import pgtext
+from core import pgtext
+from core.models import Project
 from ingest import selectors as ingest_selectors
-from ingest.models import Project
 from replay import diff
 from replay.models import ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 

@@ -18,8 +18,8 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from core.models import Project
 from ingest import selectors as ingest_selectors
-from ingest.models import Project
 from replay import ablation, crypto, endpoints
 from replay.errors import EndpointError, NotFound, ReplayError, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ingest.access import page_context, project_access
+from core.access import page_context, project_access
 from replay import selectors, services
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from core.models import Project
+from core.services import project_create
 from ctxobs import tokens
-from ingest.models import Project
-from ingest.services import project_create
 
 
 @pytest.fixture

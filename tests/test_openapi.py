@@ -21,9 +21,9 @@ from schemathesis.config import SchemathesisConfig
 
 from config.params import Instant
 from config.wsgi import application
+from core.models import Project
+from core.services import project_create
 from ctxobs.wire import parse_ts
-from ingest.models import Project
-from ingest.services import project_create
 from tests.factories import full_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +95,7 @@ def wsgi_in_test_transaction(db: Any) -> Iterator[None]:
 
 @pytest.fixture
 def keyed_project(wsgi_in_test_transaction: None) -> tuple[Project, str]:
-    from ingest.services import ingest_key_create
+    from core.services import ingest_key_create
     from replay.services import endpoint_create
 
     project, _ = project_create(name="schema")

@@ -15,8 +15,9 @@ from django.urls.converters import IntConverter, PathConverter, StringConverter
 
 from alerts import services as alert_services
 from alerts.models import AlertRule
-from ingest.models import Membership, Project, Snapshot
-from ingest.services import project_create
+from core.models import Membership, Project
+from core.services import project_create
+from ingest.models import Snapshot
 from tests.ingest.dashboard_factories import demo_session, ingest
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from ingest.models import Membership, Project
+from core.models import Membership, Project
 from tests.factories import full_snapshot
 
 pytestmark = pytest.mark.django_db

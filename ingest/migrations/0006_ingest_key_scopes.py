@@ -4,7 +4,7 @@
 import django.contrib.postgres.fields
 from django.db import migrations, models
 
-import ingest.models
+import core.models
 
 
 class Migration(migrations.Migration):
@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
             model_name="ingestkey",
             name="scopes",
             field=django.contrib.postgres.fields.ArrayField(
-                base_field=models.CharField(max_length=16), default=ingest.models.ingest_only, size=None
+                base_field=models.CharField(max_length=16), default=core.models.ingest_only, size=None
             ),
         ),
     ]

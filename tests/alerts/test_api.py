@@ -10,7 +10,7 @@ from django.test import Client
 
 from alerts import rules as R
 from alerts.models import Alert, AlertRule
-from ingest.models import Membership
+from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -113,7 +113,7 @@ def test_rules_create_update_and_validation(api, project):
 
 
 def test_other_projects_alerts_are_invisible(raised, db):
-    from ingest.services import project_create
+    from core.services import project_create
 
     other, key = project_create(name="other")
     c = Client()

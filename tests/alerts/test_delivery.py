@@ -15,7 +15,7 @@ from django.core import mail
 
 from alerts import channels, services
 from alerts.models import Alert, AlertRule, Channel, Delivery
-from ingest.models import Membership
+from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.receiver import Receiver
 from tests.alerts.smtp_server import SmtpServer

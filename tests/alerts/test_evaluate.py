@@ -14,8 +14,9 @@ from django.utils import timezone
 from alerts import rules as R
 from alerts import selectors, services
 from alerts.models import Alert, AlertRule
-from ingest.models import AgentSession, Project, Snapshot
-from ingest.services import project_create
+from core.models import Project
+from core.services import project_create
+from ingest.models import AgentSession, Snapshot
 from tests.alerts.conftest import sized_snapshot
 from tests.factories import block
 

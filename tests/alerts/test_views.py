@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 
 from alerts import rules as R
 from alerts.models import Alert, AlertRule, Channel
-from ingest.models import Membership
+from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
 from tests.factories import block
 

@@ -18,7 +18,7 @@ from alerts import services as alert_services
 from alerts.errors import InvalidChannel
 from alerts.models import Delivery
 from core import net
-from ingest.models import Project
+from core.models import Project
 from replay.errors import EndpointError
 from replay.services import endpoint_create, endpoint_test
 from tests.alerts.receiver import Receiver

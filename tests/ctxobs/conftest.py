@@ -443,7 +443,7 @@ def api_server(transactional_db: Any) -> Iterator[tuple[ApiServer, str]]:
     ingest key of a project on the test database."""
     from django.conf import settings
 
-    from ingest.services import project_create
+    from core.services import project_create
 
     db = settings.DATABASES["default"]
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 import ctxobs
+from core.services import project_create
 from ctxobs.wire import content_hash
-from ingest.services import project_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

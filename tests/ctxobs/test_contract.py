@@ -14,8 +14,8 @@ import openai
 import pytest
 
 import ctxobs
+from core.services import project_create
 from ctxobs.wire import canonical_json, content_hash, parse_ts, validate_snapshot
-from ingest.services import project_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ingest.models import Project, Snapshot
+from core.models import Project
+from ingest.models import Snapshot
 from ingest.selectors import snapshot_full
 from replay import localmodel
 

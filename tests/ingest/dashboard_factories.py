@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ingest.models import Project
+from core.models import Project
 from ingest.services import snapshot_batch_ingest
 from tests.factories import SYSTEM_PROMPT, block, message, snapshot
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from ingest.models import Membership, Project
-from ingest.services import project_create
+from core.models import Membership, Project
+from core.services import project_create
 from tests.ingest.dashboard_factories import (
     demo_session,
     hostile_session,

@@ -13,9 +13,9 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from config.env import redis_client_url
-from ingest import signin
-from ingest.models import IngestKey, Membership, Project
-from ingest.services import project_create
+from core import signin
+from core.models import IngestKey, Membership, Project
+from core.services import project_create
 from tests.ingest.test_browser import browser_page  # noqa: F401 - the shared Chromium fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -15,9 +15,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
+from core import pgtext
+from core.models import Membership
 from ctxobs.wire import content_hash
-from ingest import pgtext
-from ingest.models import BlockContent, Membership, MessageContent, Snapshot
+from ingest.models import BlockContent, MessageContent, Snapshot
 from tests.factories import full_snapshot, snapshot
 
 pytestmark = pytest.mark.django_db

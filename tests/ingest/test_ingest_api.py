@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 
+from core.models import IngestKey
+from core.services import ingest_key_revoke, project_create
 from ctxobs.wire import LIMITS
-from ingest.models import BLOCK_PINNED, AgentSession, BlockContent, IngestKey, Snapshot
-from ingest.services import ingest_key_revoke, project_create
+from ingest.models import BLOCK_PINNED, AgentSession, BlockContent, Snapshot
 from tests.factories import SYSTEM_PROMPT, block, full_snapshot, message, snapshot
 
 pytestmark = pytest.mark.django_db

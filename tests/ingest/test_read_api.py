@@ -10,9 +10,10 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
+from core.models import Membership
+from core.services import project_create
 from ctxobs.wire import LIMITS
-from ingest.models import Membership, Snapshot
-from ingest.services import project_create
+from ingest.models import Snapshot
 from tests.conftest import Api
 from tests.factories import block, snapshot
 

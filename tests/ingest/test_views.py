@@ -11,8 +11,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from ingest.models import AgentSession, IngestKey, Membership, Project
-from ingest.services import ingest_key_authenticate, project_create
+from core.models import IngestKey, Membership, Project
+from core.services import ingest_key_authenticate, project_create
+from ingest.models import AgentSession
 from tests.factories import snapshot
 from tests.ingest.dashboard_factories import HOSTILE, demo_session, hostile_session, ingest, many_sessions
 

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from ingest.models import Membership, Project
+from core.models import Membership, Project
 from replay import localmodel
 from replay.models import ModelEndpoint, ReplayJob
 from replay.services import endpoint_create, local_endpoint_register

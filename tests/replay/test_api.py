@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ingest.services import ingest_key_create
+from core.services import ingest_key_create
 from replay.models import ReplayJob
 from tests.replay.conftest import member_client
 from tests.replay.helpers import planted_fact_snapshot, post
@@ -102,7 +102,7 @@ def test_bad_requests_are_explained(
 def test_another_projects_key_sees_no_job(
     api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
 ) -> None:
-    from ingest.services import project_create
+    from core.services import project_create
 
     _, other_key = project_create(name="other", scopes=("ingest", "replay"))
     resp = _post(
@@ -163,7 +163,7 @@ def test_a_session_post_without_the_csrf_token_is_refused(
 ) -> None:
     from django.contrib.auth import get_user_model
 
-    from ingest.models import Membership
+    from core.models import Membership
 
     user = get_user_model().objects.create_user(username="csrf-editor", password="pw-12345678")
     Membership.objects.create(project=private_project, user=user, role="editor")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from ingest.models import Project
+from core.models import Project
 from replay import crypto, endpoints
 from replay.errors import EndpointError
 from replay.models import ModelEndpoint

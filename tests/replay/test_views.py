@@ -58,7 +58,7 @@ def test_viewers_cannot_start_replays(
 
 
 def test_a_non_member_gets_404(private_project: Any, planted: dict[str, Any], stub_endpoint: Any) -> None:
-    from ingest.services import project_create
+    from core.services import project_create
     from tests.replay.conftest import member_client
 
     other, _ = project_create(name="elsewhere")
@@ -76,8 +76,8 @@ def test_the_turn_actions_are_for_editors_only(private_project: Any, planted: di
     from django.template.loader import render_to_string
     from django.test import RequestFactory
 
+    from core.models import Membership
     from ingest import selectors as ingest_selectors
-    from ingest.models import Membership
 
     snap = ingest_selectors.snapshot_by_uuid(project=private_project, snapshot_id=planted["snapshot_id"])
     blocks = ingest_selectors.snapshot_blocks(project_id=private_project.pk, snapshot_ref=snap.id)

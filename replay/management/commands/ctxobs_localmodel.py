@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest.models import Project
+from core.models import Project
 from replay import localmodel
 from replay.errors import ReplayError
 from replay.services import local_endpoint_register

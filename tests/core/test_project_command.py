@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from ingest.models import IngestKey, Membership, Project, hash_key
+from core.models import IngestKey, Membership, Project, hash_key
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,7 @@ def test_adduser_without_a_password_source_explains_itself(monkeypatch):
 
 
 def test_the_demo_project_allows_its_loopback_model_and_its_key_may_replay(tmp_path):
-    from ingest.management.commands.ctxobs_up import DEMO_PROJECT, Command
+    from core.management.commands.ctxobs_up import DEMO_PROJECT, Command
 
     project, raw, _ = Command()._demo_project(tmp_path)
     assert project.name == DEMO_PROJECT and project.allow_private_endpoints

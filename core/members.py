@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from config.errors import ApplicationError
-from ingest.models import Membership, Project
+from core.models import Membership, Project
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
 the web server, the Celery workers (alerts and replays apart, see config.celery), beat and the
-local model server. Ctrl-C stops them all.
+local model server (the one an installed app registered in core.registry). Ctrl-C stops them all.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from config.celery import WORKER_QUEUES, beat_argv, worker_argv
-from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, AgentSession, Membership, Project
-from ingest.services import ingest_key_create, project_create
+from core import registry
+from core.models import SCOPE_INGEST, SCOPE_REPLAY, Membership, Project
+from core.services import ingest_key_create, project_create
 
 DEMO_PROJECT = "demo"
 DEMO_USER = "demo"
@@ -132,7 +133,7 @@ class Command(BaseCommand):
         self.stdout.write("")
 
         demo_thread: threading.Thread | None = None
-        if not opts["no_demo"] and model_base and not AgentSession.objects.filter(project=project).exists():
+        if not opts["no_demo"] and model_base and not registry.project_has_data(project):
             demo_thread = threading.Thread(
                 target=self._run_demo_agent,
                 args=(model_base, base_url, key, opts["demo_sessions"], opts["demo_turns"], logs),
@@ -189,26 +190,19 @@ class Command(BaseCommand):
         return project, key, password
 
     def _start_model(self, project: Project, env: dict[str, str], logs: Path) -> str | None:
-        try:
-            from replay import localmodel
-            from replay import services as replay_services
-        except ImportError as exc:
-            self.stderr.write(f"ctxobs: no local model ({exc}); replays need a configured endpoint")
+        start = registry.local_model_starter()
+        if start is None:
+            self.stderr.write("ctxobs: no local model (replay is not installed); "
+                              "replays need a configured endpoint")
             return None
         try:
-            server = localmodel.start(log_path=logs / "model.log")
+            model = start(project=project, log_path=logs / "model.log")
         except Exception as exc:  # noqa: BLE001 - the rest of the product still works
-            self.stderr.write(f"ctxobs: the local model server did not start: {exc}")
+            self.stderr.write(f"ctxobs: {exc}" if isinstance(exc, registry.StartupFailed)
+                              else f"ctxobs: the local model server did not start: {exc}")
             return None
-        try:
-            localmodel.wait_ready(server.base_url, timeout=180, process=server.process)
-        except Exception as exc:  # noqa: BLE001
-            localmodel.stop(server)
-            self.stderr.write(f"ctxobs: the local model server did not become ready: {exc}")
-            return None
-        self._model_server = server
-        replay_services.local_endpoint_register(project=project, base_url=server.base_url)
-        return server.base_url
+        self._model = model
+        return model.base_url
 
     def _run_demo_agent(self, model_base: str, base_url: str, key: str, sessions: int, turns: int,
                         logs: Path) -> None:
@@ -238,8 +232,6 @@ class Command(BaseCommand):
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
-        server = getattr(self, "_model_server", None)
-        if server is not None:
-            from replay import localmodel
-
-            localmodel.stop(server)
+        model: registry.LocalModel | None = getattr(self, "_model", None)
+        if model is not None:
+            model.stop()

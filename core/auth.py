@@ -8,9 +8,9 @@ from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
 from config.params import MAX_ID
-from ingest.errors import AuthError, Forbidden, NotFound
-from ingest.models import IngestKey, Membership, Project
-from ingest.services import ingest_key_authenticate
+from core.errors import AuthError, Forbidden, NotFound
+from core.models import IngestKey, Membership, Project
+from core.services import ingest_key_authenticate
 
 
 @dataclass(frozen=True)

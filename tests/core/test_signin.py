@@ -1,4 +1,4 @@
-"""Sign-in throttling (ingest.signin) on the real login page, counted in the real Redis."""
+"""Sign-in throttling (core.signin) on the real login page, counted in the real Redis."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from config.env import redis_client_url
-from ingest import signin
+from core import signin
 
 pytestmark = pytest.mark.django_db
 
@@ -144,7 +144,7 @@ def test_sign_in_goes_on_when_redis_is_killed(users: None, settings: Any, tmp_pa
             except ProcessLookupError:
                 break
             time.sleep(0.05)
-        with caplog.at_level("WARNING", logger="ingest.signin"):
+        with caplog.at_level("WARNING", logger="core.signin"):
             assert sign_in("ana", GOOD, A)[1]
         assert "ingest.signin_throttle_unavailable" in caplog.text
     finally:

@@ -14,9 +14,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from config.errors import ApplicationError
-from ingest import members
-from ingest.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
-from ingest.services import ingest_key_create, ingest_key_revoke, project_create
+from core import members
+from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
+from core.services import ingest_key_create, ingest_key_revoke, project_create
 
 REPLAY_HELP = (
     "the key may also start and cancel replays, which spend the model provider's budget "

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
-from ingest.models import Membership, Project
+from core.models import Membership, Project
 
 
 def user_projects(user: object) -> list[Membership]:

@@ -6,8 +6,8 @@ binary read decoded with `surrogateescape`. Content is stored as sent, escaped: 
 needs it is stored as ESC + its text with ESC doubled, NUL as ESC "0" and a lone surrogate as
 ESC "u" + 4 hex digits. The leading ESC is the flag, so every other string is stored (and
 read) untouched, and a string that merely starts with ESC is escaped too, to stay unambiguous.
-Reads undo it (the model fields below), so the API and replays get the original text back and
-the content hashes, taken before storage, are those of the original.
+Reads undo it (core.models.EscapedJSONField and EscapedTextField), so the API and replays get the
+original text back and the content hashes, taken before storage, are those of the original.
 
 Identifiers (session ids, block keys, names) are never escaped: validation refuses them.
 """

@@ -1,0 +1,83 @@
+"""What other apps add to pages and commands they do not own, filled in their AppConfig.ready().
+
+core and ingest render and run what is registered here without importing the apps that provide
+it, so an app that is not installed simply adds nothing (see the import-linter layers in
+pyproject.toml).
+
+- Turn page extensions: a partial template rendered on a turn's page, with the page's context
+  (project, membership, snapshot, blocks…) and whatever its context provider adds.
+- The local model server that `manage.py ctxobs_up` starts for the demo project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from core.models import Project
+
+
+@dataclass(frozen=True)
+class TurnPageExtension:
+    name: str
+    template: str
+    # Called with keyword arguments request, project, membership, snapshot and blocks; returns
+    # extra context for the page. None when the page's own context is enough.
+    context: Callable[..., dict[str, Any]] | None = None
+
+
+_turn_page: dict[str, TurnPageExtension] = {}
+
+
+def turn_page_extension_add(extension: TurnPageExtension) -> None:
+    """Render EXTENSION on every turn page; registering a name again replaces it."""
+    _turn_page[extension.name] = extension
+
+
+def turn_page_extensions() -> list[TurnPageExtension]:
+    """The registered extensions, in the order they were first registered."""
+    return list(_turn_page.values())
+
+
+class StartupFailed(Exception):
+    """A start-up step could not do its job; the message says why, for the operator."""
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    base_url: str
+    stop: Callable[[], None]
+
+
+class LocalModelStarter(Protocol):
+    def __call__(self, *, project: Project, log_path: Path) -> LocalModel:
+        """Start a local OpenAI-compatible model server usable by PROJECT and wait until it
+        answers, or raise StartupFailed."""
+        ...
+
+
+_local_model: list[LocalModelStarter] = []
+
+
+def local_model_starter_set(starter: LocalModelStarter) -> None:
+    _local_model[:] = [starter]
+
+
+def local_model_starter() -> LocalModelStarter | None:
+    return _local_model[0] if _local_model else None
+
+
+# Whether a project already holds data, asked by `ctxobs_up` before it fills the demo project
+# with the example agent: a restart must not add a second set of demo sessions.
+_has_data: dict[str, Callable[[Project], bool]] = {}
+
+
+def project_data_check_add(name: str, check: Callable[[Project], bool]) -> None:
+    _has_data[name] = check
+
+
+def project_has_data(project: Project) -> bool:
+    return any(check(project) for check in _has_data.values())

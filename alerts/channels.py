@@ -26,6 +26,7 @@ from django.core.mail import EmailMessage
 from django.urls import NoReverseMatch, reverse
 
 from core import net
+from ctxobs.retry import parse_retry_after
 
 SIGNATURE_HEADER = "X-Ctxobs-Signature"
 TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
@@ -149,10 +150,7 @@ def webhook_send(
     code = resp.status_code
     if 200 <= code < 300:
         return SendResult(True, False, code, "", ms)
-    retry_after = None
-    ra = resp.headers.get("Retry-After", "")
-    if ra.strip().isdigit():
-        retry_after = float(ra.strip())
+    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
     retryable = code >= 500 or code in RETRY_STATUSES
     return SendResult(False, retryable, code, f"HTTP {code}", ms, retry_after)
 

@@ -29,6 +29,7 @@ from alerts.models import (
     DeliveryAttempt,
     PendingEvaluation,
 )
+from ctxobs.retry import backoff_delay
 from ingest.models import Project
 
 logger = logging.getLogger(__name__)
@@ -889,11 +890,9 @@ RETRY_MAX_SECONDS = 300.0
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
+    # No jitter: each delivery gets its own time, and the delivery log reads as the schedule.
     base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
-    wait = base * (2 ** (attempt - 1))
-    if retry_after is not None:
-        wait = max(wait, retry_after)
-    return min(wait, RETRY_MAX_SECONDS)
+    return backoff_delay(attempt, base=base, cap=RETRY_MAX_SECONDS, retry_after=retry_after)
 
 
 def _lease(c: Channel) -> timedelta:

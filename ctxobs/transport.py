@@ -21,18 +21,17 @@ import gzip
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ctxobs.retry import backoff_delay, parse_retry_after
 from ctxobs.spool import DEFAULT_MAX_BYTES, Spool, resolve_spool_dir
 from ctxobs.wire import LIMITS
 
@@ -129,22 +128,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "surrogateescape")
     return str(value)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if absent."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class Transport:
@@ -791,13 +774,18 @@ class Transport:
         return _Response("retry", status, detail=str(status))
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            # Honour the server; a little jitter stops many clients returning in lockstep.
-            return min(self.retry_after_max, retry_after) * random.uniform(1.0, 1.1)
-        if self._down and attempt == 0:
+        if retry_after is None and self._down and attempt == 0:
             return self.backoff_max
-        base = min(self.backoff_max, self.backoff_base * (2 ** max(0, attempt - 1)))
-        return base / 2 + random.uniform(0, base / 2)
+        # Many agents fail together when the server goes away: jitter stops them returning in lockstep.
+        return backoff_delay(
+            attempt,
+            base=self.backoff_base,
+            cap=self.backoff_max,
+            retry_after=retry_after,
+            retry_after_cap=self.retry_after_max,
+            jitter=0.5,
+            retry_after_jitter=0.1,
+        )
 
     def _sleep(self, seconds: float, interruptible: bool) -> bool:
         """Wait SECONDS; True if the transport is closing (only when INTERRUPTIBLE)."""

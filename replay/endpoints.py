@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from core import net
+from ctxobs.retry import parse_retry_after
 from replay.errors import EndpointError
 
 MAX_RETRY_AFTER_S = 120.0
@@ -60,18 +60,8 @@ def validate_base_url(base_url: str, *, allow_private: bool, resolve: bool = Tru
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(raw)))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return min(MAX_RETRY_AFTER_S, max(0.0, when.timestamp() - time.time()))
+    ra = parse_retry_after(headers.get("retry-after"))
+    return None if ra is None else min(MAX_RETRY_AFTER_S, ra)
 
 
 def _headers(api_key: str) -> dict[str, str]:

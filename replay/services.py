@@ -4,7 +4,6 @@ execution of one run, safe to repeat."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
 from ingest.models import Project
 from replay import ablation, crypto, endpoints
@@ -605,11 +605,18 @@ class _LeaseKeeper:
             connection.close()
 
 
+RETRY_MAX_S = 60.0
+
+
 def _backoff(attempt: int, retry_after: float | None) -> float:
-    if retry_after is not None:
-        return retry_after
-    base = _retry_base_s() * (2 ** max(0, attempt - 1))
-    return min(60.0, base) * (1.0 + random.random() * 0.1)
+    return backoff_delay(
+        attempt,
+        base=_retry_base_s(),
+        cap=RETRY_MAX_S,
+        retry_after=retry_after,
+        retry_after_cap=endpoints.MAX_RETRY_AFTER_S,
+        jitter=0.1,
+    )
 
 
 def replay_run_request(*, project: Project, variant: ReplayVariant) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ingest import derive, selectors, textdiff
+from core import textdiff
+from ingest import derive, selectors
 from ingest.models import AgentSession, Project, Snapshot
 
 SPARK_POINTS = 24

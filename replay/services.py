@@ -17,10 +17,11 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from core import secrets
 from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
 from ingest.models import Project
-from replay import ablation, crypto, endpoints
+from replay import ablation, endpoints
 from replay.errors import EndpointError, NotFound, ReplayError, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 
@@ -87,8 +88,8 @@ def endpoint_create(
             base_url=url,
             model=model.strip(),
             mode=mode,
-            api_key_encrypted=crypto.encrypt(api_key),
-            api_key_hint=crypto.hint(api_key) if api_key else "",
+            api_key_encrypted=secrets.encrypt(api_key),
+            api_key_hint=secrets.hint(api_key) if api_key else "",
             default_params=default_params or {},
             embeddings_model=embeddings_model.strip(),
             timeout_s=float(timeout_s),
@@ -155,7 +156,7 @@ def endpoint_delete(*, endpoint: ModelEndpoint) -> None:
 
 def _api_key(endpoint: ModelEndpoint) -> str:
     try:
-        return crypto.decrypt(endpoint.api_key_encrypted)
+        return secrets.decrypt(endpoint.api_key_encrypted, what="the stored API key")
     except ValueError as exc:
         raise EndpointError(str(exc)) from None
 

@@ -8,7 +8,6 @@ Webhook signature: the receiver gets `X-Ctxobs-Timestamp: <unix seconds>` and
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json

@@ -21,7 +21,7 @@ import math
 import random
 import re
 import time
-from datetime import timezone
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 __all__ = ["backoff_delay", "parse_retry_after"]
@@ -56,7 +56,7 @@ def parse_retry_after(value: str | bytes | None, *, now: float | None = None) ->
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": RFC 5322's "UTC, origin unknown"
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     try:
         at = when.timestamp()
     except (OverflowError, OSError, ValueError):

@@ -16,7 +16,7 @@ from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
-from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
+from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc, usable_window
 from ingest import selectors, services
 from ingest.auth import IngestKeyAuth, ProjectReadAuth
 from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
@@ -215,7 +215,7 @@ def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     doc = {
         "session": _session_out(session),
         "context_window": window[0] if window else None,
-        "usable_tokens": (window[0] - window[1]) if window else None,
+        "usable_tokens": usable_window(*window) if window else None,
         "thresholds": dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
         "turns": turns,
     }

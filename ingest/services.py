@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ctxobs import tokens as tok
-from ctxobs.wire import TIERS, block_hashes, validate_snapshot
+from ctxobs.wire import TIERS, block_hashes, tier_for, validate_snapshot
 from ingest import derive, pgtext
 from ingest.errors import AuthError
 from ingest.models import (
@@ -208,7 +208,7 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
         blocks=blocks,
         total=total,
         watermark=wm,
-        tier=derive.tier(wm, thresholds),
+        tier=tier_for(wm, thresholds),
         kind_tokens=kind_tokens,
         counts_estimated=estimated_any,
         encoding=encoding,

@@ -33,6 +33,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.errors import ApplicationError
 from config.redis_client import redis_client
+from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
 from ingest import charts, dashboard, members, pgtext, selectors, signin
 from ingest.access import page_context, project_access, user_projects
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
@@ -296,7 +297,7 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
 def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[str, Any]:
     # Class names and widths are made here, not by template filters: a page shows 100 turns of
     # up to 10 kinds each, and filter calls dominate the render time.
-    usable = max(1, row["context_window"] - row["reserve_tokens"])
+    usable = usable_window(row["context_window"], row["reserve_tokens"])
     kinds = row["kind_tokens"] or {}
     order = charts.ordered_kinds(kinds)
     row["segments"] = [
@@ -306,7 +307,7 @@ def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[
     row["segments_title"] = " · ".join(f"{k} {kinds[k]:,}" for k in order)
     row["alerts"] = alerts_by_turn.get(row["turn"], 0)
     drift = row.get("count_drift")
-    row["drift_flag"] = drift is not None and abs(drift) > charts.DRIFT_WARN
+    row["drift_flag"] = drift is not None and abs(drift) > COUNT_DRIFT_WARN
     return row
 
 
@@ -428,7 +429,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     blocks = pgtext.shown(blocks)
     events = pgtext.shown(selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id))
     total = snapshot.total_tokens or 0
-    usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
+    usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
     shown = []
     for b in blocks:
         msgs, cut = _present_messages(b["messages"], full=False)
@@ -473,7 +474,8 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         if out.get("tool_calls")
         else "",
         usable=usable,
-        drift_flag=drift is not None and abs(drift) > charts.DRIFT_WARN,
+        drift_flag=drift is not None and abs(drift) > COUNT_DRIFT_WARN,
+        drift_warn_pct=round(COUNT_DRIFT_WARN * 100),
         drift_pct=(drift * 100) if drift is not None else None,
         kinds=[
             {

@@ -32,20 +32,25 @@ def old_alerts_channel_fernet(configured: str, secret_key: str) -> Fernet:
 
 def old_replay_crypto_fernet(configured: str, secret_key: str) -> Fernet:
     secret = configured or secret_key
-    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"ctxobs endpoint api keys").derive(
-        secret.encode("utf-8")
-    )
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"ctxobs endpoint api keys")
+    derived = hkdf.derive(secret.encode("utf-8"))
     return Fernet(base64.urlsafe_b64encode(derived))
 
 
 CONFIGS = pytest.mark.parametrize(
-    "configured", ["", "a passphrase, not a Fernet key", FERNET_KEY], ids=["unset", "passphrase", "fernet-key"]
+    "configured",
+    ["", "a passphrase, not a Fernet key", FERNET_KEY],
+    ids=["unset", "passphrase", "fernet-key"],
 )
 
 
 @CONFIGS
-@pytest.mark.parametrize("old", [old_alerts_channel_fernet, old_replay_crypto_fernet], ids=["alerts", "replay"])
-def test_values_encrypted_by_a_former_derivation_still_decrypt(settings: Any, configured: str, old: Any) -> None:
+@pytest.mark.parametrize(
+    "old", [old_alerts_channel_fernet, old_replay_crypto_fernet], ids=["alerts-channels", "replay-crypto"]
+)
+def test_values_encrypted_by_a_former_derivation_still_decrypt(
+    settings: Any, configured: str, old: Any
+) -> None:
     settings.CTXOBS_ENCRYPTION_KEY = configured
     token = old(configured, settings.SECRET_KEY).encrypt(b"whsec_stored-long-ago").decode()
     assert secrets.decrypt(token) == "whsec_stored-long-ago"

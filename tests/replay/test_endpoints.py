@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from ingest.models import Project
 from core import secrets
+from ingest.models import Project
 from replay import endpoints
 from replay.errors import EndpointError
 from replay.models import ModelEndpoint

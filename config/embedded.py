@@ -55,7 +55,3 @@ def ensure_redis(home: Path | None = None) -> str:
     os.environ["REDIS_URL"] = url
     logger.info("embedded.redis_started dir=%s", rdir)
     return url
-
-
-def ensure_all(home: Path | None = None) -> tuple[str, str]:
-    return ensure_database(home), ensure_redis(home)

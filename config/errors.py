@@ -27,10 +27,6 @@ class ApplicationError(Exception):
         self.extra = extra or {}
 
 
-class StoreUnavailable(ApplicationError):
-    status_code = 503
-
-
 def _is_read(request: HttpRequest) -> bool:
     # A failed read stored nothing either, but saying so would tell a reader its data was lost.
     return request.method in ("GET", "HEAD", "OPTIONS")

@@ -25,7 +25,7 @@ from django.urls import NoReverseMatch, reverse
 
 from core import net
 from core import secrets as core_secrets
-from ctxobs.retry import parse_retry_after
+from ctxobs.retry import parse_retry_after, retryable_status
 
 SIGNATURE_HEADER = "X-Ctxobs-Signature"
 TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
@@ -95,9 +95,6 @@ class SendResult:
     retry_after: float | None = None
 
 
-RETRY_STATUSES = frozenset({408, 425, 429})
-
-
 def webhook_send(
     *,
     url: str,
@@ -135,7 +132,7 @@ def webhook_send(
     if 200 <= code < 300:
         return SendResult(True, False, code, "", ms)
     retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-    retryable = code >= 500 or code in RETRY_STATUSES
+    retryable = retryable_status(code)
     return SendResult(False, retryable, code, f"HTTP {code}", ms, retry_after)
 
 

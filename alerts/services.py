@@ -29,7 +29,7 @@ from alerts.models import (
     DeliveryAttempt,
     PendingEvaluation,
 )
-from ctxobs.retry import backoff_delay
+from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay
 from ingest.models import Project
 
 logger = logging.getLogger(__name__)
@@ -892,7 +892,9 @@ RETRY_MAX_SECONDS = 300.0
 def _backoff(attempt: int, retry_after: float | None) -> float:
     # No jitter: each delivery gets its own time, and the delivery log reads as the schedule.
     base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
-    return backoff_delay(attempt, base=base, cap=RETRY_MAX_SECONDS, retry_after=retry_after)
+    return backoff_delay(
+        attempt, base=base, cap=RETRY_MAX_SECONDS, retry_after=retry_after, retry_after_cap=RETRY_AFTER_MAX_S
+    )
 
 
 def _lease(c: Channel) -> timedelta:

@@ -24,11 +24,21 @@ import time
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
-__all__ = ["backoff_delay", "parse_retry_after"]
+__all__ = ["RETRY_AFTER_MAX_S", "backoff_delay", "parse_retry_after", "retryable_status"]
 
+# The longest wait a server's Retry-After gets by default: enough for a restart or a rate-limit
+# window, short enough that a wrong header cannot park sending for hours.
+RETRY_AFTER_MAX_S = 300.0
+_TRANSIENT_4XX = frozenset({408, 425, 429})  # timed out waiting, too early, slow down
 _DIGITS = re.compile(r"[0-9]+")
 # 2**62 * base overflows nothing, and no cap anyone sets is reached later than that.
 _MAX_DOUBLINGS = 62
+
+
+def retryable_status(status: int) -> bool:
+    """Whether an HTTP answer with STATUS may succeed when sent again unchanged: 408, 425, 429
+    and every 5xx. Any other 4xx says the request itself is wrong."""
+    return status in _TRANSIENT_4XX or 500 <= status <= 599
 
 
 def parse_retry_after(value: str | bytes | None, *, now: float | None = None) -> float | None:

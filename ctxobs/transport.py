@@ -31,14 +31,13 @@ from typing import Any
 
 import httpx
 
-from ctxobs.retry import backoff_delay, parse_retry_after
+from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay, parse_retry_after, retryable_status
 from ctxobs.spool import DEFAULT_MAX_BYTES, Spool, resolve_spool_dir
 from ctxobs.wire import LIMITS
 
 log = logging.getLogger("ctxobs.transport")
 
 SNAPSHOTS_PATH = "/api/v1/snapshots"
-_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _BATCH_OVERHEAD = len(b'{"snapshots":[]}')
 # One spool file holds at most this much, so a claimed file is read into memory cheaply.
 _FILE_ITEMS = 500
@@ -151,7 +150,7 @@ class Transport:
         max_retries: int = 6,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        retry_after_max: float = 300.0,
+        retry_after_max: float = RETRY_AFTER_MAX_S,
         compress: bool = True,
         spool: bool | str | os.PathLike[str] | None = True,
         spool_path: str | os.PathLike[str] | None = None,
@@ -753,7 +752,7 @@ class Transport:
         except httpx.HTTPError as exc:
             return _Response("retry", detail=type(exc).__name__)
         status = resp.status_code
-        if status in _RETRY_STATUSES:
+        if retryable_status(status):
             retry_after = parse_retry_after(resp.headers.get("Retry-After"))
             return _Response("retry", status, retry_after, detail=str(status))
         if status in (401, 403):

@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 
 from core import net
-from ctxobs.retry import parse_retry_after
+from ctxobs.retry import parse_retry_after, retryable_status
 from replay.errors import EndpointError
 
+# Shorter than ctxobs.retry's default: someone watches the job page, and the bounded attempts
+# end a run whose server keeps asking for more.
 MAX_RETRY_AFTER_S = 120.0
 
 def shared_client(*, allow_private: bool = False) -> httpx.Client:
@@ -105,7 +107,7 @@ def post_json(
     except httpx.TransportError as exc:
         raise CallError(f"connection failed ({type(exc).__name__})", transient=True) from None
     ms = (time.perf_counter() - t0) * 1000.0
-    if resp.status_code == 429 or resp.status_code >= 500:
+    if retryable_status(resp.status_code):
         raise CallError(
             f"HTTP {resp.status_code} from the model server",
             transient=True,

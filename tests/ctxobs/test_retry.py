@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from ctxobs.retry import backoff_delay, parse_retry_after
+from ctxobs.retry import backoff_delay, parse_retry_after, retryable_status
 
 NOW = 1_780_000_000.0  # a fixed "now" for HTTP-dates (2026-05-28)
 
@@ -90,3 +90,13 @@ def test_jitter_stays_below_the_computed_wait_and_retry_after_jitter_above() -> 
     ras = [backoff_delay(1, base=1.0, cap=60.0, retry_after=10.0, retry_after_jitter=0.1, rand=rng)
            for _ in range(300)]
     assert all(10.0 <= w <= 11.0 for w in ras) and len(set(ras)) > 250
+
+
+@pytest.mark.parametrize(
+    ("status", "retry"),
+    [(408, True), (425, True), (429, True), (500, True), (501, True), (503, True), (599, True),
+     (400, False), (401, False), (404, False), (413, False), (422, False), (200, False), (600, False)],
+    ids=lambda v: str(v),
+)
+def test_only_transient_statuses_are_retried(status: int, retry: bool) -> None:
+    assert retryable_status(status) is retry

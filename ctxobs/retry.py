@@ -98,7 +98,7 @@ def backoff_delay(
             wait *= 1.0 + retry_after_jitter * draw()
         return wait
     doublings = min(max(0, attempt - 1), _MAX_DOUBLINGS)
-    wait = min(cap, base * (2**doublings))
+    wait = min(cap, base * 2.0**doublings)
     if jitter > 0:
         wait *= 1.0 - min(1.0, jitter) * draw()
     return max(0.0, wait)

@@ -8,7 +8,6 @@ Webhook signature: the receiver gets `X-Ctxobs-Timestamp: <unix seconds>` and
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -20,12 +19,13 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.urls import NoReverseMatch, reverse
 
 from core import net
+from core import secrets as core_secrets
+from ctxobs.retry import parse_retry_after, retryable_status
 
 SIGNATURE_HEADER = "X-Ctxobs-Signature"
 TIMESTAMP_HEADER = "X-Ctxobs-Timestamp"
@@ -36,32 +36,17 @@ MAX_ERROR_CHARS = 500
 
 
 # --- secrets -----------------------------------------------------------------
-def _fernet() -> Fernet:
-    configured = settings.CTXOBS_ENCRYPTION_KEY
-    if configured:
-        try:
-            return Fernet(configured.encode() if isinstance(configured, str) else configured)
-        except (ValueError, TypeError):
-            material = f"ctxobs-encryption:{configured}"
-    else:
-        material = f"ctxobs-alerts-channel:{settings.SECRET_KEY}"
-    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(material.encode()).digest()))
-
-
 def secret_new() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
 
 def secret_encrypt(raw: str) -> str:
-    return _fernet().encrypt(raw.encode()).decode()
+    return core_secrets.encrypt(raw)
 
 
 def secret_decrypt(token: str) -> str:
     """The raw secret; ValueError when it cannot be decrypted (the encryption key changed)."""
-    try:
-        return _fernet().decrypt(token.encode()).decode()
-    except InvalidToken:
-        raise ValueError("the channel secret cannot be decrypted with the current encryption key") from None
+    return core_secrets.decrypt(token, what="the channel secret")
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -110,9 +95,6 @@ class SendResult:
     retry_after: float | None = None
 
 
-RETRY_STATUSES = frozenset({408, 425, 429})
-
-
 def webhook_send(
     *,
     url: str,
@@ -149,11 +131,8 @@ def webhook_send(
     code = resp.status_code
     if 200 <= code < 300:
         return SendResult(True, False, code, "", ms)
-    retry_after = None
-    ra = resp.headers.get("Retry-After", "")
-    if ra.strip().isdigit():
-        retry_after = float(ra.strip())
-    retryable = code >= 500 or code in RETRY_STATUSES
+    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+    retryable = retryable_status(code)
     return SendResult(False, retryable, code, f"HTTP {code}", ms, retry_after)
 
 

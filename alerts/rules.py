@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ctxobs.wire import BLOCK_KINDS, TIERS
+from ctxobs.wire import BLOCK_KINDS, COUNT_DRIFT_WARN, DEFAULT_TIER_THRESHOLDS, TIERS, occurrence_keys
 
 TIER_CROSSING = "tier_crossing"
 WATERMARK_SPIKE = "watermark_spike"
@@ -164,7 +164,7 @@ PARAMS: dict[str, tuple[ParamSpec, ...]] = {
             "drift_pct",
             "Drift above (%)",
             float,
-            10.0,
+            COUNT_DRIFT_WARN * 100,
             0.0,
             10_000.0,
             help="|our prompt count - provider's| / provider's",
@@ -268,7 +268,7 @@ class RuleSpec:
     cooldown_turns: int = 20
     cooldown_seconds: float = 0.0
     # The project's tier thresholds (warn, compress, force, break), for the value shown.
-    thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)
+    thresholds: tuple[float, float, float, float] = DEFAULT_TIER_THRESHOLDS
 
     def applies(self, turn: Turn) -> bool:
         return (not self.agent or self.agent == turn.agent) and (not self.model or self.model == turn.model)
@@ -527,14 +527,7 @@ def episodes_for(
 
 # --- contributing blocks -----------------------------------------------------
 def _occurrence_keys(blocks: Sequence[dict[str, Any]]) -> list[str]:
-    # The same key numbering as the turn-to-turn change: the n-th repeat of a key is "key#n".
-    seen: dict[str, int] = {}
-    out = []
-    for b in blocks:
-        n = seen.get(b["key"], 0)
-        seen[b["key"]] = n + 1
-        out.append(b["key"] if n == 0 else f"{b['key']}#{n + 1}")
-    return out
+    return occurrence_keys(b["key"] for b in blocks)
 
 
 def contributors(

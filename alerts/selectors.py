@@ -13,7 +13,7 @@ from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
-from ctxobs.wire import unstorable
+from ctxobs.wire import unstorable, usable_window
 from ingest.models import Snapshot
 
 
@@ -170,7 +170,7 @@ def _turn(row: dict[str, Any]) -> Turn:
         ts=row["ts"],
         watermark=row["watermark"],
         tier=row["tier"],
-        usable_tokens=max(1, row["context_window"] - row["reserve_tokens"]),
+        usable_tokens=usable_window(row["context_window"], row["reserve_tokens"]),
         total_tokens=row["total_tokens"],
         n_compression=row["n_compression"],
         n_validation=row["n_validation"],

@@ -30,6 +30,7 @@ from alerts.models import (
     PendingEvaluation,
 )
 from core.models import Project
+from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay
 
 logger = logging.getLogger(__name__)
 
@@ -889,11 +890,11 @@ RETRY_MAX_SECONDS = 300.0
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
+    # No jitter: each delivery gets its own time, and the delivery log reads as the schedule.
     base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
-    wait = base * (2 ** (attempt - 1))
-    if retry_after is not None:
-        wait = max(wait, retry_after)
-    return min(wait, RETRY_MAX_SECONDS)
+    return backoff_delay(
+        attempt, base=base, cap=RETRY_MAX_SECONDS, retry_after=retry_after, retry_after_cap=RETRY_AFTER_MAX_S
+    )
 
 
 def _lease(c: Channel) -> timedelta:

@@ -52,13 +52,15 @@ class TaskTimeLimits:
         return {"soft_time_limit": soft, "time_limit": hard}
 
 
-@before_task_publish.connect
 def _time_limits_are_the_workers(headers: dict[str, Any] | None = None, **_: Any) -> None:
     # Celery copies the sender's limits into each message, where they override the worker's own:
     # the web process's settings would then bound work that runs under the worker's. Sent without
     # them, a task runs under the limits of the process that runs it (its TaskTimeLimits).
     if headers is not None and "timelimit" in headers:
         headers["timelimit"] = (None, None)
+
+
+before_task_publish.connect(_time_limits_are_the_workers)
 
 
 def worker_argv(service: str, *, concurrency: int = 2, hostname: str | None = None) -> list[str]:

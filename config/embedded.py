@@ -30,11 +30,11 @@ def ensure_database(home: Path | None = None) -> str:
     global _pg_server
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
-    import pgserver
+    from pgserver.postgres_server import get_server
 
     pgdata = (home or ctxobs_home()) / "pg"
     pgdata.mkdir(parents=True, exist_ok=True)
-    _pg_server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    _pg_server = get_server(pgdata, cleanup_mode="stop")
     uri: str = _pg_server.get_uri()
     os.environ["DATABASE_URL"] = uri
     logger.info("embedded.postgres_started pgdata=%s", pgdata)
@@ -55,7 +55,3 @@ def ensure_redis(home: Path | None = None) -> str:
     os.environ["REDIS_URL"] = url
     logger.info("embedded.redis_started dir=%s", rdir)
     return url
-
-
-def ensure_all(home: Path | None = None) -> tuple[str, str]:
-    return ensure_database(home), ensure_redis(home)

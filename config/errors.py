@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+
+if TYPE_CHECKING:
+    from ninja import NinjaAPI
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +30,12 @@ class ApplicationError(Exception):
         self.extra = extra or {}
 
 
-class StoreUnavailable(ApplicationError):
-    status_code = 503
-
-
 def _is_read(request: HttpRequest) -> bool:
     # A failed read stored nothing either, but saying so would tell a reader its data was lost.
     return request.method in ("GET", "HEAD", "OPTIONS")
 
 
-def install_exception_handlers(api: Any) -> None:
+def install_exception_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(ApplicationError)
     def _app_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
         resp = api.create_response(request, {"detail": exc.detail, **exc.extra}, status=exc.status_code)

@@ -107,24 +107,34 @@ def resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def host_problem(host: str, port: int, *, allow_private: bool, resolve_names: bool = True) -> str | None:
-    """Why HOST may not be connected to, or None. Resolves HOST unless it is a literal address."""
+def _checked(host: str, port: int, *, allow_private: bool, resolve_names: bool = True) -> list[str] | None:
+    """The policy for one host, applied at save time and on connect alike: raises AddressRefused
+    with the reason, lets socket.gaierror/UnicodeError through when the name does not resolve,
+    and returns the addresses it checked (None when it had no need to resolve)."""
     if _non_canonical_number(host):
-        return f"write the address {host[:100]!r} in dotted decimal (like 192.0.2.1)"
+        raise AddressRefused(f"write the address {host[:100]!r} in dotted decimal (like 192.0.2.1)")
     if allow_private:
         return None
     if host_is_local_name(host):
-        return f"{host[:100]!r} is a local name; {PRIVATE_HINT}"
+        raise AddressRefused(f"{host[:100]!r} is a local name; {PRIVATE_HINT}")
     if not resolve_names and _literal(host) is None:
         return None
-    try:
-        addrs = resolve(host, port)
-    except (socket.gaierror, UnicodeError):
-        return f"the host {host[:100]!r} does not resolve"
+    addrs = resolve(host, port)
     for addr in addrs:
         why = address_refused(addr)
         if why:
-            return f"{host[:100]!r}: {why}; {PRIVATE_HINT}"
+            raise AddressRefused(f"{host[:100]!r}: {why}; {PRIVATE_HINT}")
+    return addrs
+
+
+def host_problem(host: str, port: int, *, allow_private: bool, resolve_names: bool = True) -> str | None:
+    """Why HOST may not be connected to, or None. Resolves HOST unless it is a literal address."""
+    try:
+        _checked(host, port, allow_private=allow_private, resolve_names=resolve_names)
+    except AddressRefused as exc:
+        return exc.reason
+    except (socket.gaierror, UnicodeError):
+        return f"the host {host[:100]!r} does not resolve"
     return None
 
 
@@ -167,21 +177,12 @@ class GuardedBackend(httpcore.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        problem = host_problem(host, port, allow_private=True)  # numeric forms, always
-        if problem:
-            raise AddressRefused(problem)
-        if self.allow_private:
-            return super().connect_tcp(host, port, timeout, local_address, socket_options)
-        if host_is_local_name(host):
-            raise AddressRefused(f"{host[:100]!r} is a local name; {PRIVATE_HINT}")
         try:
-            addrs = resolve(host, port)
+            addrs = _checked(host, port, allow_private=self.allow_private)
         except (socket.gaierror, UnicodeError) as exc:
             raise httpcore.ConnectError(f"the host {host[:100]!r} does not resolve") from exc
-        for addr in addrs:
-            why = address_refused(addr)
-            if why:
-                raise AddressRefused(f"{host[:100]!r}: {why}; {PRIVATE_HINT}")
+        if addrs is None:
+            return super().connect_tcp(host, port, timeout, local_address, socket_options)
         last: Exception | None = None
         for addr in addrs:
             try:

@@ -27,7 +27,7 @@ from typing import Any
 from ctxobs import tokens
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.transport import CtxobsDeliveryError, Transport
-from ctxobs.wire import BLOCK_KINDS, default_reserve, tier_for, validate_snapshot
+from ctxobs.wire import BLOCK_KINDS, default_reserve, tier_for, usable_window, validate_snapshot
 
 log = logging.getLogger("ctxobs")
 
@@ -409,7 +409,7 @@ class Turn:
     def watermark(self) -> float:
         """Current fill: the blocks' tokens / (context window - reserve), exactly as the server
         derives it for the dashboard. Compress when this passes ~0.70."""
-        usable = max(1, self.context_window - self.reserve_tokens)
+        usable = usable_window(self.context_window, self.reserve_tokens)
         return sum(self._count(b) for b in self._blocks.values()) / usable
 
     def tier(self) -> str:

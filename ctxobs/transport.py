@@ -21,25 +21,23 @@ import gzip
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay, parse_retry_after, retryable_status
 from ctxobs.spool import DEFAULT_MAX_BYTES, Spool, resolve_spool_dir
 from ctxobs.wire import LIMITS
 
 log = logging.getLogger("ctxobs.transport")
 
 SNAPSHOTS_PATH = "/api/v1/snapshots"
-_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _BATCH_OVERHEAD = len(b'{"snapshots":[]}')
 # One spool file holds at most this much, so a claimed file is read into memory cheaply.
 _FILE_ITEMS = 500
@@ -131,22 +129,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if absent."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 class Transport:
     """Sends wire snapshots to `{endpoint}/api/v1/snapshots` from a background thread.
 
@@ -168,7 +150,7 @@ class Transport:
         max_retries: int = 6,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        retry_after_max: float = 300.0,
+        retry_after_max: float = RETRY_AFTER_MAX_S,
         compress: bool = True,
         spool: bool | str | os.PathLike[str] | None = True,
         spool_path: str | os.PathLike[str] | None = None,
@@ -770,7 +752,7 @@ class Transport:
         except httpx.HTTPError as exc:
             return _Response("retry", detail=type(exc).__name__)
         status = resp.status_code
-        if status in _RETRY_STATUSES:
+        if retryable_status(status):
             retry_after = parse_retry_after(resp.headers.get("Retry-After"))
             return _Response("retry", status, retry_after, detail=str(status))
         if status in (401, 403):
@@ -791,13 +773,18 @@ class Transport:
         return _Response("retry", status, detail=str(status))
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            # Honour the server; a little jitter stops many clients returning in lockstep.
-            return min(self.retry_after_max, retry_after) * random.uniform(1.0, 1.1)
-        if self._down and attempt == 0:
+        if retry_after is None and self._down and attempt == 0:
             return self.backoff_max
-        base = min(self.backoff_max, self.backoff_base * (2 ** max(0, attempt - 1)))
-        return base / 2 + random.uniform(0, base / 2)
+        # Many agents fail together when the server goes away: jitter stops them returning in lockstep.
+        return backoff_delay(
+            attempt,
+            base=self.backoff_base,
+            cap=self.backoff_max,
+            retry_after=retry_after,
+            retry_after_cap=self.retry_after_max,
+            jitter=0.5,
+            retry_after_jitter=0.1,
+        )
 
     def _sleep(self, seconds: float, interruptible: bool) -> bool:
         """Wait SECONDS; True if the transport is closing (only when INTERRUPTIBLE)."""

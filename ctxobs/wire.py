@@ -12,6 +12,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -760,25 +761,6 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[dict[str, Any] | None,
     }, []
 
 
-def tier_for(
-    watermark: float, thresholds: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)
-) -> str:
-    """Tier of a watermark: ok < warn < compress < force < break (thresholds are fractions)."""
-    warn, compress, force, brk = thresholds
-    if watermark >= brk:
-        return "break"
-    if watermark >= force:
-        return "force"
-    if watermark >= compress:
-        return "compress"
-    if watermark >= warn:
-        return "warn"
-    return "ok"
-
-
-TIERS = ("ok", "warn", "compress", "force", "break")
-
-
 def limits_doc() -> dict[str, int]:
     return {k: getattr(LIMITS, k) for k in LIMITS.__dataclass_fields__}
 
@@ -916,3 +898,56 @@ SNAPSHOT_JSON_SCHEMA: dict[str, Any] = {
         "fallback_used": _opt("boolean"),
     },
 }
+
+
+# --- shared policy -----------------------------------------------------------------------
+# How a snapshot is read, the same in the SDK, ingest, the pages and alerts: the usable window,
+# the tiers and the names of repeated block keys. One copy each, so the watermark an agent computes
+# is the one the dashboard shows and the one an alert fires on.
+
+TIERS = ("ok", "warn", "compress", "force", "break")
+# Fractions of the usable window where warn, compress, force and break start: a project's default.
+DEFAULT_TIER_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.85, 0.95)
+
+
+# |our prompt count - the provider's| / the provider's beyond which a turn's count is suspect: the
+# turn pages flag it and a count-drift alert rule fires on it unless told otherwise. 10%, not less:
+# estimated counts (an unknown encoding) and per-message overheads that differ between providers
+# already move counts by a few percent, while what the flag is for (messages dropped or truncated
+# on the way) moves them by much more.
+COUNT_DRIFT_WARN = 0.10
+
+
+def usable_window(context_window: int, reserve_tokens: int) -> int:
+    """Tokens a prompt may fill: the context window less the reserve, and at least 1 so that a
+    reserve as large as the window gives a huge watermark instead of a division by zero."""
+    return max(1, context_window - reserve_tokens)
+
+
+def tier_for(
+    watermark: float, thresholds: tuple[float, float, float, float] = DEFAULT_TIER_THRESHOLDS
+) -> str:
+    """Tier of a watermark: ok < warn < compress < force < break (thresholds are fractions)."""
+    warn, compress, force, brk = thresholds
+    if watermark >= brk:
+        return "break"
+    if watermark >= force:
+        return "force"
+    if watermark >= compress:
+        return "compress"
+    if watermark >= warn:
+        return "warn"
+    return "ok"
+
+
+def occurrence_keys(keys: Iterable[str]) -> list[str]:
+    """KEYS with repeats told apart: a key may repeat within a snapshot (two retrieval blocks), and
+    its n-th occurrence (n >= 2) is named "key#n", so that a turn-to-turn comparison matches the
+    n-th occurrence of a key with the n-th occurrence in the other turn."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for key in keys:
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        out.append(key if n == 0 else f"{key}#{n + 1}")
+    return out

@@ -19,7 +19,7 @@ from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core.auth import IngestKeyAuth, ProjectReadAuth
 from core.errors import NotFound
 from core.schemas import Detail
-from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
+from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc, usable_window
 from ingest import selectors, services
 from ingest.errors import IngestError, LimitExceeded, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
@@ -217,7 +217,7 @@ def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     doc = {
         "session": _session_out(session),
         "context_window": window[0] if window else None,
-        "usable_tokens": (window[0] - window[1]) if window else None,
+        "usable_tokens": usable_window(*window) if window else None,
         "thresholds": dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
         "turns": turns,
     }

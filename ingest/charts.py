@@ -45,9 +45,6 @@ EVENT_COLOURS: dict[str, str] = {
     "validation": "#b71c1c",
     "alert": "#d50000",
 }
-# Ours vs the provider's prompt tokens: beyond this relative difference the count is suspicious.
-DRIFT_WARN = 0.05
-
 FONT = "-apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
 

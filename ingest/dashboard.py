@@ -15,8 +15,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from core import textdiff
 from core.models import Project
-from ingest import derive, selectors, textdiff
+from ctxobs.wire import occurrence_keys
+from ingest import derive, selectors
 from ingest.models import AgentSession, Snapshot
 
 SPARK_POINTS = 24
@@ -131,13 +133,7 @@ def _refs(blocks: list[dict[str, Any]]) -> list[derive.BlockRef]:
 
 
 def _keyed(blocks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    seen: dict[str, int] = {}
-    out: dict[str, dict[str, Any]] = {}
-    for b in blocks:
-        n = seen.get(b["key"], 0)
-        seen[b["key"]] = n + 1
-        out[b["key"] if n == 0 else f"{b['key']}#{n + 1}"] = b
-    return out
+    return dict(zip(occurrence_keys(b["key"] for b in blocks), blocks, strict=True))
 
 
 def turn_comparison(

@@ -1,11 +1,11 @@
-"""Values derived from snapshots, ORM-free: token totals, watermark, tier, turn-to-turn change."""
+"""Values derived from snapshots, ORM-free: watermark, count drift, turn-to-turn change."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
 from ctxobs.tokens import REPLY_PRIMING
-from ctxobs.wire import tier_for
+from ctxobs.wire import occurrence_keys, usable_window
 
 
 class BlockRef(NamedTuple):
@@ -19,12 +19,7 @@ class BlockRef(NamedTuple):
 
 def watermark(total_tokens: int, context_window: int, reserve_tokens: int) -> float:
     """Fill of the usable window: total / (window - reserve)."""
-    usable = max(1, context_window - reserve_tokens)
-    return total_tokens / usable
-
-
-def tier(wm: float, thresholds: tuple[float, float, float, float]) -> str:
-    return tier_for(wm, thresholds)
+    return total_tokens / usable_window(context_window, reserve_tokens)
 
 
 def count_drift(total_tokens: int, reported_prompt_tokens: int | None) -> float | None:
@@ -36,15 +31,7 @@ def count_drift(total_tokens: int, reported_prompt_tokens: int | None) -> float 
 
 
 def _keyed(blocks: list[BlockRef]) -> dict[str, BlockRef]:
-    # A key may repeat within a snapshot (two retrieval blocks); the n-th occurrence of a key
-    # is compared with the n-th occurrence in the other turn.
-    seen: dict[str, int] = {}
-    out: dict[str, BlockRef] = {}
-    for b in blocks:
-        n = seen.get(b.key, 0)
-        seen[b.key] = n + 1
-        out[b.key if n == 0 else f"{b.key}#{n + 1}"] = b
-    return out
+    return dict(zip(occurrence_keys(b.key for b in blocks), blocks, strict=True))
 
 
 def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: int | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from core.models import Project
-from ctxobs.wire import unstorable
+from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
     AgentSession,
     BlockContent,
@@ -234,7 +234,7 @@ def snapshot_full(*, snapshot: Snapshot) -> dict[str, Any]:
     blocks = snapshot_blocks(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
     events = snapshot_events(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
     total = snapshot.total_tokens or 0
-    usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
+    usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
     return {
         "snapshot_id": str(snapshot.snapshot_id),
         "session_id": snapshot.session_id,

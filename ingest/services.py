@@ -16,7 +16,7 @@ from django.utils import timezone
 from core import pgtext
 from core.models import Project
 from ctxobs import tokens as tok
-from ctxobs.wire import TIERS, block_hashes, validate_snapshot
+from ctxobs.wire import TIERS, block_hashes, tier_for, validate_snapshot
 from ingest import derive
 from ingest.models import block_flags
 from ingest.signals import snapshots_committed, snapshots_stored
@@ -134,7 +134,7 @@ def _prepare(index: int, snap: dict[str, Any], thresholds: tuple[float, float, f
         blocks=blocks,
         total=total,
         watermark=wm,
-        tier=derive.tier(wm, thresholds),
+        tier=tier_for(wm, thresholds),
         kind_tokens=kind_tokens,
         counts_estimated=estimated_any,
         encoding=encoding,

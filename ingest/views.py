@@ -37,6 +37,7 @@ from core import members, pgtext, registry, signin
 from core.access import page_context, project_access, user_projects
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
+from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
 from ingest import charts, dashboard, selectors
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
 from ingest.models import AgentSession, Snapshot
@@ -298,7 +299,7 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
 def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[str, Any]:
     # Class names and widths are made here, not by template filters: a page shows 100 turns of
     # up to 10 kinds each, and filter calls dominate the render time.
-    usable = max(1, row["context_window"] - row["reserve_tokens"])
+    usable = usable_window(row["context_window"], row["reserve_tokens"])
     kinds = row["kind_tokens"] or {}
     order = charts.ordered_kinds(kinds)
     row["segments"] = [
@@ -308,7 +309,7 @@ def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[
     row["segments_title"] = " · ".join(f"{k} {kinds[k]:,}" for k in order)
     row["alerts"] = alerts_by_turn.get(row["turn"], 0)
     drift = row.get("count_drift")
-    row["drift_flag"] = drift is not None and abs(drift) > charts.DRIFT_WARN
+    row["drift_flag"] = drift is not None and abs(drift) > COUNT_DRIFT_WARN
     return row
 
 
@@ -430,7 +431,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     blocks = pgtext.shown(blocks)
     events = pgtext.shown(selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id))
     total = snapshot.total_tokens or 0
-    usable = max(1, snapshot.context_window - snapshot.reserve_tokens)
+    usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
     shown = []
     for b in blocks:
         msgs, cut = _present_messages(b["messages"], full=False)
@@ -483,7 +484,8 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         if out.get("tool_calls")
         else "",
         usable=usable,
-        drift_flag=drift is not None and abs(drift) > charts.DRIFT_WARN,
+        drift_flag=drift is not None and abs(drift) > COUNT_DRIFT_WARN,
+        drift_warn_pct=round(COUNT_DRIFT_WARN * 100),
         drift_pct=(drift * 100) if drift is not None else None,
         kinds=[
             {

@@ -9,8 +9,9 @@ from difflib import SequenceMatcher
 from itertools import combinations
 from typing import Any
 
+from core import textdiff
+
 _WORDS = re.compile(r"\S+")
-_SPLIT = re.compile(r"(\s+)")
 # Distances are floats; an effect equal to the baseline's largest spread is still noise.
 NOISE_EPS = 1e-9
 
@@ -32,42 +33,9 @@ def distance(a: str | None, b: str | None) -> float:
 
 
 def word_diff(a: str | None, b: str | None) -> list[dict[str, str]]:
-    """Segments turning A into B word by word: [{"op": "equal"|"delete"|"insert", "text": ...}].
-    Whitespace is kept with the word before it, so joining the segments of one side gives it back.
-    The text is raw: templates escape it."""
-    ta = [t for t in _SPLIT.split(a or "") if t]
-    tb = [t for t in _SPLIT.split(b or "") if t]
-    # Compare on words, carry the whitespace along.
-    ua = _units(ta)
-    ub = _units(tb)
-    sm = SequenceMatcher(None, [u.strip() for u in ua], [u.strip() for u in ub], autojunk=False)
-    out: list[dict[str, str]] = []
-
-    def add(op: str, text: str) -> None:
-        if not text:
-            return
-        if out and out[-1]["op"] == op:
-            out[-1]["text"] += text
-        else:
-            out.append({"op": op, "text": text})
-
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
-        if tag == "equal":
-            add("equal", "".join(ub[j1:j2]))
-        else:
-            add("delete", "".join(ua[i1:i2]))
-            add("insert", "".join(ub[j1:j2]))
-    return out
-
-
-def _units(tokens: list[str]) -> list[str]:
-    units: list[str] = []
-    for t in tokens:
-        if t.isspace() and units:
-            units[-1] += t
-        else:
-            units.append(t)
-    return units
+    """Segments turning A into B word by word (core.textdiff.prose_diff), as
+    [{"op": "equal"|"delete"|"insert", "text": ...}]. The text is raw: templates escape it."""
+    return [{"op": op, "text": text} for op, text in textdiff.prose_diff(a, b)]
 
 
 def canonical_tool_calls(tool_calls: list[Any] | None) -> list[tuple[str, str]]:

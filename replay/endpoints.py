@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from core import net
+from ctxobs.retry import parse_retry_after, retryable_status
 from replay.errors import EndpointError
 
+# Shorter than ctxobs.retry's default: someone watches the job page, and the bounded attempts
+# end a run whose server keeps asking for more.
 MAX_RETRY_AFTER_S = 120.0
 
 def shared_client(*, allow_private: bool = False) -> httpx.Client:
@@ -60,18 +62,8 @@ def validate_base_url(base_url: str, *, allow_private: bool, resolve: bool = Tru
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(raw)))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return min(MAX_RETRY_AFTER_S, max(0.0, when.timestamp() - time.time()))
+    ra = parse_retry_after(headers.get("retry-after"))
+    return None if ra is None else min(MAX_RETRY_AFTER_S, ra)
 
 
 def _headers(api_key: str) -> dict[str, str]:
@@ -115,7 +107,7 @@ def post_json(
     except httpx.TransportError as exc:
         raise CallError(f"connection failed ({type(exc).__name__})", transient=True) from None
     ms = (time.perf_counter() - t0) * 1000.0
-    if resp.status_code == 429 or resp.status_code >= 500:
+    if retryable_status(resp.status_code):
         raise CallError(
             f"HTTP {resp.status_code} from the model server",
             transient=True,

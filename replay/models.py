@@ -14,7 +14,7 @@ from core.models import EscapedJSONField, EscapedTextField, Project
 
 class ModelEndpoint(models.Model):
     """An OpenAI-compatible server a project replays against. The API key is stored encrypted
-    (replay.crypto) and never shown again."""
+    (core.secrets) and never shown again."""
 
     class Mode(models.TextChoices):
         # The completions API with a transcript we render ourselves: every message reaches the

@@ -4,7 +4,6 @@ execution of one run, safe to repeat."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import uuid
@@ -18,9 +17,11 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from core import secrets
 from core.models import Project
+from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
-from replay import ablation, crypto, endpoints
+from replay import ablation, endpoints
 from replay.errors import EndpointError, NotFound, ReplayError, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 
@@ -87,8 +88,8 @@ def endpoint_create(
             base_url=url,
             model=model.strip(),
             mode=mode,
-            api_key_encrypted=crypto.encrypt(api_key),
-            api_key_hint=crypto.hint(api_key) if api_key else "",
+            api_key_encrypted=secrets.encrypt(api_key),
+            api_key_hint=secrets.hint(api_key) if api_key else "",
             default_params=default_params or {},
             embeddings_model=embeddings_model.strip(),
             timeout_s=float(timeout_s),
@@ -155,7 +156,7 @@ def endpoint_delete(*, endpoint: ModelEndpoint) -> None:
 
 def _api_key(endpoint: ModelEndpoint) -> str:
     try:
-        return crypto.decrypt(endpoint.api_key_encrypted)
+        return secrets.decrypt(endpoint.api_key_encrypted, what="the stored API key")
     except ValueError as exc:
         raise EndpointError(str(exc)) from None
 
@@ -605,11 +606,18 @@ class _LeaseKeeper:
             connection.close()
 
 
+RETRY_MAX_S = 60.0
+
+
 def _backoff(attempt: int, retry_after: float | None) -> float:
-    if retry_after is not None:
-        return retry_after
-    base = _retry_base_s() * (2 ** max(0, attempt - 1))
-    return min(60.0, base) * (1.0 + random.random() * 0.1)
+    return backoff_delay(
+        attempt,
+        base=_retry_base_s(),
+        cap=RETRY_MAX_S,
+        retry_after=retry_after,
+        retry_after_cap=endpoints.MAX_RETRY_AFTER_S,
+        jitter=0.1,
+    )
 
 
 def replay_run_request(*, project: Project, variant: ReplayVariant) -> dict[str, Any]:

@@ -111,7 +111,7 @@ _SEGMENT_TAGS = {
 
 @register.filter
 def diff_html(segments: list[tuple[str, str]]) -> SafeString:
-    """A word diff's segments (ingest.textdiff) as HTML: each text escaped, inside <ins>, <del> or
+    """A word diff's segments (core.textdiff) as HTML: each text escaped, inside <ins>, <del> or
     a skip note. One call instead of template tags per segment: a rewritten block has hundreds of
     segments, and rendering them tag by tag was a fifth of the turn page's time."""
     out = []

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from core import secrets
 from core.models import Project
-from replay import crypto, endpoints
+from replay import endpoints
 from replay.errors import EndpointError
 from replay.models import ModelEndpoint
 from replay.services import endpoint_create, endpoint_test, local_endpoint_register
@@ -80,7 +81,7 @@ def test_the_api_key_is_stored_encrypted_and_never_logged(project: Project, capl
         cur.execute("SELECT api_key_encrypted, api_key_hint FROM replay_modelendpoint WHERE id = %s", [ep.pk])
         stored, hint = cur.fetchone()
     assert secret not in stored and stored
-    assert crypto.decrypt(stored) == secret
+    assert secrets.decrypt(stored) == secret
     assert hint == "…0123"
     assert secret not in caplog.text
 

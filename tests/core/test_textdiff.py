@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest import textdiff
+from core import textdiff
 
 
 def _apply(segments: list[tuple[str, str]], side: str) -> str:
@@ -110,3 +110,9 @@ def test_segments_render_as_escaped_html() -> None:
         "a &lt;b&gt; &amp; <del>&lt;script&gt;x&lt;/script&gt;</del><ins>&quot;y&quot;</ins>"
         '<span class="skip">⋯ 3 ⋯</span>'
     )
+
+
+def test_prose_diff_ignores_spacing_and_keeps_it_with_the_word_before() -> None:
+    segs = textdiff.prose_diff("  the  flight\nleaves now", "  the flight leaves later")
+    assert segs == [("equal", "  the flight leaves "), ("delete", "now"), ("insert", "later")]
+    assert textdiff.prose_diff(None, "") == [] and textdiff.prose_diff("", "x") == [("insert", "x")]

@@ -1,4 +1,5 @@
-"""Word-level diff of two texts, ORM-free: a list of (op, text) segments for a template to render.
+"""The one word diff, ORM-free: a list of (op, text) segments for a template to render. The turn
+page diffs block contents with `word_diff`; replay compares model outputs with `prose_diff`.
 
 Ops: "equal", "insert", "delete", and "skip" (a long unchanged run shortened to its edges; the
 text of a skip segment is a human note). The texts are never marked up here: the template
@@ -24,6 +25,7 @@ from cydifflib import SequenceMatcher
 Segment = tuple[str, str]
 
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
+_SPACES = re.compile(r"(\s+)")
 # Word-diff a replaced line run only when it is small; beyond this, show it as delete + insert.
 MAX_WORD_TOKENS = 4000
 CONTEXT_CHARS = 160
@@ -112,6 +114,35 @@ def _shorten(segments: list[Segment], context: int) -> list[Segment]:
         if keep_tail:
             out.append(("equal", text[-keep_tail:]))
     return out
+
+
+def prose_diff(a: str | None, b: str | None) -> list[Segment]:
+    """Segments turning A into B word by word, where spacing is not a change: each word carries
+    the whitespace after it, words are compared without it, and an unchanged run shows B's text.
+    Joining the non-insert segments gives A up to spacing; the non-delete ones give B exactly."""
+    ua, ub = _units(a or ""), _units(b or "")
+    sm = SequenceMatcher(None, [u.strip() for u in ua], [u.strip() for u in ub], autojunk=False)
+    out: list[Segment] = []
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            _push(out, "equal", "".join(ub[j1:j2]))
+        else:
+            _push(out, "delete", "".join(ua[i1:i2]))
+            _push(out, "insert", "".join(ub[j1:j2]))
+    return out
+
+
+def _units(text: str) -> list[str]:
+    # Leading whitespace is a unit of its own; every later run joins the word before it.
+    units: list[str] = []
+    for t in _SPACES.split(text):
+        if not t:
+            continue
+        if t.isspace() and units:
+            units[-1] += t
+        else:
+            units.append(t)
+    return units
 
 
 def diff_stats(segments: list[Segment]) -> dict[str, int]:

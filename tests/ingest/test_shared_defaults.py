@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from alerts import rules as R
+from core.models import Project
 from ctxobs.wire import COUNT_DRIFT_WARN, DEFAULT_TIER_THRESHOLDS
-from ingest.models import Project
 from ingest.views import _decorate_turn
 
 

@@ -42,7 +42,7 @@ import httpx  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from ctxobs.wire import block_hashes  # noqa: E402
+from ctxobs.hashing import block_hashes  # noqa: E402
 from ingest.models import Project  # noqa: E402
 from ingest.services import project_create  # noqa: E402
 

@@ -27,7 +27,8 @@ from typing import Any
 from ctxobs import tokens
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.transport import CtxobsDeliveryError, Transport
-from ctxobs.wire import BLOCK_KINDS, default_reserve, tier_for, validate_snapshot
+from ctxobs.validate import validate_snapshot
+from ctxobs.wire import BLOCK_KINDS, default_reserve, tier_for
 
 log = logging.getLogger("ctxobs")
 

@@ -16,12 +16,20 @@ from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
-from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc
+from ctxobs.wire import LIMITS, limits_doc
 from ingest import selectors, services
 from ingest.auth import IngestKeyAuth, ProjectReadAuth
 from ingest.errors import IngestError, LimitExceeded, NotFound, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
-from ingest.schemas import BatchOut, Detail, SessionOut, SessionPage, SnapshotOut, TimelineOut
+from ingest.schemas import (
+    SNAPSHOTS_BATCH_SCHEMA,
+    BatchOut,
+    Detail,
+    SessionOut,
+    SessionPage,
+    SnapshotOut,
+    TimelineOut,
+)
 
 router = Router(tags=["snapshots"])
 
@@ -114,17 +122,7 @@ def _read_body(request: HttpRequest) -> bytes:
             "required": True,
             "content": {
                 "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["snapshots"],
-                        "properties": {
-                            "snapshots": {
-                                "type": "array",
-                                "maxItems": LIMITS.max_items_per_batch,
-                                "items": SNAPSHOT_JSON_SCHEMA,
-                            }
-                        },
-                    }
+                    "schema": SNAPSHOTS_BATCH_SCHEMA,
                 }
             },
         },

@@ -14,7 +14,9 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ctxobs import tokens as tok
-from ctxobs.wire import TIERS, block_hashes, validate_snapshot
+from ctxobs.hashing import block_hashes
+from ctxobs.validate import validate_snapshot
+from ctxobs.wire import TIERS
 from ingest import derive, pgtext
 from ingest.errors import AuthError
 from ingest.models import (

@@ -21,7 +21,7 @@ from schemathesis.config import SchemathesisConfig
 
 from config.params import Instant
 from config.wsgi import application
-from ctxobs.wire import parse_ts
+from ctxobs.validate import parse_ts
 from ingest.models import Project
 from ingest.services import project_create
 from tests.factories import full_snapshot

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 import ctxobs
-from ctxobs.wire import content_hash
+from ctxobs.hashing import content_hash
 from ingest.services import project_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 import ctxobs
-from ctxobs.wire import canonical_json, content_hash, parse_ts, validate_snapshot
+from ctxobs.hashing import canonical_json, content_hash
+from ctxobs.validate import parse_ts, validate_snapshot
 from ingest.services import project_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from ctxobs.wire import content_hash
+from ctxobs.hashing import content_hash
 from ingest import pgtext
 from ingest.models import BlockContent, Membership, MessageContent, Snapshot
 from tests.factories import full_snapshot, snapshot

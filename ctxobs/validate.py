@@ -269,9 +269,9 @@ def _block_fast(b: Any) -> Block | None:
         refs = []
     elif type(refs) is not list or len(refs) > LIMITS.max_list_items or any(type(r) is not str for r in refs):
         return None
-    return {
+    block: Block = {
         "key": key,
-        "kind": cast(BlockKind, kind),
+        "kind": kind,
         "messages": list(msgs),
         "tokens": tokens,
         "estimated": flags[0],
@@ -281,6 +281,7 @@ def _block_fast(b: Any) -> Block | None:
         "chars": chars,
         "verbatim": verbatim,
     }
+    return block
 
 
 def _verbatim(messages: list[WireMessage]) -> bool:

@@ -3,6 +3,10 @@
 The SDK runs it before sending and the ingest API on every item. It enforces the structures of
 `ctxobs.wire` with the same constants; tests/ctxobs/test_wire_contract.py probes every field of
 the generated JSON Schema against it. Standard library only.
+
+One module for one job, a little over the usual size: the one-pass check of a block
+(`_block_fast`, the ingest hot path) must accept exactly what the full check accepts, so the two
+stay side by side (tests/ingest/test_block_validation.py holds them together).
 """
 
 from __future__ import annotations

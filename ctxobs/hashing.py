@@ -21,6 +21,7 @@ def canonical_json(value: Any) -> str:
 
 
 _SIMPLE_KEYS = frozenset(("role", "content", "name", "tool_call_id"))
+_ABSENT = object()
 _hash_memo: dict[tuple[Any, ...], str] = {}
 _pair_memo: dict[tuple[str, str], str] = {}
 _pair_memo_chars = 0
@@ -54,9 +55,10 @@ def message_hash(message: Mapping[str, Any]) -> str:
             return found
     memo_key: tuple[Any, ...] | None = None
     if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):
+        # Absent and null are different JSON, so they key the memo apart.
         memo_key = (
-            message.get("role"), message.get("content"), message.get("name"), message.get("tool_call_id"),
-            len(message),
+            message.get("role", _ABSENT), message.get("content", _ABSENT), message.get("name", _ABSENT),
+            message.get("tool_call_id", _ABSENT),
         )
         hit = _hash_memo.get(memo_key)
         if hit is not None:

@@ -52,3 +52,9 @@ def test_the_message_memo_is_bounded_by_the_size_of_its_texts(monkeypatch: pytes
         assert message_hash({"role": "user", "content": t}) == _fresh({"role": "user", "content": t})
     assert len(hashing._pair_memo) <= 2
     assert hashing._pair_memo_chars <= 160
+
+
+def test_an_absent_field_and_a_null_one_hash_apart() -> None:
+    absent, null = {"role": "user", "name": None}, {"role": "user", "content": None}
+    assert message_hash(absent) == _fresh(absent)
+    assert message_hash(null) == _fresh(null)

@@ -44,7 +44,7 @@ from django.db import connection  # noqa: E402
 
 from core.models import Project  # noqa: E402
 from core.services import project_create  # noqa: E402
-from ctxobs.wire import block_hashes  # noqa: E402
+from ctxobs.hashing import block_hashes  # noqa: E402
 
 # A few thousand distinct pseudo-words, so that text compresses about as well as real prose.
 _SYL = ["ka", "ro", "mi", "te", "su", "lan", "dor", "vi", "ne", "sha", "quo", "bri", "el", "tum", "xa", "po"]

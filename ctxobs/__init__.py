@@ -24,7 +24,8 @@ from ctxobs.client import (
 )
 from ctxobs.instrument import default_partitioner, instrument_openai, uninstrument_openai
 from ctxobs.transport import CtxobsDeliveryError, Transport
-from ctxobs.wire import LIMITS, WIRE_VERSION, validate_snapshot
+from ctxobs.validate import validate_snapshot
+from ctxobs.wire import LIMITS, WIRE_VERSION
 
 __version__ = "0.1.0"
 __all__ = [

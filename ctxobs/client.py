@@ -27,7 +27,8 @@ from typing import Any
 from ctxobs import tokens
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.transport import CtxobsDeliveryError, Transport
-from ctxobs.wire import BLOCK_KINDS, default_reserve, tier_for, usable_window, validate_snapshot
+from ctxobs.validate import validate_snapshot
+from ctxobs.wire import BLOCK_KINDS, FieldError, default_reserve, tier_for, usable_window
 
 log = logging.getLogger("ctxobs")
 
@@ -802,7 +803,7 @@ class Client:
 class InvalidSnapshot(ValueError):
     """A snapshot failed the wire validator locally; it is reported, not sent."""
 
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
+    def __init__(self, errors: list[FieldError]) -> None:
         super().__init__("; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5]))
         self.errors = errors
 

@@ -19,11 +19,11 @@ from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core.auth import IngestKeyAuth, ProjectReadAuth
 from core.errors import NotFound
 from core.schemas import Detail
-from ctxobs.wire import LIMITS, SNAPSHOT_JSON_SCHEMA, limits_doc, usable_window
+from ctxobs.wire import LIMITS, limits_doc, usable_window
 from ingest import selectors, services
 from ingest.errors import IngestError, LimitExceeded, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
-from ingest.schemas import BatchOut, SessionOut, SessionPage, SnapshotOut, TimelineOut
+from ingest.schemas import SNAPSHOTS_BATCH_SCHEMA, BatchOut, SessionOut, SessionPage, SnapshotOut, TimelineOut
 
 router = Router(tags=["snapshots"])
 
@@ -116,17 +116,7 @@ def _read_body(request: HttpRequest) -> bytes:
             "required": True,
             "content": {
                 "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["snapshots"],
-                        "properties": {
-                            "snapshots": {
-                                "type": "array",
-                                "maxItems": LIMITS.max_items_per_batch,
-                                "items": SNAPSHOT_JSON_SCHEMA,
-                            }
-                        },
-                    }
+                    "schema": SNAPSHOTS_BATCH_SCHEMA,
                 }
             },
         },

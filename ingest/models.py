@@ -143,7 +143,7 @@ def blocks_from_arrays(
 
 class BlockContent(models.Model):
     """A block's content, stored once per project under its content hash: the sequence of
-    its messages' hashes (see ctxobs.wire.block_hashes)."""
+    its messages' hashes (see ctxobs.hashing.block_hashes)."""
 
     pk = models.CompositePrimaryKey("project_id", "hash")
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)

@@ -7,8 +7,17 @@ from typing import Any
 
 from ninja import Schema
 
+from ctxobs.schema import batch_json_schema
+from ctxobs.wire import LIMITS
+
+# The body of POST /snapshots, generated from the wire contract. The handler reads and checks the
+# body itself (gzip, byte limits, item by item verdicts), so ninja publishes this schema as given.
+SNAPSHOTS_BATCH_SCHEMA = batch_json_schema(LIMITS.max_items_per_batch)
+
 
 class FieldError(Schema):
+    """ctxobs.wire.FieldError in the answer of an ingest request."""
+
     loc: list[str | int]
     msg: str
     hint: str

@@ -7,7 +7,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from django.db import IntegrityError, connection, transaction
@@ -16,7 +16,9 @@ from django.utils import timezone
 from core import pgtext
 from core.models import Project
 from ctxobs import tokens as tok
-from ctxobs.wire import TIERS, block_hashes, tier_for, validate_snapshot
+from ctxobs.hashing import block_hashes
+from ctxobs.validate import validate_snapshot
+from ctxobs.wire import TIERS, tier_for
 from ingest import derive
 from ingest.models import block_flags
 from ingest.signals import snapshots_committed, snapshots_stored
@@ -167,7 +169,8 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
             res.duplicate += 1
             continue
         seen_ids.add(snap["snapshot_id"])
-        prepared.append(_prepare(i, snap, thresholds))
+        # Typed as a plain dict from here: preparing completes the blocks in place (hash, message_hashes).
+        prepared.append(_prepare(i, cast(dict[str, Any], snap), thresholds))
 
     if prepared:
         created_refs = _store(project, prepared)

@@ -23,7 +23,7 @@ from config.params import Instant
 from config.wsgi import application
 from core.models import Project
 from core.services import project_create
-from ctxobs.wire import parse_ts
+from ctxobs.validate import parse_ts
 from tests.factories import full_snapshot
 
 pytestmark = pytest.mark.django_db

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 import ctxobs
-from ctxobs.wire import validate_snapshot
+from ctxobs.validate import validate_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 
 import ctxobs
 from core.services import project_create
-from ctxobs.wire import content_hash
+from ctxobs.hashing import content_hash
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

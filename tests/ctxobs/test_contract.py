@@ -1,7 +1,7 @@
 """The wire contract from both sides: real SDK output posted to the real ingest API and read back.
 
 What the server returns for a snapshot must equal what the SDK sent, as normalised by the one
-shared validator (ctxobs.wire.validate_snapshot): same blocks in the same order, the same
+shared validator (ctxobs.validate.validate_snapshot): same blocks in the same order, the same
 messages byte for byte, the same counts, events, output and tags.
 """
 
@@ -15,7 +15,8 @@ import pytest
 
 import ctxobs
 from core.services import project_create
-from ctxobs.wire import canonical_json, content_hash, parse_ts, validate_snapshot
+from ctxobs.hashing import canonical_json, content_hash
+from ctxobs.validate import parse_ts, validate_snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_sdk_modules_import_without_django_or_openai() -> None:
     code = (
         "import ctxobs, ctxobs.transport, ctxobs.client, ctxobs.instrument, ctxobs.tokens, "
-        "ctxobs.wire, ctxobs.catalog, ctxobs.cli; import sys; "
+        "ctxobs.wire, ctxobs.validate, ctxobs.hashing, ctxobs.schema, ctxobs.catalog, ctxobs.cli; "
+        "import sys; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'ninja', 'openai', 'celery')); "
         "assert not bad, bad; "
         "c = ctxobs.Client(disabled=True); "

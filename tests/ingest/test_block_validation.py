@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ctxobs.wire import LIMITS, _block_fast, _block_full, _Errors
+from ctxobs.validate import _block_fast, _block_full, _Errors
+from ctxobs.wire import LIMITS
 
 VALID = [
     pytest.param({"key": "system", "kind": "system", "messages": [{"role": "system", "content": "be brief"}]},

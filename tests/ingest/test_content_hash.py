@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ctxobs import wire
-from ctxobs.wire import HASH_CHARS, block_hashes, canonical_json, message_hash
+from ctxobs import hashing
+from ctxobs.hashing import HASH_CHARS, block_hashes, canonical_json, message_hash
 
 
 def _fresh(message: dict[str, Any]) -> str:
@@ -46,9 +46,15 @@ def test_block_hash_is_the_sha256_of_its_message_hashes_on_every_call() -> None:
 
 
 def test_the_message_memo_is_bounded_by_the_size_of_its_texts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire, "_PAIR_MEMO_MAX_CHARS", 100)
+    monkeypatch.setattr(hashing, "_PAIR_MEMO_MAX_CHARS", 100)
     texts = [f"{i:03d}" * 20 for i in range(50)]  # 60 characters each
     for t in texts:
         assert message_hash({"role": "user", "content": t}) == _fresh({"role": "user", "content": t})
-    assert len(wire._pair_memo) <= 2
-    assert wire._pair_memo_chars <= 160
+    assert len(hashing._pair_memo) <= 2
+    assert hashing._pair_memo_chars <= 160
+
+
+def test_an_absent_field_and_a_null_one_hash_apart() -> None:
+    absent, null = {"role": "user", "name": None}, {"role": "user", "content": None}
+    assert message_hash(absent) == _fresh(absent)
+    assert message_hash(null) == _fresh(null)

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from core import pgtext
 from core.models import Membership
-from ctxobs.wire import content_hash
+from ctxobs.hashing import content_hash
 from ingest.models import BlockContent, MessageContent, Snapshot
 from tests.factories import full_snapshot, snapshot
 

@@ -322,7 +322,7 @@ class FieldError(TypedDict):
 # --- Text a store can hold.
 
 # A server stores a string holding U+0000, or starting with this mark, escaped behind the mark
-# (ingest.pgtext). Validation notes the blocks that need no such care, where it looks at every
+# (core.pgtext). Validation notes the blocks that need no such care, where it looks at every
 # message anyway: a block is `verbatim` when its messages are {role, content} with such text.
 STORE_ESCAPE = "\u241b"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

@@ -14,11 +14,11 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 
 from alerts import channels, selectors
-from alerts.services import episodes
-from alerts.services import rules as rule_services
 from alerts.errors import NotFound
 from alerts.models import Alert, AlertRule
 from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
+from alerts.services import episodes
+from alerts.services import rules as rule_services
 from config.params import Id, PageLimit, PageOffset
 from ingest.auth import Caller, ProjectReadAuth
 from ingest.schemas import Detail

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from alerts.services import delivery
-from alerts.services import evaluation
+from alerts.services import delivery, evaluation
 
 
 @shared_task(name="alerts.evaluate", acks_late=True)
 def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int], pending_id: int | None = None) -> int:
     res = evaluation.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs)
     if pending_id is not None:
-        evaluation.pending_evaluation_done(pending_id=pending_id, deferred=res.deferred, retry_in=res.retry_in)
+        evaluation.pending_evaluation_done(
+            pending_id=pending_id, deferred=res.deferred, retry_in=res.retry_in
+        )
     if res.deferred and res.retry_in is not None:
         alerts_evaluate_task.apply_async(
             kwargs={"project_id": project_id, "snapshot_refs": res.deferred, "pending_id": pending_id},

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_POST
 
 from alerts import kinds as K
 from alerts import selectors
+from alerts.errors import InvalidChannel, InvalidRule
+from alerts.models import Alert, AlertRule, Channel
 from alerts.services import channels as channel_services
 from alerts.services import episodes
 from alerts.services import rules as rule_services
-from alerts.errors import InvalidChannel, InvalidRule
-from alerts.models import Alert, AlertRule, Channel
 from ingest.access import page_context, project_access
 from ingest.models import Membership, Project
 

@@ -46,10 +46,10 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from alerts.services import channels as alert_channels  # noqa: E402
-from alerts.services import evaluation as alert_evaluation  # noqa: E402
 from alerts.channels import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_verify  # noqa: E402
 from alerts.models import Alert  # noqa: E402
+from alerts.services import channels as alert_channels  # noqa: E402
+from alerts.services import evaluation as alert_evaluation  # noqa: E402
 from ingest.models import Project, Snapshot  # noqa: E402
 from ingest.services import project_create, snapshot_batch_ingest  # noqa: E402
 from ingest.signals import snapshots_stored  # noqa: E402

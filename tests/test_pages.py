@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.converters import IntConverter, PathConverter, StringConverter
 
-from alerts.services import channels as alert_channels
 from alerts.models import AlertRule
+from alerts.services import channels as alert_channels
 from ingest.models import Membership, Project, Snapshot
 from ingest.services import project_create
 from tests.ingest.dashboard_factories import demo_session, ingest

@@ -4,7 +4,7 @@ and queueing a test message. What a channel kind sends and how is in `alerts.cha
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -33,9 +33,21 @@ MAX_RECIPIENTS = 50
 CHANNEL_FIELDS = ("name", "min_severity", "enabled", "url", "timeout_seconds", "max_attempts", "recipients")
 
 
-def _channel_clean(project: Project, data: dict[str, Any], *, kind: str) -> dict[str, Any]:
+class ChannelFields(TypedDict, total=False):
+    """The editable fields of a channel, cleaned: the common ones and those of its kind."""
+
+    name: str
+    min_severity: str
+    enabled: bool
+    url: str
+    timeout_seconds: float
+    max_attempts: int
+    recipients: list[str]
+
+
+def _channel_clean(project: Project, data: dict[str, Any], *, kind: str) -> ChannelFields:
     errors: dict[str, str] = {}
-    out: dict[str, Any] = {}
+    out: ChannelFields = {}
     name = str(data.get("name") or "").strip()
     if not name or len(name) > NAME_MAX_CHARS:
         errors["name"] = f"required, at most {NAME_MAX_CHARS} characters"
@@ -114,9 +126,8 @@ def channel_create(*, project: Project, kind: str, data: dict[str, Any]) -> tupl
 
 def channel_update(*, channel: Channel, data: dict[str, Any]) -> Channel:
     current = {f: getattr(channel, f) for f in CHANNEL_FIELDS}
-    clean = _channel_clean(
-        channel.project, {**current, **{k: v for k, v in data.items() if k in CHANNEL_FIELDS}}, kind=channel.kind
-    )
+    merged = {**current, **{k: v for k, v in data.items() if k in CHANNEL_FIELDS}}
+    clean = _channel_clean(channel.project, merged, kind=channel.kind)
     for f, v in clean.items():
         setattr(channel, f, v)
     channel.save()

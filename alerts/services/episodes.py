@@ -4,6 +4,7 @@ or continuing finding extends, the session alert counts kept by ingest, and aler
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +19,6 @@ from alerts.models import TITLE_MAX_CHARS, Alert, AlertRule
 from ingest import selectors as ingest_selectors
 from ingest import services as ingest_services
 from ingest.types import TurnRow
-
-import logging
 
 logger = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 
 from alerts import channels
+from alerts.errors import InvalidChannel
+from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.services import channels as alert_channels
 from alerts.services import delivery as alert_delivery
 from alerts.services import evaluation as alert_evaluation
-from alerts.errors import InvalidChannel
-from alerts.models import Alert, AlertRule, Channel, Delivery
 from ingest.models import Membership
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.receiver import Receiver

@@ -15,9 +15,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from alerts.services import channels as alert_channels
 from alerts.services import delivery as alert_delivery
-from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from ingest.models import Snapshot
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.processes import Stack, wait_until

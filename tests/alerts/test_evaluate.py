@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from alerts import kinds as K
 from alerts import selectors
+from alerts.models import Alert, AlertRule
 from alerts.services import evaluation as alert_evaluation
 from alerts.services import rules as alert_rules
-from alerts.models import Alert, AlertRule
 from ingest.models import AgentSession, Project, Snapshot
 from ingest.services import project_create
 from tests.alerts.conftest import sized_snapshot

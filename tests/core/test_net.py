@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from alerts.services import channels as alert_channels
-from alerts.services import delivery as alert_delivery
 from alerts.errors import InvalidChannel
 from alerts.models import Delivery
+from alerts.services import channels as alert_channels
+from alerts.services import delivery as alert_delivery
 from core import net
 from ingest.models import Project
 from replay.errors import EndpointError

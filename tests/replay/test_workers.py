@@ -104,8 +104,8 @@ def test_a_replay_over_the_time_limit_fails_with_its_reason(
 def test_an_alert_is_delivered_promptly_while_a_long_replay_occupies_the_replay_worker(
     celery_worker_process: Any, api: Any, private_project: Any, stub_server: Any
 ) -> None:
-    from alerts.services import channels as alert_channels
     from alerts.models import Delivery
+    from alerts.services import channels as alert_channels
     from tests.alerts.receiver import Receiver
 
     wire = five_block_snapshot()

@@ -173,9 +173,8 @@ def _rule_form(
         severities=K.SEVERITIES,
         params=_param_fields(kind, data.get("params") or {}, errors),
     )
-    template = (
-        "alerts/_rule_form.html" if request.htmx and request.GET.get("partial") else "alerts/rule_form.html"
-    )  # type: ignore[attr-defined]
+    partial = request.htmx and request.GET.get("partial")  # type: ignore[attr-defined]
+    template = "alerts/_rule_form.html" if partial else "alerts/rule_form.html"
     return render(request, template, ctx, status=status)
 
 

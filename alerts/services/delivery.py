@@ -45,7 +45,7 @@ RETRY_MAX_SECONDS = 300.0
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
     base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
-    wait = base * (2 ** (attempt - 1))
+    wait = base * float(2 ** (attempt - 1))
     if retry_after is not None:
         wait = max(wait, retry_after)
     return min(wait, RETRY_MAX_SECONDS)

@@ -6,7 +6,7 @@ rules, admins manage channels.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -130,8 +130,22 @@ def _form_data(post: Any, kind: str) -> dict[str, Any]:
     }
 
 
-def _param_fields(kind: str, values: dict[str, Any], errors: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
+class ParamField(TypedDict):
+    """One parameter input of the rule form."""
+
+    name: str
+    label: str
+    type: str
+    value: Any
+    choices: tuple[str, ...]
+    help: str
+    min: float | None
+    max: float | None
+    error: str
+
+
+def _param_fields(kind: str, values: dict[str, Any], errors: dict[str, str]) -> list[ParamField]:
+    out: list[ParamField] = []
     for p in K.PARAMS.get(kind, ()):
         v = values.get(p.name, p.default)
         out.append(

@@ -3,6 +3,7 @@ or continuing finding extends, the session alert counts kept by ingest, and aler
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import defaultdict
@@ -187,6 +188,22 @@ def alerts_from_episodes(
     return to_create, to_update
 
 
+def _lock_key(project_id: int, session_ref: int) -> int:
+    digest = hashlib.blake2b(f"alerts:{project_id}:{session_ref}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def session_locks_take(*, project_id: int, session_refs: Sequence[int]) -> None:
+    """Hold the alerts of SESSION_REFS until the transaction ends: whoever writes a session's
+    alerts or its alert count takes this first (in the same order, so two writers never
+    deadlock)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
+            [sorted(_lock_key(project_id, s) for s in session_refs)],
+        )
+
+
 def session_alert_counts_add(*, project_id: int, alerts: Sequence[Alert]) -> None:
     """Add ALERTS, just created, to their sessions' alert counts."""
     per_session: dict[int, int] = defaultdict(int)
@@ -196,9 +213,12 @@ def session_alert_counts_add(*, project_id: int, alerts: Sequence[Alert]) -> Non
 
 
 def session_alert_counts_refresh(*, project_id: int, session_refs: Sequence[int]) -> None:
-    """Recount the alerts of SESSION_REFS into their sessions' alert counts."""
+    """Recount the alerts of SESSION_REFS into their sessions' alert counts. Under the sessions'
+    locks (taken again if the caller holds them), so that an evaluation that adds alerts
+    meanwhile is counted once: before the recount or by its own increment after it."""
     if not session_refs:
         return
+    session_locks_take(project_id=project_id, session_refs=session_refs)
     counts = dict.fromkeys(session_refs, 0)
     rows = (
         Alert.objects.filter(project_id=project_id, session_ref__in=list(session_refs))

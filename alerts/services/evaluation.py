@@ -4,7 +4,6 @@ what the normal path left unfinished."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections import defaultdict
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -26,16 +25,12 @@ from alerts.services.episodes import (
     alerts_update,
     episode_of,
     session_alert_counts_add,
+    session_locks_take,
 )
 from ingest import selectors as ingest_selectors
 from ingest.types import TurnRow
 
 logger = logging.getLogger(__name__)
-
-
-def _lock_key(project_id: int, session_ref: int) -> int:
-    digest = hashlib.blake2b(f"alerts:{project_id}:{session_ref}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 @dataclass
@@ -89,12 +84,7 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
 
     new_deliveries: list[int] = []
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT pg_advisory_xact_lock(k)"
-                " FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
-                [sorted(_lock_key(project_id, s) for s in fired)],
-            )
+        session_locks_take(project_id=project_id, session_refs=list(fired))
         existing_rows = selectors.episodes_near(project_id=project_id, probes=_probes(fired, by_id))
         rows_by_id = {a.pk: a for a in existing_rows}
         existing: dict[int, dict[int, list[R.Episode]]] = defaultdict(dict)

@@ -17,7 +17,7 @@ from alerts import rules as R
 from alerts import selectors
 from alerts.errors import InvalidRule
 from alerts.models import Alert, AlertRule
-from alerts.services.episodes import session_alert_counts_refresh
+from alerts.services.episodes import session_alert_counts_refresh, session_locks_take
 from ingest import selectors as ingest_selectors
 from ingest.models import Project
 
@@ -169,6 +169,9 @@ def rule_delete(*, rule: AlertRule) -> None:
     with transaction.atomic():
         sessions = list(Alert.objects.filter(rule=rule).values_list("session_ref", flat=True).distinct())
         project_id = rule.project_id
+        # Before the delete: an evaluation holding one of these locks may be extending an alert
+        # of this rule, which the delete would wait for while holding that alert's row.
+        session_locks_take(project_id=project_id, session_refs=sessions)
         rule.delete()
         session_alert_counts_refresh(project_id=project_id, session_refs=sessions)
 

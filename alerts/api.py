@@ -13,10 +13,12 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 
-from alerts import channels, selectors, services
+from alerts import channels, selectors
 from alerts.errors import NotFound
 from alerts.models import Alert, AlertRule
 from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
+from alerts.services import episodes
+from alerts.services import rules as rule_services
 from config.params import Id, PageLimit, PageOffset
 from core.auth import Caller, ProjectReadAuth
 from core.schemas import Detail
@@ -125,7 +127,7 @@ def _transition(request: HttpRequest, alert_id: int, fn: Any) -> dict[str, Any]:
     summary="Acknowledge an open alert (editor)",
 )
 def alert_ack(request: HttpRequest, alert_id: int) -> dict[str, Any]:
-    return _transition(request, alert_id, services.alert_acknowledge)
+    return _transition(request, alert_id, episodes.alert_acknowledge)
 
 
 @router.post(
@@ -135,7 +137,7 @@ def alert_ack(request: HttpRequest, alert_id: int) -> dict[str, Any]:
     summary="Resolve an alert (editor)",
 )
 def alert_resolve(request: HttpRequest, alert_id: int) -> dict[str, Any]:
-    return _transition(request, alert_id, services.alert_resolve)
+    return _transition(request, alert_id, episodes.alert_resolve)
 
 
 @router.get(
@@ -153,11 +155,11 @@ def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
     "/alert-rules",
     auth=EDITOR_AUTH,
     response={201: RuleOut, 401: Detail, 403: Detail, 404: Detail, 422: RuleErrors},
-    summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.rules.PARAMS",
+    summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.kinds.PARAMS",
 )
 def rule_create(request: HttpRequest, body: RuleIn) -> Status[dict[str, Any]]:
     caller: Caller = request.auth  # type: ignore[attr-defined]
-    rule = services.rule_create(project=caller.project, data=body.model_dump())
+    rule = rule_services.rule_create(project=caller.project, data=body.model_dump())
     return Status(201, _rule_out(rule))
 
 
@@ -172,7 +174,7 @@ def rule_update(request: HttpRequest, rule_id: int, body: RulePatch) -> dict[str
     rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
     if rule is None:
         raise NotFound("no such rule")
-    return _rule_out(services.rule_update(rule=rule, data=body.model_dump(exclude_none=True)))
+    return _rule_out(rule_services.rule_update(rule=rule, data=body.model_dump(exclude_none=True)))
 
 
 @router.put(
@@ -186,4 +188,4 @@ def rule_replace(request: HttpRequest, rule_id: int, body: RuleIn) -> dict[str, 
     rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
     if rule is None:
         raise NotFound("no such rule")
-    return _rule_out(services.rule_update(rule=rule, data=body.model_dump()))
+    return _rule_out(rule_services.rule_update(rule=rule, data=body.model_dump()))

@@ -1,5 +1,5 @@
 """Where alerts go: webhook (signed JSON) and e-mail. Transport, signing and secret storage;
-the delivery state (attempts, retries, log) lives in alerts.services.
+the delivery state (attempts, retries, log) lives in alerts.services.delivery.
 
 Webhook signature: the receiver gets `X-Ctxobs-Timestamp: <unix seconds>` and
 `X-Ctxobs-Signature: sha256=<hex>`, the HMAC-SHA256 with the channel's secret of

@@ -9,11 +9,16 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from alerts.rules import KINDS, SEVERITIES
+from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS, KINDS, SEVERITIES
 
 KIND_CHOICES = list(KINDS.items())
 SEVERITY_CHOICES = [(s, s) for s in SEVERITIES]
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+TITLE_MAX_CHARS = 500
+# Defaults of a new channel.
+WEBHOOK_TIMEOUT_SECONDS = 5.0
+WEBHOOK_MAX_ATTEMPTS = 5
+EMAIL_MAX_ATTEMPTS = 3
 
 
 class AlertRule(models.Model):
@@ -28,8 +33,8 @@ class AlertRule(models.Model):
     model = models.CharField(max_length=256, blank=True, default="")
     # A finding within this many turns (or seconds) of an alert of the same rule and session
     # extends that alert instead of raising a new one.
-    cooldown_turns = models.IntegerField(default=20)
-    cooldown_seconds = models.IntegerField(default=1800)
+    cooldown_turns = models.IntegerField(default=DEFAULT_COOLDOWN_TURNS)
+    cooldown_seconds = models.IntegerField(default=DEFAULT_COOLDOWN_SECONDS)
     is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -52,7 +57,7 @@ class Alert(models.Model):
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
     rule_kind = models.CharField(max_length=32, choices=KIND_CHOICES)
     severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES)
-    title = models.CharField(max_length=500)
+    title = models.CharField(max_length=TITLE_MAX_CHARS)
     session_ref = models.BigIntegerField()  # AgentSession.id within the project
     session_id = models.CharField(max_length=256)
     agent = models.CharField(max_length=256, blank=True, default="")
@@ -113,8 +118,8 @@ class Channel(models.Model):
     url = models.URLField(max_length=2000, blank=True, default="")
     # The HMAC secret, Fernet-encrypted (the receiver needs the same secret to verify).
     secret_encrypted = models.TextField(blank=True, default="")
-    timeout_seconds = models.FloatField(default=5.0)
-    max_attempts = models.IntegerField(default=5)
+    timeout_seconds = models.FloatField(default=WEBHOOK_TIMEOUT_SECONDS)
+    max_attempts = models.IntegerField(default=WEBHOOK_MAX_ATTEMPTS)
     recipients = models.JSONField(default=list, blank=True)  # e-mail addresses
     created_at = models.DateTimeField(auto_now_add=True)
 

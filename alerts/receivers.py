@@ -17,7 +17,7 @@ def on_snapshots_stored(sender: Any, *, project_id: int, snapshot_refs: list[int
     is back."""
     if not snapshot_refs:
         return
-    from alerts.services import pending_evaluation_record
+    from alerts.services.evaluation import pending_evaluation_record
 
     refs = list(snapshot_refs)
     pending_id = pending_evaluation_record(project_id=project_id, snapshot_refs=refs)
@@ -40,7 +40,7 @@ def _enqueue(project_id: int, refs: list[int], pending_id: int) -> None:
 def on_project_saved(sender: Any, *, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
     if not created or raw:
         return
-    from alerts.services import default_rules_create
+    from alerts.services.rules import default_rules_create
 
     # Runs inside the transaction that creates the project: both are stored, or neither.
     default_rules_create(project=instance)

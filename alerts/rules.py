@@ -12,220 +12,22 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ctxobs.wire import BLOCK_KINDS, COUNT_DRIFT_WARN, DEFAULT_TIER_THRESHOLDS, TIERS, occurrence_keys
-
-TIER_CROSSING = "tier_crossing"
-WATERMARK_SPIKE = "watermark_spike"
-BLOCK_SHARE = "block_share"
-COMPRESSION_STORM = "compression_storm"
-VALIDATION_FAILURE_RATE = "validation_failure_rate"
-RECALL_MISS_RATE = "recall_miss_rate"
-COUNT_DRIFT = "count_drift"
-
-KINDS: dict[str, str] = {
-    TIER_CROSSING: "Tier crossing",
-    WATERMARK_SPIKE: "Watermark spike",
-    BLOCK_SHARE: "One huge block",
-    COMPRESSION_STORM: "Compression storm",
-    VALIDATION_FAILURE_RATE: "Validation failure rate",
-    RECALL_MISS_RATE: "Recall misses",
-    COUNT_DRIFT: "Count drift",
-}
-
-SEVERITIES = ("info", "warning", "critical")
-ALERT_TIERS = TIERS[1:]  # warn, compress, force, break
-MAX_WINDOW_TURNS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class ParamSpec:
-    name: str
-    label: str
-    type: type  # int, float, str (one of choices) or list (a subset of choices; empty = any)
-    default: Any
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] = ()
-    help: str = ""
-
-
-PARAMS: dict[str, tuple[ParamSpec, ...]] = {
-    TIER_CROSSING: (
-        ParamSpec(
-            "tier",
-            "Tier entered",
-            str,
-            "force",
-            choices=ALERT_TIERS,
-            help="fires when the previous turn was below this tier and this turn is at or above it",
-        ),
-    ),
-    WATERMARK_SPIKE: (
-        ParamSpec(
-            "rise_points",
-            "Rise (points)",
-            float,
-            20.0,
-            0.0,
-            200.0,
-            help="watermark rise from the previous turn, in percentage points; 0 turns this test off",
-        ),
-        ParamSpec(
-            "median_ratio",
-            "Times the recent median",
-            float,
-            2.0,
-            0.0,
-            100.0,
-            help="watermark at least this many times the median of the recent turns; 0 turns this test off",
-        ),
-        ParamSpec(
-            "median_turns",
-            "Median over turns",
-            int,
-            10,
-            2,
-            MAX_WINDOW_TURNS,
-            help="how many previous turns the median is taken over (at least 3 must exist)",
-        ),
-        ParamSpec(
-            "min_watermark_pct",
-            "Ignore below (%)",
-            float,
-            30.0,
-            0.0,
-            200.0,
-            help="the median test only fires at or above this watermark, so small contexts stay quiet",
-        ),
-    ),
-    BLOCK_SHARE: (
-        ParamSpec(
-            "share_pct",
-            "Share of usable window (%)",
-            float,
-            30.0,
-            1.0,
-            200.0,
-            help="fires when a single block takes at least this share of the usable window",
-        ),
-        ParamSpec(
-            "block_kinds",
-            "Block kinds",
-            list,
-            ["tool_results", "retrieval", "other"],
-            choices=BLOCK_KINDS,
-            help="only blocks of these kinds count (comma-separated); empty means any block",
-        ),
-    ),
-    COMPRESSION_STORM: (
-        ParamSpec("events", "Compression events", int, 3, 1, 10_000),
-        ParamSpec(
-            "turns",
-            "Within turns",
-            int,
-            5,
-            1,
-            MAX_WINDOW_TURNS,
-            help="this turn and the turns just before it",
-        ),
-    ),
-    VALIDATION_FAILURE_RATE: (
-        ParamSpec("rate_pct", "Failure rate above (%)", float, 50.0, 0.0, 100.0),
-        ParamSpec("turns", "Over the last turns", int, 10, 1, MAX_WINDOW_TURNS),
-        ParamSpec(
-            "min_checks",
-            "Minimum checks",
-            int,
-            3,
-            1,
-            100_000,
-            help="no alert until at least this many validation outcomes are in the window",
-        ),
-    ),
-    RECALL_MISS_RATE: (
-        ParamSpec(
-            "rate_pct",
-            "Miss rate above (%)",
-            float,
-            50.0,
-            0.0,
-            100.0,
-            help="share of turns where recall ran but injected nothing",
-        ),
-        ParamSpec("turns", "Over the last turns", int, 10, 1, MAX_WINDOW_TURNS),
-        ParamSpec("min_recalls", "Minimum recall turns", int, 3, 1, MAX_WINDOW_TURNS),
-    ),
-    COUNT_DRIFT: (
-        ParamSpec(
-            "drift_pct",
-            "Drift above (%)",
-            float,
-            COUNT_DRIFT_WARN * 100,
-            0.0,
-            10_000.0,
-            help="|our prompt count - provider's| / provider's",
-        ),
-    ),
-}
-
-
-def default_params(kind: str) -> dict[str, Any]:
-    return {p.name: p.default for p in PARAMS[kind]}
-
-
-def validate_params(kind: str, raw: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """Clean PARAMS of a rule of KIND: (values with defaults filled in, {param: error})."""
-    if kind not in PARAMS:
-        return {}, {"kind": f"unknown rule kind {kind!r}; one of {', '.join(KINDS)}"}
-    raw = raw or {}
-    clean: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    known = {p.name for p in PARAMS[kind]}
-    for name in raw:
-        if name not in known:
-            errors[name] = f"unknown parameter for {kind}; known: {', '.join(sorted(known))}"
-    for p in PARAMS[kind]:
-        value = raw.get(p.name, p.default)
-        if value is None or value == "":
-            value = p.default
-        if p.type is list:
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, list | tuple):
-                errors[p.name] = "must be a list"
-                continue
-            picked = [str(x).strip() for x in items if str(x).strip()]
-            bad = [x for x in picked if x not in p.choices]
-            if bad:
-                errors[p.name] = f"unknown {', '.join(bad)}; choose from {', '.join(p.choices)}"
-                continue
-            clean[p.name] = sorted(set(picked), key=p.choices.index)
-            continue
-        if p.type is str:
-            if value not in p.choices:
-                errors[p.name] = f"must be one of {', '.join(p.choices)}"
-                continue
-            clean[p.name] = value
-            continue
-        try:
-            num = p.type(float(value)) if p.type is int else float(value)
-        except (TypeError, ValueError):
-            errors[p.name] = f"must be a number ({p.type.__name__})"
-            continue
-        if p.type is int and float(value) != int(float(value)):
-            errors[p.name] = "must be a whole number"
-            continue
-        if p.minimum is not None and num < p.minimum:
-            errors[p.name] = f"must be at least {p.minimum:g}"
-            continue
-        if p.maximum is not None and num > p.maximum:
-            errors[p.name] = f"must be at most {p.maximum:g}"
-            continue
-        clean[p.name] = num
-    return clean, errors
+from alerts.kinds import (
+    BLOCK_SHARE,
+    COMPRESSION_STORM,
+    COUNT_DRIFT,
+    DEFAULT_COOLDOWN_TURNS,
+    RECALL_MISS_RATE,
+    TIER_CROSSING,
+    VALIDATION_FAILURE_RATE,
+    WATERMARK_SPIKE,
+)
+from ctxobs.wire import DEFAULT_TIER_THRESHOLDS, TIERS, occurrence_keys
+from ingest.types import BlockChange, BlockOutline
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +67,8 @@ class RuleSpec:
     params: dict[str, Any]
     agent: str = ""
     model: str = ""
-    cooldown_turns: int = 20
+    cooldown_turns: int = DEFAULT_COOLDOWN_TURNS
+    # Stored rules carry DEFAULT_COOLDOWN_SECONDS; a bare spec (tests, tools) has turns alone.
     cooldown_seconds: float = 0.0
     # The project's tier thresholds (warn, compress, force, break), for the value shown.
     thresholds: tuple[float, float, float, float] = DEFAULT_TIER_THRESHOLDS
@@ -458,7 +261,6 @@ class Episode:
     created: bool = False
     changed: bool = False
     anchor_moved: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_finding(cls, f: Finding) -> Episode:
@@ -526,20 +328,30 @@ def episodes_for(
 
 
 # --- contributing blocks -----------------------------------------------------
-def _occurrence_keys(blocks: Sequence[dict[str, Any]]) -> list[str]:
+class Contributor(BlockOutline):
+    """One block of an alert's anchor turn as the alert keeps it (`Alert.contributors`): the
+    block's outline at the time, its share of the usable window, its growth since the previous
+    turn and the tokens compression removed from it."""
+
+    share: float
+    delta: int
+    compressed_tokens: int
+
+
+def _occurrence_keys(blocks: Sequence[BlockOutline]) -> list[str]:
     return occurrence_keys(b["key"] for b in blocks)
 
 
 def contributors(
     kind: str,
     *,
-    blocks: Sequence[dict[str, Any]],
+    blocks: Sequence[BlockOutline],
     usable_tokens: int,
-    change: dict[str, Any] | None = None,
+    change: BlockChange | None = None,
     compressed_tokens: dict[str, int] | None = None,
     block_kinds: Sequence[str] = (),
     limit: int = 3,
-) -> list[dict[str, Any]]:
+) -> list[Contributor]:
     """The blocks that contributed most to a finding of KIND on a turn with BLOCKS (dicts with
     position, key, kind, tokens): growth since the previous turn for tier crossings and spikes,
     tokens removed for compression storms, size otherwise."""
@@ -551,7 +363,7 @@ def contributors(
             delta[e["key"]] = int(e.get("tokens") or 0)
         for g in change.get("grew") or []:
             delta[g["key"]] = int(g.get("after") or 0) - int(g.get("before") or 0)
-    rows = []
+    rows: list[Contributor] = []
     for okey, b in zip(keyed, blocks, strict=True):
         rows.append(
             {

@@ -7,6 +7,8 @@ from typing import Any
 
 from ninja import Schema
 
+from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS
+
 
 class Contributor(Schema):
     position: int
@@ -75,8 +77,8 @@ class RuleIn(Schema):
     params: dict[str, Any] = {}
     agent: str = ""
     model: str = ""
-    cooldown_turns: int = 20
-    cooldown_seconds: int = 1800
+    cooldown_turns: int = DEFAULT_COOLDOWN_TURNS
+    cooldown_seconds: int = DEFAULT_COOLDOWN_SECONDS
 
 
 class RulePatch(Schema):

@@ -1,25 +1,34 @@
-"""Reads of the alerts app, including the snapshot neighbourhoods that rules evaluate on."""
+"""Reads of the alerts app: alerts, rules, channels and deliveries, the alerts that new findings
+may extend, and the turns rules evaluate on (from the snapshots read through `ingest.selectors`)."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
-from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
 from ctxobs.wire import unstorable, usable_window
-from ingest.models import Snapshot
+from ingest.types import TurnRow
 
 
-def session_alert_markers(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
-    """Alerts of one session for the timeline, in turn order (one query):
-    dicts with turn, rule_kind, severity, title, alert_id (and state)."""
+class AlertMarker(TypedDict):
+    """An alert as the session timeline marks it."""
+
+    turn: int
+    rule_kind: str
+    severity: str
+    title: str
+    alert_id: int
+    state: str
+
+
+def session_alert_markers(*, project_id: int, session_ref: int) -> list[AlertMarker]:
+    """Alerts of one session for the timeline, in turn order (one query)."""
     rows = (
         Alert.objects.filter(project_id=project_id, session_ref=session_ref)
         .order_by("turn", "id")
@@ -124,165 +133,40 @@ def alert_deliveries(*, alert: Alert) -> list[Delivery]:
 
 
 # --- what rules evaluate on --------------------------------------------------
-TURN_COLUMNS = (
-    "id",
-    "session_ref",
-    "turn",
-    "ts",
-    "snapshot_id",
-    "watermark",
-    "tier",
-    "context_window",
-    "reserve_tokens",
-    "total_tokens",
-    "n_compression",
-    "n_validation",
-    "n_validation_failed",
-    "n_recall",
-    "n_recall_injected",
-    "count_drift",
-    "agent",
-    "model_name",
-    "session_id",
-    "received_at",
-)
-# What the one-huge-block rule needs of a snapshot's blocks (parallel arrays on its row).
-BLOCK_COLUMNS = ("block_keys", "block_kinds", "block_tokens")
-
-
-def kind_max(row: dict[str, Any]) -> tuple[tuple[str, int, str], ...]:
-    """The biggest block of each kind of a snapshot row with BLOCK_COLUMNS, (kind, tokens, key),
-    the first one in prompt order on a tie; () when the row has no block columns."""
+def kind_max(row: TurnRow) -> tuple[tuple[str, int, str], ...]:
+    """The biggest block of each kind of a snapshot row read with its blocks, (kind, tokens,
+    key), the first one in prompt order on a tie; () when the row was read without them."""
     best: dict[str, tuple[str, int, str]] = {}
-    for key, kind, tokens in zip(
-        row.get("block_keys") or (), row.get("block_kinds") or (), row.get("block_tokens") or (), strict=True
-    ):
+    for key, kind, tokens in zip(row.block_keys, row.block_kinds, row.block_tokens, strict=True):
         cur = best.get(kind)
         if cur is None or tokens > cur[1]:
             best[kind] = (kind, tokens, key)
     return tuple(best.values())
 
 
-def _turn(row: dict[str, Any]) -> Turn:
+def _turn(row: TurnRow) -> Turn:
     return Turn(
-        ref=row["id"],
-        turn=row["turn"],
-        ts=row["ts"],
-        watermark=row["watermark"],
-        tier=row["tier"],
-        usable_tokens=usable_window(row["context_window"], row["reserve_tokens"]),
-        total_tokens=row["total_tokens"],
-        n_compression=row["n_compression"],
-        n_validation=row["n_validation"],
-        n_validation_failed=row["n_validation_failed"],
-        n_recall=row["n_recall"],
-        n_recall_injected=row["n_recall_injected"],
-        count_drift=row["count_drift"],
-        agent=row["agent"],
-        model=row["model_name"],
+        ref=row.ref,
+        turn=row.turn,
+        ts=row.ts,
+        watermark=row.watermark,
+        tier=row.tier,
+        usable_tokens=usable_window(row.context_window, row.reserve_tokens),
+        total_tokens=row.total_tokens,
+        n_compression=row.n_compression,
+        n_validation=row.n_validation,
+        n_validation_failed=row.n_validation_failed,
+        n_recall=row.n_recall,
+        n_recall_injected=row.n_recall_injected,
+        count_drift=row.count_drift,
+        agent=row.agent,
+        model=row.model_name,
         kind_max=kind_max(row),
     )
 
 
-def _order(row: dict[str, Any]) -> tuple[int, datetime, str]:
-    # The ingest's order of a session's snapshots: turn, then time, then id (repeated turns).
-    return (row["turn"], row["ts"], str(row["snapshot_id"]))
-
-
-def snapshot_neighbourhoods(
-    *, project_id: int, snapshot_refs: list[int], window: int, with_blocks: bool = False
-) -> dict[int, list[dict[str, Any]]]:
-    """For each session touched by SNAPSHOT_REFS: the given snapshots, the WINDOW snapshots before
-    each of them and the WINDOW after each (by turn order), as rows sorted by turn, with the
-    block columns when WITH_BLOCKS — one query, whatever the length of the sessions."""
-    columns = TURN_COLUMNS + (BLOCK_COLUMNS if with_blocks else ())
-    cols = ", ".join(f"s.{c}" for c in columns)
-    inner = ", ".join(columns)
-    # The project id never reaches the planner as a literal (a sub-select, then the rows found):
-    # with a literal and statistics that lag a fast-growing project, it estimates one row for
-    # the project and may scan all of it through the (project, ts) index instead.
-    sql = f"""
-        WITH n AS (
-            SELECT project_id, session_ref, turn FROM ingest_snapshot
-            WHERE project_id = (SELECT %(p)s::bigint) AND id = ANY(%(refs)s::bigint[])
-        )
-        SELECT DISTINCT ON (s.id) {cols} FROM n
-        JOIN LATERAL (
-            -- Ordered by turn alone so that the (project, session_ref, turn) index ends each
-            -- scan after WINDOW rows; ties within a turn are ordered in Python.
-            (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn < n.turn
-               ORDER BY s.turn DESC LIMIT %(w)s)
-            UNION ALL
-            (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn = n.turn)
-            UNION ALL
-            (SELECT {inner} FROM ingest_snapshot s
-               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn > n.turn
-               ORDER BY s.turn LIMIT %(w)s)
-        ) s ON true
-    """  # noqa: S608 - the interpolated text is a fixed column list
-    with connection.cursor() as cur:
-        cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs), "w": window})
-        names = [c[0] for c in cur.description]
-        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        out[r["session_ref"]].append(r)
-    for line in out.values():
-        line.sort(key=_order)
-    return dict(out)
-
-
-def turns_from_rows(rows: list[dict[str, Any]]) -> list[Turn]:
+def turns_from_rows(rows: list[TurnRow]) -> list[Turn]:
     return [_turn(r) for r in rows]
-
-
-def anchors_of(
-    *, project_id: int, snapshot_refs: list[int]
-) -> dict[int, tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """Block metadata (position, key, kind, tokens; no messages) in order and the turn-to-turn
-    change of some snapshots (one query)."""
-    if not snapshot_refs:
-        return {}
-    with connection.cursor() as cur:
-        # The project id as a sub-select: see `snapshot_neighbourhoods`.
-        cur.execute(
-            "SELECT id, block_keys, block_kinds, block_tokens, change FROM ingest_snapshot"
-            " WHERE project_id = (SELECT %s::bigint) AND id = ANY(%s::bigint[])",
-            [project_id, list(snapshot_refs)],
-        )
-        rows = cur.fetchall()
-    out: dict[int, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
-    for ref, keys, kinds, tokens, change in rows:
-        blocks = [
-            {"position": i, "key": k, "kind": kd, "tokens": t}
-            for i, (k, kd, t) in enumerate(zip(keys, kinds, tokens, strict=True))
-        ]
-        # Django reads jsonb as text and leaves decoding to the field; this is a raw query.
-        out[ref] = (blocks, (json.loads(change) if isinstance(change, str) else change) or {})
-    return out
-
-
-def compressed_tokens_by_block_per_snapshot(
-    *, project_id: int, snapshot_refs: list[int]
-) -> dict[int, dict[str, int]]:
-    """Per snapshot: tokens removed per block key by its compression events (one query)."""
-    out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    with connection.cursor() as cur:
-        # The project id as a sub-select: see `snapshot_neighbourhoods`.
-        cur.execute(
-            "SELECT snapshot_ref, block, tokens_before, tokens_after FROM ingest_compressionevent"
-            " WHERE project_id = (SELECT %s::bigint) AND snapshot_ref = ANY(%s::bigint[])",
-            [project_id, list(snapshot_refs)],
-        )
-        rows = cur.fetchall()
-    for ref, block, before, after in rows:
-        if before is not None and after is not None:
-            out[ref][block] += max(1, before - after)
-        else:
-            out[ref][block] += 1
-    return {k: dict(v) for k, v in out.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +192,7 @@ def episodes_near(*, project_id: int, probes: list[EpisodeProbe]) -> list[Alert]
     filter). Index range scans on (project, session, rule, last_turn / last_ts) bounded by
     EPISODE_SCAN_LIMIT, so the cost does not grow with the session; a probe whose scan hits the
     limit is read again without it (one more query, exact). The project id is a sub-select for
-    the reason given in `snapshot_neighbourhoods`."""
+    the reason given in `ingest.selectors.turn_neighbourhoods`."""
     if not probes:
         return []
     sql = """
@@ -372,25 +256,3 @@ def rule_specs(*, rules: list[AlertRule], thresholds: tuple[float, float, float,
         )
         for r in rules
     ]
-
-
-def recent_lines(
-    *, project_id: int, since: datetime, limit: int, with_blocks: bool = False
-) -> tuple[dict[int, list[dict[str, Any]]], bool]:
-    """Snapshots of the project since SINCE (at most LIMIT, the most recent), by session in turn
-    order, with the block columns when WITH_BLOCKS, and whether the limit cut some off (one query)."""
-    columns = TURN_COLUMNS + (BLOCK_COLUMNS if with_blocks else ())
-    qs = (
-        Snapshot.objects.filter(project_id=project_id, ts__gte=since)
-        .order_by("-ts", "-id")
-        .values(*columns)[: limit + 1]
-    )
-    rows = list(qs)
-    truncated = len(rows) > limit
-    rows = rows[:limit]
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        out[r["session_ref"]].append(r)
-    for line in out.values():
-        line.sort(key=_order)
-    return dict(out), truncated

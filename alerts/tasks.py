@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from alerts import services
+from alerts.services import delivery, evaluation
 
 
 @shared_task(name="alerts.evaluate", acks_late=True)
 def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int], pending_id: int | None = None) -> int:
-    res = services.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs)
+    res = evaluation.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs)
     if pending_id is not None:
-        services.pending_evaluation_done(pending_id=pending_id, deferred=res.deferred, retry_in=res.retry_in)
+        evaluation.pending_evaluation_done(
+            pending_id=pending_id, deferred=res.deferred, retry_in=res.retry_in
+        )
     if res.deferred and res.retry_in is not None:
         alerts_evaluate_task.apply_async(
             kwargs={"project_id": project_id, "snapshot_refs": res.deferred, "pending_id": pending_id},
@@ -22,7 +24,7 @@ def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int], pending_i
 
 @shared_task(name="alerts.deliver", acks_late=True)
 def alerts_deliver_task(*, delivery_id: int) -> None:
-    retry_in = services.delivery_attempt(delivery_id=delivery_id)
+    retry_in = delivery.delivery_attempt(delivery_id=delivery_id)
     if retry_in is not None:
         alerts_deliver_task.apply_async(kwargs={"delivery_id": delivery_id}, countdown=retry_in)
 
@@ -31,5 +33,5 @@ def alerts_deliver_task(*, delivery_id: int) -> None:
 # broker is stuck, and the next sweep starts over.
 @shared_task(name="alerts.sweep", soft_time_limit=60, time_limit=90, ignore_result=True)
 def alerts_sweep_task() -> dict[str, int]:
-    res = services.alerts_sweep()
+    res = evaluation.alerts_sweep()
     return {"evaluations": res.evaluations, "deliveries": res.deliveries}

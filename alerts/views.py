@@ -6,7 +6,7 @@ rules, admins manage channels.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,10 +15,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from alerts import rules as R
-from alerts import selectors, services
+from alerts import kinds as K
+from alerts import selectors
 from alerts.errors import InvalidChannel, InvalidRule
 from alerts.models import Alert, AlertRule, Channel
+from alerts.services import channels as channel_services
+from alerts.services import episodes
+from alerts.services import rules as rule_services
 from core.access import page_context, project_access
 from core.models import Membership, Project
 
@@ -84,7 +87,7 @@ def alert_transition(request: HttpRequest, project_id: int, alert_id: int, actio
     alert = selectors.alert_get(project_id=project.pk, alert_id=alert_id)
     if alert is None:
         raise Http404("no such alert")
-    fn = {"ack": services.alert_acknowledge, "resolve": services.alert_resolve}.get(action)
+    fn = {"ack": episodes.alert_acknowledge, "resolve": episodes.alert_resolve}.get(action)
     if fn is None:
         raise Http404("no such action")
     fn(alert=alert, user=request.user)
@@ -103,13 +106,13 @@ def rule_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "viewer")
     rules = selectors.rules_with_counts(project_id=project.pk)
     return render(
-        request, "alerts/rule_list.html", _page(request, project, membership, rules=rules, kinds=R.KINDS)
+        request, "alerts/rule_list.html", _page(request, project, membership, rules=rules, kinds=K.KINDS)
     )
 
 
 def _form_data(post: Any, kind: str) -> dict[str, Any]:
     params = {}
-    for p in R.PARAMS.get(kind, ()):
+    for p in K.PARAMS.get(kind, ()):
         if p.type is list:
             params[p.name] = post.getlist(f"p_{p.name}")
         else:
@@ -127,9 +130,23 @@ def _form_data(post: Any, kind: str) -> dict[str, Any]:
     }
 
 
-def _param_fields(kind: str, values: dict[str, Any], errors: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for p in R.PARAMS.get(kind, ()):
+class ParamField(TypedDict):
+    """One parameter input of the rule form."""
+
+    name: str
+    label: str
+    type: str
+    value: Any
+    choices: tuple[str, ...]
+    help: str
+    min: float | None
+    max: float | None
+    error: str
+
+
+def _param_fields(kind: str, values: dict[str, Any], errors: dict[str, str]) -> list[ParamField]:
+    out: list[ParamField] = []
+    for p in K.PARAMS.get(kind, ()):
         v = values.get(p.name, p.default)
         out.append(
             {
@@ -157,7 +174,7 @@ def _rule_form(
     errors: dict[str, str],
     status: int = 200,
 ) -> HttpResponse:
-    kind = data["kind"] if data.get("kind") in R.KINDS else R.TIER_CROSSING
+    kind = data["kind"] if data.get("kind") in K.KINDS else K.TIER_CROSSING
     ctx = _page(
         request,
         project,
@@ -166,13 +183,12 @@ def _rule_form(
         data=data,
         errors=errors,
         kind=kind,
-        kinds=R.KINDS,
-        severities=R.SEVERITIES,
+        kinds=K.KINDS,
+        severities=K.SEVERITIES,
         params=_param_fields(kind, data.get("params") or {}, errors),
     )
-    template = (
-        "alerts/_rule_form.html" if request.htmx and request.GET.get("partial") else "alerts/rule_form.html"
-    )  # type: ignore[attr-defined]
+    partial = request.htmx and request.GET.get("partial")  # type: ignore[attr-defined]
+    template = "alerts/_rule_form.html" if partial else "alerts/rule_form.html"
     return render(request, template, ctx, status=status)
 
 
@@ -183,15 +199,15 @@ def _rule_initial(rule: AlertRule | None, kind: str) -> dict[str, Any]:
             "kind": kind,
             "severity": "warning",
             "enabled": True,
-            "params": R.default_params(kind),
+            "params": K.default_params(kind),
             "agent": "",
             "model": "",
-            "cooldown_turns": 20,
-            "cooldown_seconds": 1800,
+            "cooldown_turns": K.DEFAULT_COOLDOWN_TURNS,
+            "cooldown_seconds": K.DEFAULT_COOLDOWN_SECONDS,
         }
-    data = {f: getattr(rule, f) for f in services.RULE_FIELDS}
+    data = {f: getattr(rule, f) for f in rule_services.RULE_FIELDS}
     if kind != rule.kind:
-        data["kind"], data["params"] = kind, R.default_params(kind)
+        data["kind"], data["params"] = kind, K.default_params(kind)
     return data
 
 
@@ -202,9 +218,9 @@ def _rule_submit(
     data = _form_data(request.POST, kind)
     try:
         if rule is None:
-            saved, verb = services.rule_create(project=project, data=data), "created"
+            saved, verb = rule_services.rule_create(project=project, data=data), "created"
         else:
-            services.rule_update(rule=rule, data=data)
+            rule_services.rule_update(rule=rule, data=data)
             saved, verb = rule, "saved"
     except InvalidRule as exc:
         return _rule_form(request, project, membership, rule=rule, data=data, errors=exc.errors, status=422)
@@ -215,9 +231,9 @@ def _rule_submit(
 @login_required
 def rule_new(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "editor")
-    kind = request.POST.get("kind") or request.GET.get("kind") or R.TIER_CROSSING
-    if kind not in R.KINDS:
-        kind = R.TIER_CROSSING
+    kind = request.POST.get("kind") or request.GET.get("kind") or K.TIER_CROSSING
+    if kind not in K.KINDS:
+        kind = K.TIER_CROSSING
     if request.method == "POST":
         return _rule_submit(request, project, membership, rule=None, kind=kind)
     return _rule_form(request, project, membership, rule=None, data=_rule_initial(None, kind), errors={})
@@ -230,7 +246,7 @@ def rule_edit(request: HttpRequest, project_id: int, rule_id: int) -> HttpRespon
     if rule is None:
         raise Http404("no such rule")
     kind = request.POST.get("kind") or request.GET.get("kind") or rule.kind
-    if kind not in R.KINDS:
+    if kind not in K.KINDS:
         kind = rule.kind
     if request.method == "POST":
         project, membership = project_access(request, project_id, "editor")
@@ -246,7 +262,7 @@ def rule_delete(request: HttpRequest, project_id: int, rule_id: int) -> HttpResp
     if rule is None:
         raise Http404("no such rule")
     name = rule.name
-    services.rule_delete(rule=rule)
+    rule_services.rule_delete(rule=rule)
     messages.success(request, f"Rule “{name}” and its alerts deleted.")
     return redirect("alerts:rules", project_id=project.pk)
 
@@ -255,10 +271,10 @@ def rule_delete(request: HttpRequest, project_id: int, rule_id: int) -> HttpResp
 @require_POST
 def rule_preview(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "viewer")
-    kind = request.POST.get("kind") or R.TIER_CROSSING
+    kind = request.POST.get("kind") or K.TIER_CROSSING
     data = _form_data(request.POST, kind)
     try:
-        preview = services.rule_preview(project=project, data=data)
+        preview = rule_services.rule_preview(project=project, data=data)
         errors: dict[str, str] = {}
     except InvalidRule as exc:
         preview, errors = None, exc.errors
@@ -292,7 +308,7 @@ def channel_list(request: HttpRequest, project_id: int) -> HttpResponse:
             for k in ("name", "url", "recipients", "min_severity", "timeout_seconds", "max_attempts")
         }
         try:
-            channel, secret = services.channel_create(project=project, kind=kind, data=data)
+            channel, secret = channel_services.channel_create(project=project, kind=kind, data=data)
         except InvalidChannel as exc:
             errors, status = exc.errors, 422
         else:
@@ -308,7 +324,7 @@ def channel_list(request: HttpRequest, project_id: int) -> HttpResponse:
             kind=kind,
             data=data,
             errors=errors,
-            severities=R.SEVERITIES,
+            severities=K.SEVERITIES,
             kinds=Channel.Kind.choices,
         ),
         status=status,
@@ -329,7 +345,7 @@ def _channel_created(
             channel=channel,
             secret=secret,
             deliveries=selectors.channel_deliveries(channel=channel),
-            severities=R.SEVERITIES,
+            severities=K.SEVERITIES,
         ),
         status=201,
     )
@@ -349,7 +365,7 @@ def channel_detail(request: HttpRequest, project_id: int, channel_id: int) -> Ht
         membership,
         channel=channel,
         secret=None,
-        severities=R.SEVERITIES,
+        severities=K.SEVERITIES,
         deliveries=selectors.channel_deliveries(channel=channel),
     )
     if request.htmx and request.GET.get("partial") == "log":  # type: ignore[attr-defined]
@@ -365,10 +381,10 @@ def channel_action(request: HttpRequest, project_id: int, channel_id: int, actio
     if channel is None:
         raise Http404("no such channel")
     if action == "test":
-        services.channel_test_send(channel=channel)
+        channel_services.channel_test_send(channel=channel)
         messages.success(request, "Test message queued; its result appears in the delivery log below.")
     elif action == "rotate":
-        secret = services.channel_secret_rotate(channel=channel)
+        secret = channel_services.channel_secret_rotate(channel=channel)
         resp = render(
             request,
             "alerts/channel_detail.html",
@@ -378,17 +394,17 @@ def channel_action(request: HttpRequest, project_id: int, channel_id: int, actio
                 membership,
                 channel=channel,
                 secret=secret,
-                severities=R.SEVERITIES,
+                severities=K.SEVERITIES,
                 deliveries=selectors.channel_deliveries(channel=channel),
             ),
         )
         resp["Cache-Control"] = "no-store"
         return resp
     elif action == "toggle":
-        services.channel_update(channel=channel, data={"enabled": not channel.enabled})
+        channel_services.channel_update(channel=channel, data={"enabled": not channel.enabled})
         messages.success(request, f"Channel {'enabled' if channel.enabled else 'disabled'}.")
     elif action == "delete":
-        services.channel_delete(channel=channel)
+        channel_services.channel_delete(channel=channel)
         messages.success(request, "Channel deleted.")
         return redirect("alerts:channels", project_id=project.pk)
     else:

@@ -46,9 +46,10 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from alerts import services as alert_services  # noqa: E402
 from alerts.channels import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_verify  # noqa: E402
 from alerts.models import Alert  # noqa: E402
+from alerts.services import channels as alert_channels  # noqa: E402
+from alerts.services import evaluation as alert_evaluation  # noqa: E402
 from core.models import Project  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ingest.models import Snapshot  # noqa: E402
@@ -144,7 +145,7 @@ def latency(n_sessions: int, project: Project) -> dict[str, Any]:
     project.allow_private_endpoints = True
     project.save()
     rx = Receiver()
-    _, rx.secret = alert_services.channel_create(project=project, kind="webhook",
+    _, rx.secret = alert_channels.channel_create(project=project, kind="webhook",
                                                  data={"name": "bench", "url": rx.url, "timeout_seconds": 5})
     to_alert: list[float] = []
     to_hook: list[float] = []
@@ -223,7 +224,7 @@ def timed_evaluate(project: Project, session_id: str, turn: int) -> dict[str, An
     ref = Snapshot.objects.get(project=project, session_id=session_id, turn=turn).id
     with CaptureQueriesContext(connection) as ctx:
         started = time.perf_counter()
-        res = alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+        res = alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
         ms = (time.perf_counter() - started) * 1000
     return {"ms": ms, "queries": len(ctx.captured_queries), "fired": bool(res.created or res.updated)}
 
@@ -255,7 +256,7 @@ def flat_cost(max_turns: int) -> dict[str, Any]:
                 )
                 for chunk in range(0, len(refs), 50):
                     part = refs[chunk:chunk + 50]
-                    alert_services.alerts_evaluate(project_id=project.pk, snapshot_refs=part)
+                    alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=part)
                 turn += n
             long: list[dict[str, Any]] = []
             short: list[dict[str, Any]] = []

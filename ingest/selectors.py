@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from ingest.models import (
     ValidationOutcome,
     blocks_from_arrays,
 )
+from ingest.types import BlockOutline, SnapshotOutline, TurnRow
 
 SESSION_SORTS = {
     "last_seen": "-last_seen",
@@ -284,3 +287,142 @@ def snapshot_full(*, snapshot: Snapshot) -> dict[str, Any]:
             "received_at": snapshot.received_at,
         },
     }
+
+
+# --- for other apps ------------------------------------------------------------
+# The columns of a `TurnRow`, in its field order; the block columns only when asked for.
+TURN_ROW_COLUMNS = (
+    "id",
+    "session_ref",
+    "turn",
+    "ts",
+    "snapshot_id",
+    "watermark",
+    "tier",
+    "context_window",
+    "reserve_tokens",
+    "total_tokens",
+    "n_compression",
+    "n_validation",
+    "n_validation_failed",
+    "n_recall",
+    "n_recall_injected",
+    "count_drift",
+    "agent",
+    "model_name",
+    "session_id",
+    "received_at",
+)
+TURN_ROW_BLOCK_COLUMNS = ("block_keys", "block_kinds", "block_tokens")
+
+
+def _turn_order(row: TurnRow) -> tuple[int, datetime, str]:
+    # The order of a session's snapshots: turn, then time, then id (repeated turns).
+    return (row.turn, row.ts, str(row.snapshot_id))
+
+
+def _turn_lines(rows: Iterable[TurnRow]) -> dict[int, list[TurnRow]]:
+    out: dict[int, list[TurnRow]] = defaultdict(list)
+    for r in rows:
+        out[r.session_ref].append(r)
+    for line in out.values():
+        line.sort(key=_turn_order)
+    return dict(out)
+
+
+def turn_neighbourhoods(
+    *, project_id: int, snapshot_refs: Sequence[int], window: int, with_blocks: bool = False
+) -> dict[int, list[TurnRow]]:
+    """Per session touched by SNAPSHOT_REFS: those snapshots, the WINDOW snapshots before each
+    of them and the WINDOW after each (by turn), in turn order, with their blocks when
+    WITH_BLOCKS. One query, whatever the length of the sessions."""
+    columns = TURN_ROW_COLUMNS + (TURN_ROW_BLOCK_COLUMNS if with_blocks else ())
+    cols = ", ".join(f"s.{c}" for c in columns)
+    inner = ", ".join(columns)
+    # The project id never reaches the planner as a literal (a sub-select, then the rows found):
+    # with a literal and statistics that lag a fast-growing project, it estimates one row for
+    # the project and may scan all of it through the (project, ts) index instead.
+    sql = f"""
+        WITH n AS (
+            SELECT project_id, session_ref, turn FROM ingest_snapshot
+            WHERE project_id = (SELECT %(p)s::bigint) AND id = ANY(%(refs)s::bigint[])
+        )
+        SELECT DISTINCT ON (s.id) {cols} FROM n
+        JOIN LATERAL (
+            -- Ordered by turn alone so that the (project, session_ref, turn) index ends each
+            -- scan after WINDOW rows; ties within a turn are ordered in Python.
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn < n.turn
+               ORDER BY s.turn DESC LIMIT %(w)s)
+            UNION ALL
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn = n.turn)
+            UNION ALL
+            (SELECT {inner} FROM ingest_snapshot s
+               WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn > n.turn
+               ORDER BY s.turn LIMIT %(w)s)
+        ) s ON true
+    """  # noqa: S608 - the interpolated text is a fixed column list
+    with connection.cursor() as cur:
+        cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs), "w": window})
+        rows = cur.fetchall()
+    return _turn_lines(TurnRow(*r) for r in rows)
+
+
+def turns_since(
+    *, project_id: int, since: datetime, limit: int, with_blocks: bool = False
+) -> tuple[dict[int, list[TurnRow]], bool]:
+    """The project's snapshots since SINCE (at most LIMIT, the most recent) per session in turn
+    order, with their blocks when WITH_BLOCKS, and whether the limit cut some off (one query)."""
+    columns = TURN_ROW_COLUMNS + (TURN_ROW_BLOCK_COLUMNS if with_blocks else ())
+    rows = list(
+        Snapshot.objects.filter(project_id=project_id, ts__gte=since)
+        .order_by("-ts", "-id")
+        .values_list(*columns)[: limit + 1]
+    )
+    return _turn_lines(TurnRow(*r) for r in rows[:limit]), len(rows) > limit
+
+
+def snapshot_outlines(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int, SnapshotOutline]:
+    """The blocks (no messages) in prompt order and the turn-to-turn change of some snapshots
+    (one query)."""
+    if not snapshot_refs:
+        return {}
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            "SELECT id, block_keys, block_kinds, block_tokens, change FROM ingest_snapshot"
+            " WHERE project_id = (SELECT %s::bigint) AND id = ANY(%s::bigint[])",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
+    out: dict[int, SnapshotOutline] = {}
+    for ref, keys, kinds, tokens, change in rows:
+        blocks: list[BlockOutline] = [
+            {"position": i, "key": k, "kind": kd, "tokens": t}
+            for i, (k, kd, t) in enumerate(zip(keys, kinds, tokens, strict=True))
+        ]
+        # Django reads jsonb as text and leaves decoding to the field; this is a raw query.
+        decoded = orjson.loads(change) if isinstance(change, str) else change
+        out[ref] = SnapshotOutline(blocks=blocks, change=decoded or {})
+    return out
+
+
+def compressed_tokens_by_block(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int, dict[str, int]]:
+    """Per snapshot: the tokens its compression events removed, per block key; an event that
+    does not say how many counts as one (one query)."""
+    out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            "SELECT snapshot_ref, block, tokens_before, tokens_after FROM ingest_compressionevent"
+            " WHERE project_id = (SELECT %s::bigint) AND snapshot_ref = ANY(%s::bigint[])",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
+    for ref, block, before, after in rows:
+        if before is not None and after is not None:
+            out[ref][block] += max(1, before - after)
+        else:
+            out[ref][block] += 1
+    return {k: dict(v) for k, v in out.items()}

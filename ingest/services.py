@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -520,3 +521,35 @@ def _derive_changes(cur: Any, pid: int, fresh: list[_Prepared]) -> list[dict[str
                 prev_is_new = False
             prev_blocks, prev_turn = cur_blocks, turn
     return updates
+
+
+# --- for other apps ------------------------------------------------------------
+def session_alert_counts_add(*, project_id: int, added: Mapping[int, int]) -> None:
+    """Add ADDED[session_ref] to those sessions' alert counts: an increment, not a recount, so
+    that it costs the same in a session with many alerts (one query)."""
+    if not added:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE ingest_session s SET alert_count = s.alert_count + v.n
+            FROM unnest(%s::bigint[], %s::int[]) AS v(id, n)
+            WHERE s.project_id = %s AND s.id = v.id
+            """,
+            [list(added), list(added.values()), project_id],
+        )
+
+
+def session_alert_counts_set(*, project_id: int, counts: Mapping[int, int]) -> None:
+    """Set the alert counts of the sessions COUNTS names (session_ref -> count; one query)."""
+    if not counts:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE ingest_session s SET alert_count = v.n
+            FROM unnest(%s::bigint[], %s::int[]) AS v(id, n)
+            WHERE s.project_id = %s AND s.id = v.id
+            """,
+            [list(counts), list(counts.values()), project_id],
+        )

@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.converters import IntConverter, PathConverter, StringConverter
 
-from alerts import services as alert_services
 from alerts.models import AlertRule
+from alerts.services import channels as alert_channels
 from core.models import Membership, Project
 from core.services import project_create
 from ingest.models import Snapshot
@@ -120,7 +120,7 @@ def test_every_page_title_is_plain_text_with_untrusted_names_escaped(client: Cli
     assert snap is not None
     rule = AlertRule.objects.filter(project=project).first()
     assert rule is not None
-    channel, _ = alert_services.channel_create(
+    channel, _ = alert_channels.channel_create(
         project=project, kind="email", data={"name": "<b>ops</b>", "recipients": "ops@example.com"}
     )
     pid, sid = project.pk, "support-7431"

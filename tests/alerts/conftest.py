@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from alerts import services
+from alerts.services import evaluation as alert_evaluation
 from ingest.models import Snapshot
 from tests.factories import block, snapshot
 
@@ -47,7 +47,7 @@ class Poster:
             Snapshot.objects.filter(project=self.project, snapshot_id__in=ids).values_list("id", flat=True)
         )
         if evaluate:
-            services.alerts_evaluate(project_id=self.project.pk, snapshot_refs=refs)
+            alert_evaluation.alerts_evaluate(project_id=self.project.pk, snapshot_refs=refs)
         return refs
 
 

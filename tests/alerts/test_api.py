@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from alerts import rules as R
+from alerts import kinds as K
 from alerts.models import Alert, AlertRule
 from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
@@ -47,7 +47,7 @@ def test_list_with_an_ingest_key_and_filters(api, raised):
     assert set(item["contributors"][0]) >= {"key", "kind", "tokens", "share", "delta", "position"}
     r = api.get("/alerts", session="s-2")
     assert {i["session_id"] for i in r.json()["items"]} == {"s-2"}
-    rule = AlertRule.objects.get(project=raised, kind=R.TIER_CROSSING, params__tier="break")
+    rule = AlertRule.objects.get(project=raised, kind=K.TIER_CROSSING, params__tier="break")
     r = api.get("/alerts", rule=rule.pk)
     assert [i["rule_id"] for i in r.json()["items"]] == [rule.pk, rule.pk]
     assert api.get("/alerts", state="resolved").json()["count"] == 0
@@ -59,7 +59,7 @@ def test_keys_cannot_acknowledge_or_write_rules(api, raised):
     assert r.status_code == 403
     r = api.client.post(
         "/api/v1/alert-rules",
-        data=json.dumps({"name": "x", "kind": R.COUNT_DRIFT}),
+        data=json.dumps({"name": "x", "kind": K.COUNT_DRIFT}),
         content_type="application/json",
         **api.headers(),
     )
@@ -89,7 +89,7 @@ def test_rules_create_update_and_validation(api, project):
     c = editor_client(project)
     body = {
         "name": "big tool output",
-        "kind": R.BLOCK_SHARE,
+        "kind": K.BLOCK_SHARE,
         "severity": "critical",
         "params": {"share_pct": 25, "block_kinds": ["tool_results"]},
         "model": "gpt-4o",
@@ -105,7 +105,7 @@ def test_rules_create_update_and_validation(api, project):
         **csrf(c),
     )
     assert r.status_code == 200 and r.json()["enabled"] is False and r.json()["params"]["share_pct"] == 50
-    bad = {"name": "x", "kind": R.COMPRESSION_STORM, "params": {"events": -1}}
+    bad = {"name": "x", "kind": K.COMPRESSION_STORM, "params": {"events": -1}}
     r = c.post("/api/v1/alert-rules", data=json.dumps(bad), content_type="application/json", **csrf(c))
     assert r.status_code == 422 and "params.events" in r.json()["errors"]
     listed = api.get("/alert-rules").json()

@@ -13,8 +13,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
 
-from alerts import channels, services
+from alerts import channels
+from alerts.errors import InvalidChannel
 from alerts.models import Alert, AlertRule, Channel, Delivery
+from alerts.services import channels as alert_channels
+from alerts.services import delivery as alert_delivery
+from alerts.services import evaluation as alert_evaluation
 from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.receiver import Receiver
@@ -31,7 +35,7 @@ def private_ok(project):
 
 
 def webhook(project, url: str, **data) -> tuple[Channel, str]:
-    return services.channel_create(
+    return alert_channels.channel_create(
         project=project, kind="webhook", data={"name": "hook", "url": url, "timeout_seconds": 2, **data}
     )
 
@@ -53,7 +57,7 @@ def run_delivery(delivery_id: int) -> list[float]:
     """Attempt a delivery until it needs no further attempt, skipping the back-off waits."""
     waits = []
     while True:
-        wait = services.delivery_attempt(delivery_id=delivery_id)
+        wait = alert_delivery.delivery_attempt(delivery_id=delivery_id)
         if wait is None:
             return waits
         waits.append(wait)
@@ -129,7 +133,7 @@ def test_one_delivery_per_alert_and_channel(poster, private_ok):
     ch, _ = webhook(private_ok, "http://127.0.0.1:9/x")
     alert = raise_one_alert(poster)
     refs = list(private_ok.snapshot_set.values_list("id", flat=True))
-    services.alerts_evaluate(project_id=private_ok.pk, snapshot_refs=refs)
+    alert_evaluation.alerts_evaluate(project_id=private_ok.pk, snapshot_refs=refs)
     assert Delivery.objects.filter(alert=alert, channel=ch).count() == 1
 
 
@@ -140,7 +144,7 @@ def test_severity_filter_and_disabled_channels(poster, private_ok):
 
 
 def test_email_channel_sends_through_the_django_backend(poster, project):
-    ch, secret = services.channel_create(
+    ch, secret = alert_channels.channel_create(
         project=project, kind="email", data={"name": "oncall", "recipients": "a@example.com, b@example.com"}
     )
     assert secret is None
@@ -159,11 +163,11 @@ def test_send_test_for_each_channel_kind(project, private_ok, django_capture_on_
     with Receiver() as rx:
         hook, secret = webhook(private_ok, rx.url)
         rx.secret = secret
-        email, _ = services.channel_create(
+        email, _ = alert_channels.channel_create(
             project=project, kind="email", data={"name": "m", "recipients": "x@example.com"}
         )
         for c in (hook, email):
-            d = services.channel_test_send(channel=c)
+            d = alert_channels.channel_test_send(channel=c)
             run_delivery(d.pk)
             d.refresh_from_db()
             assert d.status == "sent" and d.is_test
@@ -174,13 +178,13 @@ def test_send_test_for_each_channel_kind(project, private_ok, django_capture_on_
 
 
 def test_channel_validation(project):
-    with pytest.raises(services.InvalidChannel) as exc:
-        services.channel_create(
+    with pytest.raises(InvalidChannel) as exc:
+        alert_channels.channel_create(
             project=project, kind="email", data={"name": "m", "recipients": "not-an-address"}
         )
     assert "recipients" in exc.value.errors
-    with pytest.raises(services.InvalidChannel) as exc:
-        services.channel_create(
+    with pytest.raises(InvalidChannel) as exc:
+        alert_channels.channel_create(
             project=project, kind="webhook", data={"name": "h", "url": "ftp://example.com/x"}
         )
     assert "url" in exc.value.errors
@@ -275,7 +279,7 @@ def test_send_test_action_on_the_channel_page_for_both_kinds(client, private_ok,
     client.force_login(admin)
     with Receiver() as rx:
         hook, rx.secret = webhook(private_ok, rx.url)
-        email, _ = services.channel_create(
+        email, _ = alert_channels.channel_create(
             project=private_ok, kind="email", data={"name": "oncall", "recipients": "oncall@example.com"}
         )
         for c in (hook, email):
@@ -298,7 +302,7 @@ def test_send_test_action_on_the_channel_page_for_both_kinds(client, private_ok,
 def test_send_test_action_is_for_admins(client, project):
     viewer = get_user_model().objects.create_user("viewer", password="pw")
     Membership.objects.create(project=project, user=viewer, role="viewer")
-    email, _ = services.channel_create(
+    email, _ = alert_channels.channel_create(
         project=project, kind="email", data={"name": "oncall", "recipients": "oncall@example.com"}
     )
     client.force_login(viewer)

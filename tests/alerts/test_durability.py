@@ -15,8 +15,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from alerts import services
 from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
+from alerts.services import channels as alert_channels
+from alerts.services import delivery as alert_delivery
 from ingest.models import Snapshot
 from tests.alerts.conftest import sized_snapshot
 from tests.alerts.processes import Stack, wait_until
@@ -112,7 +113,7 @@ def test_a_webhook_in_flight_holds_no_lock_and_a_killed_worker_is_redelivered_af
     project.save()
     force_rule_only(project)
     with Receiver(slow_first=1, slow_seconds=60) as rx:
-        channel, rx.secret = services.channel_create(
+        channel, rx.secret = alert_channels.channel_create(
             project=project,
             kind="webhook",
             data={"name": "hook", "url": rx.url, "timeout_seconds": WEBHOOK_TIMEOUT},
@@ -155,5 +156,5 @@ def test_a_webhook_in_flight_holds_no_lock_and_a_killed_worker_is_redelivered_af
         assert second["signature_ok"]
     assert (d.attempts, d.last_status_code, d.lease_until) == (2, 200, None)
     log = [(a.number, a.status_code, a.error) for a in d.log.all()]
-    assert log == [(1, None, services.INTERRUPTED), (2, 200, "")]
+    assert log == [(1, None, alert_delivery.INTERRUPTED), (2, 200, "")]
     assert d.sent_at is not None and d.sent_at - lease_until < timedelta(seconds=60)

@@ -18,12 +18,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, api, project):
-    from alerts import services
+    from alerts.services import channels as alert_channels
 
     project.allow_private_endpoints = True
     project.save()
     with Receiver(fail_first=1) as rx:
-        channel, secret = services.channel_create(
+        channel, secret = alert_channels.channel_create(
             project=project, kind="webhook", data={"name": "hook", "url": rx.url, "timeout_seconds": 3}
         )
         rx.secret = secret

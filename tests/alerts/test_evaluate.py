@@ -11,9 +11,11 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from alerts import rules as R
-from alerts import selectors, services
+from alerts import kinds as K
+from alerts import selectors
 from alerts.models import Alert, AlertRule
+from alerts.services import evaluation as alert_evaluation
+from alerts.services import rules as alert_rules
 from core.models import Project
 from core.services import project_create
 from ingest.models import AgentSession, Snapshot
@@ -32,15 +34,15 @@ def alerts_of(project: Project, kind: str | None = None) -> list[Alert]:
 
 def only_rule(project: Project, kind: str, **params: Any) -> AlertRule:
     AlertRule.objects.filter(project=project).delete()
-    return services.rule_create(project=project, data={"name": kind, "kind": kind, "params": params})
+    return alert_rules.rule_create(project=project, data={"name": kind, "kind": kind, "params": params})
 
 
 def test_new_project_gets_the_default_rules_of_every_kind(db):
     project, _ = project_create(name="fresh")
     kinds = set(AlertRule.objects.filter(project=project).values_list("kind", flat=True))
-    assert kinds == set(R.KINDS)
+    assert kinds == set(K.KINDS)
     tiers = set(
-        AlertRule.objects.filter(project=project, kind=R.TIER_CROSSING).values_list("params__tier", flat=True)
+        AlertRule.objects.filter(project=project, kind=K.TIER_CROSSING).values_list("params__tier", flat=True)
     )
     assert tiers == {"warn", "compress", "force", "break"}
 
@@ -49,7 +51,7 @@ def test_tier_crossing_alert_points_at_the_turn_and_its_growing_blocks(poster, p
     fills = [0.3, 0.5, 0.75, 0.9, 0.92, 0.91, 0.9]
     for i, f in enumerate(fills):
         poster.post([sized_snapshot(turn=i, fill=f)])
-    force = [a for a in alerts_of(project, R.TIER_CROSSING) if a.rule.params["tier"] == "force"]
+    force = [a for a in alerts_of(project, K.TIER_CROSSING) if a.rule.params["tier"] == "force"]
     assert len(force) == 1, "a session sitting in the force tier raises one alert"
     a = force[0]
     assert (a.turn, a.last_turn) == (3, 3)
@@ -57,12 +59,12 @@ def test_tier_crossing_alert_points_at_the_turn_and_its_growing_blocks(poster, p
     assert a.contributors[0]["key"] == "history" and a.contributors[0]["delta"] > 0
     assert len(a.contributors) <= 3
     assert a.session_id == "s-1" and a.state == "open"
-    compress = [a for a in alerts_of(project, R.TIER_CROSSING) if a.rule.params["tier"] == "compress"]
+    compress = [a for a in alerts_of(project, K.TIER_CROSSING) if a.rule.params["tier"] == "compress"]
     assert [x.turn for x in compress] == [2]
 
 
 def test_watermark_spike_from_one_big_tool_result(poster, project):
-    only_rule(project, R.WATERMARK_SPIKE, rise_points=20)
+    only_rule(project, K.WATERMARK_SPIKE, rise_points=20)
     tool = block("search", "tool_results", "a very long search result", tokens=3000)
     poster.post([sized_snapshot(turn=0, fill=0.2), sized_snapshot(turn=1, fill=0.22)])
     poster.post([sized_snapshot(turn=2, fill=0.6, extra_blocks=[tool])])
@@ -73,7 +75,7 @@ def test_watermark_spike_from_one_big_tool_result(poster, project):
 
 
 def test_one_block_above_a_share_of_the_window(poster, project):
-    only_rule(project, R.BLOCK_SHARE, share_pct=30, block_kinds="tool_results")
+    only_rule(project, K.BLOCK_SHARE, share_pct=30, block_kinds="tool_results")
     huge = block("search", "tool_results", "huge", tokens=3000)
     poster.post([sized_snapshot(turn=0, fill=0.5), sized_snapshot(turn=1, fill=0.6, extra_blocks=[huge])])
     (a,) = alerts_of(project)
@@ -84,7 +86,7 @@ def test_one_block_above_a_share_of_the_window(poster, project):
 
 
 def test_compression_storm(poster, project):
-    only_rule(project, R.COMPRESSION_STORM, events=3, turns=3)
+    only_rule(project, K.COMPRESSION_STORM, events=3, turns=3)
     ev = {
         "strategy": "drop_tool_output",
         "block": "history",
@@ -106,7 +108,7 @@ def test_compression_storm(poster, project):
 
 
 def test_validation_failure_rate(poster, project):
-    only_rule(project, R.VALIDATION_FAILURE_RATE, rate_pct=50, turns=5, min_checks=3)
+    only_rule(project, K.VALIDATION_FAILURE_RATE, rate_pct=50, turns=5, min_checks=3)
 
     def v(passed: bool) -> list[dict[str, Any]]:
         return [
@@ -126,7 +128,7 @@ def test_validation_failure_rate(poster, project):
 
 
 def test_recall_misses(poster, project):
-    only_rule(project, R.RECALL_MISS_RATE, rate_pct=50, turns=10, min_recalls=3)
+    only_rule(project, K.RECALL_MISS_RATE, rate_pct=50, turns=10, min_recalls=3)
 
     def rc(injected: bool) -> list[dict[str, Any]]:
         return [{"memory_id": "m-1", "channel": "vector", "score": 0.4, "rank": 1, "injected": injected}]
@@ -138,7 +140,7 @@ def test_recall_misses(poster, project):
 
 
 def test_count_drift(poster, project):
-    only_rule(project, R.COUNT_DRIFT, drift_pct=10)
+    only_rule(project, K.COUNT_DRIFT, drift_pct=10)
     out = {"text": "ok", "usage": {"prompt_tokens": 2000, "completion_tokens": 3}}
     honest = {"text": "ok", "usage": {"prompt_tokens": 2550, "completion_tokens": 3}}
     poster.post(
@@ -154,7 +156,7 @@ def test_count_drift(poster, project):
     ids=["model", "agent"],
 )
 def test_rule_narrowed_to_an_agent_or_a_model_ignores_the_others(poster, project, field, narrowed_to, other):
-    only_rule(project, R.COUNT_DRIFT, drift_pct=10)
+    only_rule(project, K.COUNT_DRIFT, drift_pct=10)
     AlertRule.objects.filter(project=project).update(**{field: narrowed_to})
     out = {"text": "ok", "usage": {"prompt_tokens": 1000}}
     poster.post([sized_snapshot(turn=0, fill=0.3, output=out, **{field: other})])
@@ -194,17 +196,17 @@ def test_out_of_order_arrival_raises_the_same_alerts_as_in_order(poster, project
         Snapshot.objects.filter(project=project, id__in=refs).update(
             received_at=with_past - timedelta(hours=1)
         )
-        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+        alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
         got = [(r, t, lt) for r, s, t, lt in _signature(project) if s == f"shuffled-{n}"]
         assert got == expected, f"order {order}"
 
 
 def test_a_turn_waits_for_its_missing_predecessor(poster, project):
-    only_rule(project, R.WATERMARK_SPIKE, rise_points=20, median_ratio=0)
+    only_rule(project, K.WATERMARK_SPIKE, rise_points=20, median_ratio=0)
     snaps = [sized_snapshot(turn=i, fill=f) for i, f in enumerate([0.2, 0.5, 0.55])]
     poster.post([snaps[0]])
     refs = poster.post([snaps[2]], evaluate=False)
-    res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+    res = alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
     assert res.deferred == refs and 0 < res.retry_in <= settings.CTXOBS_ALERT_LATENESS_SECONDS
     assert alerts_of(project) == [], "0.2 -> 0.55 is not a spike of turn 2: turn 1 is missing"
     poster.post([snaps[1]])
@@ -217,7 +219,7 @@ def test_evaluating_twice_raises_nothing_new(poster, project):
     for i, f in enumerate(PROFILE):
         refs += poster.post([sized_snapshot(turn=i, fill=f)])
     before = _signature(project)
-    res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
+    res = alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=refs)
     assert res.created == []
     assert _signature(project) == before
     assert len({a.dedup_key for a in alerts_of(project)}) == len(before)
@@ -233,12 +235,12 @@ def test_a_resent_batch_is_a_duplicate_and_raises_nothing(poster, project, api):
 
 
 def test_cooldown_in_turns_separates_episodes(poster, project):
-    rule = only_rule(project, R.TIER_CROSSING, tier="force")
+    rule = only_rule(project, K.TIER_CROSSING, tier="force")
     fills = [0.5, 0.9, 0.5, 0.9] + [0.5] * 6 + [0.9]
     poster.post([sized_snapshot(turn=i, fill=f) for i, f in enumerate(fills)])
     assert rule.cooldown_turns == 20
     assert [(a.turn, a.last_turn) for a in alerts_of(project)] == [(1, 10)], "within the cooldown: one alert"
-    services.rule_update(rule=rule, data={"cooldown_turns": 3, "cooldown_seconds": 0})
+    alert_rules.rule_update(rule=rule, data={"cooldown_turns": 3, "cooldown_seconds": 0})
     poster.post([sized_snapshot(turn=i, fill=f, session_id="s-2") for i, f in enumerate(fills)])
     assert [(a.turn, a.last_turn) for a in alerts_of(project) if a.session_id == "s-2"] == [(1, 3), (10, 10)]
 
@@ -252,7 +254,7 @@ def test_session_alert_count_and_timeline_markers(poster, project):
     markers = selectors.session_alert_markers(project_id=project.pk, session_ref=session.id)
     assert [m["alert_id"] for m in markers] == [a.pk for a in sorted(alerts, key=lambda a: (a.turn, a.pk))]
     assert set(markers[0]) >= {"turn", "rule_kind", "severity", "title", "alert_id"}
-    services.rule_delete(rule=alerts[0].rule)
+    alert_rules.rule_delete(rule=alerts[0].rule)
     session.refresh_from_db()
     assert session.alert_count == Alert.objects.filter(project=project).count()
 
@@ -261,7 +263,7 @@ def test_evaluation_cost_does_not_grow_with_the_session(
     poster, project, django_assert_num_queries, django_assert_max_num_queries
 ):
     # Every other turn enters the compress tier, a minute apart, so alerts pile up in the session.
-    AlertRule.objects.filter(project=project).exclude(kind=R.TIER_CROSSING).delete()
+    AlertRule.objects.filter(project=project).exclude(kind=K.TIER_CROSSING).delete()
     AlertRule.objects.filter(project=project).update(cooldown_turns=1, cooldown_seconds=0)
     start = timezone.now() - timedelta(days=1)
     snaps = [
@@ -272,20 +274,20 @@ def test_evaluation_cost_does_not_grow_with_the_session(
     quiet = sized_snapshot(turn=300, fill=0.3, ts=start + timedelta(minutes=300))
     (ref,) = poster.post([quiet], evaluate=False)
     with django_assert_num_queries(2):  # rules, then the turn's neighbourhood: nothing fires
-        services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+        alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
     firing = sized_snapshot(turn=301, fill=0.75, ts=start + timedelta(minutes=301))
     (ref,) = poster.post([firing], evaluate=False)
     with django_assert_max_num_queries(11):
-        res = services.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
+        res = alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=[ref])
     assert res.created or res.updated
     with django_assert_max_num_queries(12):  # a late turn re-evaluates the turns after it
-        services.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[5:6])
+        alert_evaluation.alerts_evaluate(project_id=project.pk, snapshot_refs=refs[5:6])
 
 
 def test_episode_scan_past_its_limit_still_finds_a_long_alert(project):
     """More alerts end after a turn than one bounded scan reads: the long alert that spans them
     (possible when a time cooldown joins distant turns) is still found."""
-    rule = only_rule(project, R.COUNT_DRIFT)
+    rule = only_rule(project, K.COUNT_DRIFT)
     t0 = timezone.now() - timedelta(days=1)
 
     def alert(first: int, last: int) -> Alert:

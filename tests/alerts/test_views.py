@@ -7,7 +7,7 @@ import html
 import pytest
 from django.contrib.auth import get_user_model
 
-from alerts import rules as R
+from alerts import kinds as K
 from alerts.models import Alert, AlertRule, Channel
 from core.models import Membership
 from tests.alerts.conftest import sized_snapshot
@@ -104,7 +104,7 @@ def test_alert_list_query_count_is_constant(client, with_alerts, django_assert_m
 def test_alert_detail_links_the_turn_and_blocks(client, with_alerts):
     project = with_alerts
     client.force_login(member(project, "viewer"))
-    a = Alert.objects.filter(project=project, rule_kind=R.BLOCK_SHARE, session_id="s-1").first()
+    a = Alert.objects.filter(project=project, rule_kind=K.BLOCK_SHARE, session_id="s-1").first()
     r = client.get(f"/p/{project.pk}/alerts/{a.pk}/")
     body = r.content.decode()
     assert f"/p/{project.pk}/s/{a.session_id}/t/{a.turn}/" in body
@@ -115,13 +115,13 @@ def test_alert_detail_links_the_turn_and_blocks(client, with_alerts):
 
 def test_rule_editor_creates_updates_and_rejects(client, project):
     client.force_login(member(project, "editor"))
-    r = client.get(f"/p/{project.pk}/alerts/rules/new/", {"kind": R.COMPRESSION_STORM})
+    r = client.get(f"/p/{project.pk}/alerts/rules/new/", {"kind": K.COMPRESSION_STORM})
     assert r.status_code == 200 and 'name="p_events"' in r.content.decode()
     r = client.post(
         f"/p/{project.pk}/alerts/rules/new/",
         {
             "name": "storm",
-            "kind": R.COMPRESSION_STORM,
+            "kind": K.COMPRESSION_STORM,
             "severity": "critical",
             "enabled": "on",
             "p_events": "4",
@@ -142,7 +142,7 @@ def test_rule_editor_creates_updates_and_rejects(client, project):
         f"/p/{project.pk}/alerts/rules/{rule.pk}/",
         {
             "name": "storm",
-            "kind": R.COMPRESSION_STORM,
+            "kind": K.COMPRESSION_STORM,
             "severity": "critical",
             "p_events": "0",
             "p_turns": "6",
@@ -168,20 +168,20 @@ def test_rule_preview_counts_what_would_have_fired(client, poster, project):
     Snapshot.objects.filter(project=project).update(ts=timezone.now() - timedelta(days=1))
     r = client.post(
         f"/p/{project.pk}/alerts/rules/preview/",
-        {"kind": R.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "1", "cooldown_seconds": "0"},
+        {"kind": K.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "1", "cooldown_seconds": "0"},
     )
     assert r.status_code == 200
     assert r.context["preview"]["fired"] == 6  # turns 1 and 3 in each of three sessions
     r = client.post(
         f"/p/{project.pk}/alerts/rules/preview/",
-        {"kind": R.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "20", "cooldown_seconds": "0"},
+        {"kind": K.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "20", "cooldown_seconds": "0"},
     )
     assert r.context["preview"]["fired"] == 3
     # Only the last seven days count: one session moved to eight days ago drops out.
     Snapshot.objects.filter(project=project, session_id="c").update(ts=timezone.now() - timedelta(days=8))
     r = client.post(
         f"/p/{project.pk}/alerts/rules/preview/",
-        {"kind": R.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "1", "cooldown_seconds": "0"},
+        {"kind": K.TIER_CROSSING, "p_tier": "force", "cooldown_turns": "1", "cooldown_seconds": "0"},
     )
     assert (r.context["preview"]["fired"], r.context["preview"]["sessions"]) == (4, 2)
     assert r.context["preview"]["days"] == 7

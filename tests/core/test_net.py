@@ -14,9 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from alerts import services as alert_services
 from alerts.errors import InvalidChannel
 from alerts.models import Delivery
+from alerts.services import channels as alert_channels
+from alerts.services import delivery as alert_delivery
 from core import net
 from core.models import Project
 from replay.errors import EndpointError
@@ -60,7 +61,7 @@ def _why(host: str, expected: str) -> str:
 
 
 def _save_webhook(project: Project, url: str) -> None:
-    alert_services.channel_create(
+    alert_channels.channel_create(
         project=project, kind="webhook", data={"name": "hook", "url": url, "timeout_seconds": 2}
     )
 
@@ -157,14 +158,14 @@ def test_a_webhook_name_rebound_to_loopback_after_saving_is_not_reached(
 ) -> None:
     with Receiver() as receiver:
         port = receiver.server.server_address[1]
-        channel, _ = alert_services.channel_create(
+        channel, _ = alert_channels.channel_create(
             project=project,
             kind="webhook",
             data={"name": "hook", "url": f"http://rebind.example:{port}/hook", "timeout_seconds": 2},
         )
         rebinding["addr"] = "127.0.0.1"
         d = Delivery.objects.create(project=project, channel=channel, is_test=True)
-        alert_services.delivery_attempt(delivery_id=d.pk)
+        alert_delivery.delivery_attempt(delivery_id=d.pk)
         d.refresh_from_db()
         assert receiver.requests == []
     assert d.status == "failed", d.status

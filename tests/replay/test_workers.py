@@ -104,8 +104,8 @@ def test_a_replay_over_the_time_limit_fails_with_its_reason(
 def test_an_alert_is_delivered_promptly_while_a_long_replay_occupies_the_replay_worker(
     celery_worker_process: Any, api: Any, private_project: Any, stub_server: Any
 ) -> None:
-    from alerts import services as alert_services
     from alerts.models import Delivery
+    from alerts.services import channels as alert_channels
     from tests.alerts.receiver import Receiver
 
     wire = five_block_snapshot()
@@ -124,12 +124,12 @@ def test_an_alert_is_delivered_promptly_while_a_long_replay_occupies_the_replay_
     # Both replay pool processes are waiting on the model.
     wait_until(lambda: len(stub_server.completion_calls()) >= 2, 60, "two replay calls under way")
     with Receiver() as rx:
-        channel, secret = alert_services.channel_create(
+        channel, secret = alert_channels.channel_create(
             project=private_project, kind="webhook", data={"name": "hook", "url": rx.url}
         )
         rx.secret = secret
         sent_at = time.time()
-        delivery = alert_services.channel_test_send(channel=channel)
+        delivery = alert_channels.channel_test_send(channel=channel)
         got = wait_until(lambda: rx.accepted(), 30, "the alert at the receiver")
         waited = got[0]["at"] - sent_at
         assert waited < 4.0, waited

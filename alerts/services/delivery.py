@@ -1,0 +1,218 @@
+"""Deliveries: one alert (or test message) to one channel, attempted by claim, send, record
+with retries and a lease that the sweeper takes over when a worker dies mid-send."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from alerts import channels as ch
+from alerts.models import SEVERITY_RANK, Alert, Channel, Delivery, DeliveryAttempt
+from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay
+
+logger = logging.getLogger(__name__)
+
+
+def deliveries_create(*, project_id: int, alerts: list[Alert]) -> list[int]:
+    chans = list(Channel.objects.filter(project_id=project_id, enabled=True))
+    if not chans:
+        return []
+    objs = [
+        Delivery(project_id=project_id, alert=a, channel=c)
+        for a in alerts
+        for c in chans
+        if SEVERITY_RANK[a.severity] >= SEVERITY_RANK[c.min_severity]
+    ]
+    return [d.pk for d in Delivery.objects.bulk_create(objs)]
+
+
+def deliveries_enqueue(delivery_ids: list[int]) -> None:
+    from alerts.tasks import alerts_deliver_task
+
+    for did in delivery_ids:
+        try:
+            alerts_deliver_task.apply_async(kwargs={"delivery_id": did})
+        except Exception:  # noqa: BLE001 - broker down: the sweeper queues it once it is back
+            logger.exception("alerts.deliver_enqueue_failed delivery_id=%s", did)
+
+
+RETRY_MAX_SECONDS = 300.0
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    # No jitter: each delivery gets its own time, and the delivery log reads as the schedule.
+    base = float(settings.CTXOBS_ALERT_RETRY_BASE_SECONDS)
+    return backoff_delay(
+        attempt, base=base, cap=RETRY_MAX_SECONDS, retry_after=retry_after, retry_after_cap=RETRY_AFTER_MAX_S
+    )
+
+
+def _lease(c: Channel) -> timedelta:
+    """How long an attempt on C may be in flight: connect, write and read may each take the
+    channel's timeout, plus a margin for the rest of the attempt."""
+    own = c.timeout_seconds if c.kind == Channel.Kind.WEBHOOK else float(settings.EMAIL_TIMEOUT or 0.0)
+    return timedelta(seconds=3 * own + float(settings.CTXOBS_ALERT_DELIVERY_LEASE_SECONDS))
+
+
+INTERRUPTED = "no result recorded: the attempt was interrupted (its worker stopped) and its lease ran out"
+
+
+def delivery_attempt(*, delivery_id: int) -> float | None:
+    """Make the next attempt of a delivery, if it is due; the seconds until the next attempt
+    when one is needed, else None.
+
+    Claim, send, record: the attempt is leased in one short transaction, sent with no
+    transaction open and no row locked, and its result recorded in a second short one. Safe to
+    run twice: a sent or failed delivery is left alone, one in flight elsewhere is skipped (the
+    sweeper takes it up if its lease runs out), and an early call only reports the wait."""
+    claim = _delivery_claim(delivery_id=delivery_id)
+    if not isinstance(claim, tuple):
+        return claim
+    d, at = claim
+    c = d.channel
+    if not c.enabled:
+        result = ch.SendResult(False, False, None, "channel disabled")
+    elif d.alert is None and not d.is_test:
+        result = ch.SendResult(False, False, None, "alert deleted")
+    else:
+        result = _send(d, c)
+    return _delivery_record(d=d, at=at, result=result)
+
+
+def _delivery_claim(*, delivery_id: int) -> tuple[Delivery, datetime] | float | None:
+    """Lease the next attempt of the delivery: (the delivery, with `attempts` its number, and
+    when it started), or the seconds until it is due, or None when there is nothing to do."""
+    with transaction.atomic():
+        d = (
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("channel", "channel__project", "alert", "alert__rule")
+            .filter(pk=delivery_id)
+            .first()
+        )
+        if d is None or d.status in (Delivery.Status.SENT, Delivery.Status.FAILED):
+            return None
+        now = timezone.now()
+        c = d.channel
+        if d.status == Delivery.Status.SENDING:
+            if d.lease_until is not None and d.lease_until > now:
+                return None
+            # The attempt's worker died between claim and record: log the attempt as lost. It
+            # counts like a timeout, since the receiver may have had it.
+            lease = _lease(c)
+            DeliveryAttempt.objects.get_or_create(
+                delivery=d,
+                number=d.attempts,
+                defaults={"at": (d.lease_until or now) - lease, "error": INTERRUPTED},
+            )
+            logger.warning("alerts.delivery_lease_expired delivery_id=%s attempt=%d", d.pk, d.attempts)
+            if d.attempts >= c.max_attempts:
+                d.status, d.lease_until, d.next_attempt_at = Delivery.Status.FAILED, None, None
+                d.last_status_code, d.last_error = None, INTERRUPTED
+                d.save(
+                    update_fields=[
+                        "status",
+                        "lease_until",
+                        "next_attempt_at",
+                        "last_status_code",
+                        "last_error",
+                    ]
+                )
+                return None
+        elif d.next_attempt_at is not None and d.next_attempt_at > now + timedelta(milliseconds=200):
+            return (d.next_attempt_at - now).total_seconds()
+        d.attempts += 1
+        d.status = Delivery.Status.SENDING
+        d.lease_until = now + _lease(c)
+        d.save(update_fields=["attempts", "status", "lease_until"])
+    return d, now
+
+
+def _delivery_record(*, d: Delivery, at: datetime, result: ch.SendResult) -> float | None:
+    """Record the result of attempt `d.attempts`; the seconds until the next attempt, if any."""
+    c = d.channel
+    number = d.attempts
+    now = timezone.now()
+    retry_in = None
+    fields: dict[str, Any] = {
+        "last_status_code": result.status_code,
+        "last_error": result.error,
+        "lease_until": None,
+        "sent_at": None,
+        "next_attempt_at": None,
+    }
+    if result.ok:
+        fields["status"], fields["sent_at"] = Delivery.Status.SENT, now
+    elif result.retryable and number < c.max_attempts:
+        retry_in = _backoff(number, result.retry_after)
+        fields["status"], fields["next_attempt_at"] = (
+            Delivery.Status.RETRYING,
+            now + timedelta(seconds=retry_in),
+        )
+    else:
+        fields["status"] = Delivery.Status.FAILED
+    with transaction.atomic():
+        # update_or_create: a result that arrives after its lease ran out replaces the "lost" entry.
+        DeliveryAttempt.objects.update_or_create(
+            delivery_id=d.pk,
+            number=number,
+            defaults={
+                "at": at,
+                "status_code": result.status_code,
+                "error": result.error,
+                "duration_ms": result.duration_ms,
+            },
+        )
+        # Only while this attempt still holds the delivery: past its lease another attempt may
+        # have taken over, and that one records the delivery's state.
+        updated = Delivery.objects.filter(pk=d.pk, attempts=number, status=Delivery.Status.SENDING).update(
+            **fields
+        )
+    if not updated:
+        logger.warning("alerts.delivery_superseded delivery_id=%s attempt=%d", d.pk, number)
+        return None
+    logger.info(
+        "alerts.delivery delivery_id=%s channel_id=%s attempt=%d status=%s code=%s ms=%.0f",
+        d.pk,
+        c.pk,
+        number,
+        fields["status"],
+        result.status_code,
+        result.duration_ms,
+    )
+    return retry_in
+
+
+def _send(d: Delivery, c: Channel) -> ch.SendResult:
+    project_name = c.project.name
+    if c.kind == Channel.Kind.WEBHOOK:
+        problem = ch.webhook_url_problem(c.url, allow_private=c.project.allow_private_endpoints)
+        if problem:
+            return ch.SendResult(False, False, None, f"url {problem}")
+        try:
+            secret = ch.secret_decrypt(c.secret_encrypted)
+        except ValueError as exc:
+            return ch.SendResult(False, False, None, str(exc))
+        if d.is_test:
+            payload, event = ch.test_payload(c, project_name=project_name), "test"
+        else:
+            payload, event = ch.alert_payload(d.alert, project_name=project_name), "alert.opened"
+        payload["delivery_id"] = d.pk
+        return ch.webhook_send(
+            url=c.url,
+            secret=secret,
+            payload=payload,
+            event=event,
+            delivery_id=d.pk,
+            timeout=c.timeout_seconds,
+            allow_private=c.project.allow_private_endpoints,
+        )
+    if d.is_test:
+        subject, text = f"[ctxobs {project_name}] test message", "This is a test delivery from ctxobs."
+    else:
+        subject, text = ch.alert_email(d.alert, project_name=project_name)
+    return ch.email_send(recipients=list(c.recipients), subject=subject, text=text)

@@ -27,7 +27,7 @@ from ingest.models import (
     hash_key,
     new_raw_key,
 )
-from ingest.signals import snapshots_committed, snapshots_stored
+from ingest.signals import snapshots_stored
 
 logger = logging.getLogger(__name__)
 
@@ -525,7 +525,6 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         def _committed() -> None:
             _known_blocks.add(pid, block_keys)
             _known_messages.add(pid, message_keys)
-            snapshots_committed.send(sender=Project, project_id=pid, snapshot_refs=refs)
 
         transaction.on_commit(_committed)
     return {p.snap["snapshot_id"]: p.ref for p in fresh}

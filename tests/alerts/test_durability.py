@@ -19,8 +19,10 @@ from alerts import services
 from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from ingest.models import Snapshot
 from tests.alerts.conftest import sized_snapshot
-from tests.alerts.processes import Stack, wait_until
+from tests.alerts.processes import Stack
 from tests.alerts.receiver import Receiver
+from tests.processes import keep_logs_on_failure
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +33,7 @@ WEBHOOK_TIMEOUT = 3.0
 
 
 @pytest.fixture
-def stack(tmp_path: Any, django_db_setup: Any) -> Any:
+def stack(request: Any, tmp_path: Any, django_db_setup: Any) -> Any:
     s = Stack(
         tmp_path,
         {
@@ -46,6 +48,7 @@ def stack(tmp_path: Any, django_db_setup: Any) -> Any:
         yield s
     finally:
         s.close()
+        keep_logs_on_failure(request, tmp_path)
 
 
 def force_rule_only(project: Any) -> None:

@@ -92,6 +92,10 @@ class CeleryWorkers:
         self.procs[service] = proc
         return proc
 
+    def task_finished(self, task_id: str) -> bool:
+        """Whether a worker logged TASK_ID as finished (and, acks being late, acknowledged it)."""
+        return any(self.processes.task_finished(s, task_id) for s in ("worker", "worker-replay"))
+
     def kill(self, service: str) -> None:
         """kill -9 SERVICE's main process and its pool children at once."""
         self.processes.kill9(self.procs.pop(service))

@@ -158,6 +158,11 @@ class Processes:
         text = self.log(service).read_text(errors="replace")
         return any(f"[{task_id}] {outcome}" in text for outcome in ("succeeded", "raised", "retry"))
 
+    def tasks_finished(self, service: str, task_name: str) -> int:
+        """How many TASK_NAME tasks SERVICE's worker logged as succeeded."""
+        text = self.log(service).read_text(errors="replace")
+        return len(re.findall(rf"Task {re.escape(task_name)}\[[^\]]+\] succeeded", text))
+
     def kill9(self, proc: subprocess.Popen[bytes]) -> None:
         """kill -9 PROC and its process group (a worker's pool children) at once."""
         os.killpg(proc.pid, signal.SIGKILL)
@@ -193,8 +198,12 @@ def celery_idle(*queues: str) -> bool:
 
     with app.connection_for_write() as conn:
         channel = conn.default_channel
-        if any(channel.queue_declare(q, passive=True).message_count for q in queues):
-            return False
+        for queue in queues:
+            try:
+                if channel.queue_declare(queue, passive=True).message_count:
+                    return False
+            except conn.channel_errors:
+                pass  # Redis drops an emptied list: a queue that is not found holds nothing
     inspect = app.control.inspect(timeout=1.0)
     for reply in (inspect.active(), inspect.reserved(), inspect.scheduled()):
         if not reply or any(reply.values()):

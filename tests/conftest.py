@@ -42,13 +42,13 @@ class Api:
         self.client = client
         self.key = key
 
-    def headers(self, key: str | None = None) -> dict[str, str]:
+    def headers(self, key: str | None = None) -> dict[str, Any]:
         k = key if key is not None else self.key
         return {"HTTP_AUTHORIZATION": f"Bearer {k}"} if k else {}
 
     def post_snapshots(self, snapshots: list[Any], *, key: str | None = None, gzip_body: bool = False) -> Any:
         body = json.dumps({"snapshots": snapshots}).encode()
-        extra = self.headers(key)
+        extra: dict[str, Any] = dict(self.headers(key))
         if gzip_body:
             body = gzip.compress(body)
             extra["HTTP_CONTENT_ENCODING"] = "gzip"
@@ -129,7 +129,7 @@ def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
 
 
 @pytest.fixture
-def celery_worker_process(celery_workers: CeleryWorkers) -> CeleryWorkers:
+def celery_worker_process(celery_workers: CeleryWorkers) -> Iterator[CeleryWorkers]:
     """The running workers; a test that killed one has started it again before it ends."""
     yield celery_workers
     for service in ("worker", "worker-replay", "beat"):

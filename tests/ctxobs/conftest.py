@@ -255,7 +255,7 @@ class OpenAIServer(_Server):
                         chunk({"content": w if i == 0 else " " + w})
                     chunk({}, "stop")
                 if (req.get("stream_options") or {}).get("include_usage"):
-                    payload = {
+                    payload: dict[str, Any] = {
                         "id": "chatcmpl-1",
                         "object": "chat.completion.chunk",
                         "created": 1,
@@ -276,7 +276,8 @@ class OpenAIServer(_Server):
 
 
 class BlackholeServer:
-    """Accepts TCP connections and never answers: the worst case for a sender."""
+    """Accepts TCP connections and never answers: the worst case for a sender. Scripted because
+    the real API cannot be made to hang on demand."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -375,7 +376,8 @@ def ingest_throttled(ingest_factory: Any, throttled_ingest_api: str) -> IngestFr
 
 @pytest.fixture
 def provider() -> Iterator[OpenAIServer]:
-    server = OpenAIServer().start()
+    server = OpenAIServer()
+    server.start()
     yield server
     server.stop()
 

@@ -447,8 +447,10 @@ def test_exit_with_a_hanging_server_and_a_large_queue_returns_within_the_timeout
     if spool:
         spooled = {json.loads(line)["snapshot_id"] for line in spool_lines(spool_dir)}
         lost = set(lost_file.read_text().split()) if lost_file.exists() else set()
-        # Every snapshot is in the spool (the hung batch's too) unless reported by id.
-        assert len(spooled | lost) == n and len(spooled) > n // 2
+        # Every snapshot is in the spool (the hung batch's too) unless reported by id. How many
+        # reach the spool within the exit timeout is a speed figure that depends on the machine's
+        # load (`bench/sdk_outage.py exit`), not behaviour: here only that the spool was used.
+        assert len(spooled | lost) == n and spooled
     else:
         assert not spool_dir.exists()
 

@@ -4,9 +4,10 @@ in the ingest transaction) costs the ingest path, measured in process and interl
     python bench/alerts_outbox.py [--pairs 60]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Stores the realistic
-batches of bench/ingest.py (100 snapshots of 100 sessions, ~6k tokens each) with
+batches of bench/ingest_rate.py (100 snapshots of 100 sessions, ~6k tokens each) with
 `snapshot_batch_ingest`, alternating (ABBA) between
-  * enqueue: the evaluation is only queued after the commit (what ingest did before), and
+  * enqueue: the evaluation is only queued after the commit (what ingest did before the outbox;
+    ingest no longer has an after-commit signal, so this bench queues it with on_commit), and
   * outbox: the pending row is written in the transaction and the evaluation queued after it.
 Interleaving puts both under the same load, which matters on a shared machine. Reports the
 median per batch of wall time and of this process's CPU, the mean of its PostgreSQL backend's
@@ -34,30 +35,33 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
 from alerts import receivers  # noqa: E402
 from alerts.models import PendingEvaluation  # noqa: E402
-from bench.ingest import BATCH, make_batches  # noqa: E402
+from bench.ingest_rate import BATCH, make_batches  # noqa: E402
 from core.models import Project  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ingest.services import snapshot_batch_ingest  # noqa: E402
-from ingest.signals import snapshots_committed, snapshots_stored  # noqa: E402
+from ingest.signals import snapshots_stored  # noqa: E402
 
 
 def _enqueue_only(sender: Any, *, project_id: int, snapshot_refs: list[int], **kwargs: Any) -> None:
     from alerts.tasks import alerts_evaluate_task
 
-    alerts_evaluate_task.apply_async(kwargs={"project_id": project_id, "snapshot_refs": list(snapshot_refs)})
+    refs = list(snapshot_refs)
+    transaction.on_commit(
+        lambda: alerts_evaluate_task.apply_async(kwargs={"project_id": project_id, "snapshot_refs": refs})
+    )
 
 
 def _mode(mode: str) -> None:
     snapshots_stored.disconnect(dispatch_uid="alerts.evaluate")
-    snapshots_committed.disconnect(dispatch_uid="bench.enqueue_only")
+    snapshots_stored.disconnect(dispatch_uid="bench.enqueue_only")
     if mode == "outbox":
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
     else:
-        snapshots_committed.connect(_enqueue_only, dispatch_uid="bench.enqueue_only")
+        snapshots_stored.connect(_enqueue_only, dispatch_uid="bench.enqueue_only")
 
 
 def _backend_cpu_s(pid: int) -> float:

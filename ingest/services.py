@@ -22,7 +22,7 @@ from ctxobs.validate import validate_snapshot
 from ctxobs.wire import TIERS, tier_for
 from ingest import derive
 from ingest.models import block_flags
-from ingest.signals import snapshots_committed, snapshots_stored
+from ingest.signals import snapshots_stored
 
 logger = logging.getLogger(__name__)
 
@@ -455,7 +455,6 @@ def _store_once(project: Project, prepared: list[_Prepared]) -> dict[str, int]:
         def _committed() -> None:
             _known_blocks.add(pid, block_keys)
             _known_messages.add(pid, message_keys)
-            snapshots_committed.send(sender=Project, project_id=pid, snapshot_refs=refs)
 
         transaction.on_commit(_committed)
     return {p.snap["snapshot_id"]: p.ref for p in fresh}

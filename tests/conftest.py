@@ -17,6 +17,7 @@ from django.test import Client
 from core.models import Project
 from core.services import project_create
 from ctxobs import tokens
+from tests.processes import Processes, artifacts_dir, process_env
 
 
 @pytest.fixture
@@ -41,13 +42,13 @@ class Api:
         self.client = client
         self.key = key
 
-    def headers(self, key: str | None = None) -> dict[str, str]:
+    def headers(self, key: str | None = None) -> dict[str, Any]:
         k = key if key is not None else self.key
         return {"HTTP_AUTHORIZATION": f"Bearer {k}"} if k else {}
 
     def post_snapshots(self, snapshots: list[Any], *, key: str | None = None, gzip_body: bool = False) -> Any:
         body = json.dumps({"snapshots": snapshots}).encode()
-        extra = self.headers(key)
+        extra: dict[str, Any] = dict(self.headers(key))
         if gzip_body:
             body = gzip.compress(body)
             extra["HTTP_CONTENT_ENCODING"] = "gzip"
@@ -69,118 +70,55 @@ TEST_WORKER_ENV = {"CTXOBS_REPLAY_LEASE_S": "12", "CTXOBS_REPLAY_RECLAIM_EVERY_S
 
 class CeleryWorkers:
     """The processes a deployment runs (config.celery: one worker per queue group, and beat),
-    on the test database and the test Redis. Each runs in its own process group, so that a test
-    can kill -9 a worker together with its pool children and start it again."""
+    on the test database and the test Redis (tests/processes.py). A test can kill -9 a worker
+    together with its pool children and start it again."""
 
-    def __init__(self, env: dict[str, str], log_dir: Any) -> None:
-        self.env = env
-        self.log_dir = log_dir
+    def __init__(self, processes: Processes) -> None:
+        self.processes = processes
+        self.log_dir = processes.log_dir
         self.procs: dict[str, Any] = {}
         self.custom: set[str] = set()  # services started with a test's own settings
-        self._logs: list[Any] = []
-        self._starts = 0
 
     def start(self, service: str, *, concurrency: int = 2, env: dict[str, str] | None = None) -> Any:
         """Start SERVICE ("worker", "worker-replay" or "beat"), with ENV on top of the test settings."""
-        import os
-        import subprocess
-        from pathlib import Path
-
-        from config.celery import beat_argv, worker_argv
-
-        self._starts += 1
-        hostname = f"{service}-{os.getpid()}-{self._starts}@ctxobs-test"
-        if service == "beat":
-            argv = beat_argv(schedule_file=str(self.log_dir / f"celerybeat-{os.getpid()}-{self._starts}"))
-        else:
-            argv = worker_argv(service, concurrency=concurrency, hostname=hostname)
-        fh = (self.log_dir / f"celery-{service}.log").open("a")
-        self._logs.append(fh)
         if env:
             self.custom.add(service)
         else:
             self.custom.discard(service)
-        proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT,
-                                cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
+        if service == "beat":
+            proc = self.processes.beat(env=env)
+        else:
+            proc = self.processes.worker(service, concurrency=concurrency, env=env)
         self.procs[service] = proc
-        if service != "beat":
-            self.wait_ready(hostname, proc)
         return proc
 
-    def wait_ready(self, hostname: str, proc: Any, timeout: float = 60.0) -> None:
-        import time
-
-        from config.celery import app
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"celery worker {hostname} exited early; see {self.log_dir}")
-            try:
-                if app.control.inspect(destination=[hostname], timeout=1).ping():
-                    return
-            except Exception:  # noqa: BLE001, S110 - broker may not answer yet
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"celery worker {hostname} did not come up; see {self.log_dir}")
+    def task_finished(self, task_id: str) -> bool:
+        """Whether a worker logged TASK_ID as finished (and, acks being late, acknowledged it)."""
+        return any(self.processes.task_finished(s, task_id) for s in ("worker", "worker-replay"))
 
     def kill(self, service: str) -> None:
         """kill -9 SERVICE's main process and its pool children at once."""
-        import os
-        import signal
-
-        proc = self.procs.pop(service)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        self.processes.kill9(self.procs.pop(service))
 
     def stop(self, service: str) -> None:
-        import os
-        import signal
-        import subprocess
-
         proc = self.procs.pop(service, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            self.processes.stop(proc)
 
     def close(self) -> None:
-        for service in list(self.procs):
-            self.stop(service)
-        for fh in self._logs:
-            fh.close()
+        self.procs.clear()
+        self.processes.close()
 
 
 @pytest.fixture(scope="session")
 def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
     """Real `celery worker` subprocesses (alerts + default, replay) and `celery beat`, on the
-    test database and the test Redis.
+    test database and the test Redis; their logs are in the artifacts folder.
 
     Use with `@pytest.mark.django_db(transaction=True)` so that what a test writes is
     committed and visible to the workers.
     """
-    import os
-    from pathlib import Path
-
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    env = dict(os.environ)
-    host = db["HOST"]
-    if host.startswith("/"):
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
-    else:
-        port = f":{db['PORT']}" if db["PORT"] else ""
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@{host}{port}/{db['NAME']}"
-    env["REDIS_URL"] = settings.REDIS_URL
-    env.update(TEST_WORKER_ENV)
-    log_dir = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    workers = CeleryWorkers(env, log_dir)
+    workers = CeleryWorkers(Processes(process_env(**TEST_WORKER_ENV), artifacts_dir() / "celery"))
     try:
         workers.start("worker")
         workers.start("worker-replay")
@@ -191,7 +129,7 @@ def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
 
 
 @pytest.fixture
-def celery_worker_process(celery_workers: CeleryWorkers) -> CeleryWorkers:
+def celery_worker_process(celery_workers: CeleryWorkers) -> Iterator[CeleryWorkers]:
     """The running workers; a test that killed one has started it again before it ends."""
     yield celery_workers
     for service in ("worker", "worker-replay", "beat"):
@@ -200,6 +138,14 @@ def celery_worker_process(celery_workers: CeleryWorkers) -> CeleryWorkers:
             celery_workers.stop(service)
         if proc is None or proc.poll() is not None or service in celery_workers.custom:
             celery_workers.start(service)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so that fixtures can tell a failed test at teardown."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
 
 
 # --- o200k_base without a network --------------------------------------------

@@ -21,7 +21,7 @@ from alerts.models import (
     Delivery,
 )
 from alerts.services.delivery import deliveries_enqueue
-from ingest.models import Project
+from core.models import Project
 
 logger = logging.getLogger(__name__)
 

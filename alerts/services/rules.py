@@ -19,7 +19,7 @@ from alerts.errors import InvalidRule
 from alerts.models import Alert, AlertRule
 from alerts.services.episodes import session_alert_counts_refresh, session_locks_take
 from ingest import selectors as ingest_selectors
-from ingest.models import Project
+from core.models import Project
 
 logger = logging.getLogger(__name__)
 

@@ -90,7 +90,7 @@ def test_signed_webhook_is_retried_after_a_500(poster, private_ok, settings):
 
 def test_a_webhook_slower_than_its_timeout_is_retried(poster, private_ok, settings):
     settings.CTXOBS_ALERT_RETRY_BASE_SECONDS = 0.01
-    with Receiver(slow_first=1, slow_seconds=1.5) as rx:
+    with Receiver(slow_first=1, slow_seconds=3.0) as rx:
         ch, rx.secret = webhook(private_ok, rx.url, timeout_seconds=0.3)
         alert = raise_one_alert(poster)
         d = Delivery.objects.get(alert=alert, channel=ch)
@@ -99,7 +99,9 @@ def test_a_webhook_slower_than_its_timeout_is_retried(poster, private_ok, settin
     d.refresh_from_db()
     assert (d.status, d.attempts, d.last_status_code) == ("sent", 2, 200)
     first, second = d.log.all()
-    assert first.status_code is None and "timed out" in first.error and first.duration_ms < 1400
+    # Behaviour, not speed: the attempt ends at the channel's 0.3 s timeout, not when the receiver
+    # would have answered (3 s); the bound leaves room for a loaded machine.
+    assert first.status_code is None and "timed out" in first.error and first.duration_ms < 2500
     assert second.status_code == 200
 
 

@@ -20,8 +20,10 @@ from alerts.services import channels as alert_channels
 from alerts.services import delivery as alert_delivery
 from ingest.models import Snapshot
 from tests.alerts.conftest import sized_snapshot
-from tests.alerts.processes import Stack, wait_until
+from tests.alerts.processes import Stack
 from tests.alerts.receiver import Receiver
+from tests.processes import keep_logs_on_failure
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +34,7 @@ WEBHOOK_TIMEOUT = 3.0
 
 
 @pytest.fixture
-def stack(tmp_path: Any, django_db_setup: Any) -> Any:
+def stack(request: Any, tmp_path: Any, django_db_setup: Any) -> Any:
     s = Stack(
         tmp_path,
         {
@@ -47,6 +49,7 @@ def stack(tmp_path: Any, django_db_setup: Any) -> Any:
         yield s
     finally:
         s.close()
+        keep_logs_on_failure(request, tmp_path)
 
 
 def force_rule_only(project: Any) -> None:

@@ -3,8 +3,6 @@ alerts.deliver -> a real local webhook receiver (signature verified, retried aft
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from alerts.models import Alert, Delivery
@@ -47,9 +45,15 @@ def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, ap
 
         # Running the tasks again (a redelivered message) changes nothing and sends nothing more.
         refs = list(project.snapshot_set.values_list("id", flat=True))
-        alerts_evaluate_task.apply_async(kwargs={"project_id": project.pk, "snapshot_refs": refs})
-        alerts_deliver_task.apply_async(kwargs={"delivery_id": d.pk})
-        time.sleep(2.0)
+        again = [
+            alerts_evaluate_task.apply_async(kwargs={"project_id": project.pk, "snapshot_refs": refs}),
+            alerts_deliver_task.apply_async(kwargs={"delivery_id": d.pk}),
+        ]
+        wait_until(
+            lambda: all(celery_worker_process.task_finished(r.id) for r in again),
+            60,
+            "the worker to finish both tasks again",
+        )
         assert Alert.objects.filter(project=project).count() == n_alerts
         assert sum(1 for g in rx.accepted() if g["body"]["alert"]["id"] == force[0].pk) == 1
     session = AgentSession.objects.get(project=project, session_id="e2e")

@@ -1,21 +1,19 @@
 """Fixtures for the SDK tests: real local HTTP servers on 127.0.0.1 (no patching of our code).
 
-`IngestServer` speaks the ingest API's wire protocol (POST/GET /api/v1/snapshots), validates
-with the shared wire contract, deduplicates by snapshot_id like the real API, and can be told
-to fail (refuse connections until started, 5xx, 429 + Retry-After, 413, 401).
-`OpenAIServer` speaks the chat completions API (JSON and SSE streaming) and keeps every
-request body so tests can check what reached the "provider".
+`IngestFront` puts the real ingest API (gunicorn serving config.wsgi on the test database) behind
+a recording front on a port of its own, and answers by itself only for failures the real server
+cannot be made to produce on demand. `OpenAIServer` speaks the chat completions API (JSON and SSE
+streaming) and keeps every request body so tests can check what reached the "provider".
+`BlackholeServer` accepts connections and never answers.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -28,15 +26,9 @@ import httpx
 import pytest
 
 import ctxobs
-from ctxobs.validate import validate_snapshot
+from tests.processes import Processes, artifacts_dir, free_port, keep_logs_on_failure, process_env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Server:
@@ -67,18 +59,38 @@ class _Server:
             self._httpd = None
 
 
-class IngestServer(_Server):
-    def __init__(self, api_key: str = "test-key", port: int | None = None) -> None:
+class IngestFront(_Server):
+    """The real ingest API, reached through a front that records every POST (snapshot ids,
+    gzip, arrival time, the API's status and Retry-After) and every body sent, so that tests can
+    tell what the SDK sent how often; what is *stored* is read from the test database.
+
+    The front answers by itself only for injected failures the real API cannot be made to give at
+    a chosen moment: `script` (forced statuses in order, 0 = pass this one through: 5xx bursts, a
+    503/429 at a given request, a 400/404 from a misconfigured proxy) and `max_items` (a reverse
+    proxy with a smaller body limit than the API's, answering 413). Until `start()` it is not
+    listening: a refused connection is an API that is down.
+    """
+
+    def __init__(self, upstream: str, project: Any, port: int | None = None) -> None:
         super().__init__(port)
-        self.api_key = api_key
-        self.stored: dict[str, dict[str, Any]] = {}
-        self.posts: list[dict[str, Any]] = []  # every POST: ids, status, gzip, time
-        self.script: deque[tuple[int, dict[str, str]]] = deque()  # forced responses, in order; 0 = normal
-        self.reject_ids: set[str] = set()
+        self.upstream = upstream
+        self.project = project
+        self.posts: list[dict[str, Any]] = []
+        self.bodies: dict[str, dict[str, Any]] = {}  # the last body sent for each snapshot id
+        self.script: deque[tuple[int, dict[str, str]]] = deque()
         self.max_items: int | None = None
 
+    @property
+    def stored(self) -> dict[str, dict[str, Any]]:
+        """The project's snapshots in the database, by snapshot id, each as the SDK sent it."""
+        from ingest.models import Snapshot
+
+        ids = Snapshot.objects.filter(project=self.project).values_list("snapshot_id", flat=True)
+        with self.lock:
+            return {str(sid): self.bodies.get(str(sid), {}) for sid in ids}
+
     def accepted_ids(self) -> list[str]:
-        """Ids in every POST answered 200/207 (an item sent twice after success shows twice)."""
+        """Ids in every POST the API answered 200/207 (an item sent twice after success shows twice)."""
         return [i for p in self.posts if p["status"] in (200, 207) for i in p["ids"]]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -88,74 +100,49 @@ class IngestServer(_Server):
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-                body = json.dumps(payload).encode()
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
+                for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _upstream(self, method: str, body: bytes | None = None) -> httpx.Response:
+                headers = {k: v for k in ("Authorization", "Content-Type", "Content-Encoding")
+                           if (v := self.headers.get(k)) is not None}
+                url = server.upstream + self.path
+                return httpx.request(method, url, content=body, headers=headers, timeout=60)
+
+            def _relay(self, r: httpx.Response) -> None:
+                extra = {"Retry-After": r.headers["Retry-After"]} if "Retry-After" in r.headers else {}
+                self._send(r.status_code, r.content, extra)
+
             def do_GET(self) -> None:
-                sid = self.path.rstrip("/").rsplit("/", 1)[-1]
-                with server.lock:
-                    item = server.stored.get(sid)
-                if item is None:
-                    self._send(404, {"detail": "not found"})
-                else:
-                    self._send(200, item)
+                self._relay(self._upstream("GET"))
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 gz = self.headers.get("Content-Encoding") == "gzip"
-                body = json.loads(gzip.decompress(raw) if gz else raw)
-                items = body.get("snapshots", [])
+                items = json.loads(gzip.decompress(raw) if gz else raw).get("snapshots", [])
                 ids = [str(it.get("snapshot_id")) for it in items]
+                post: dict[str, Any] = {"ids": ids, "gzip": gz, "time": time.monotonic(), "status": None}
                 with server.lock:
-                    post: dict[str, Any] = {"ids": ids, "gzip": gz, "time": time.monotonic()}
                     server.posts.append(post)
-                    if self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                        post["status"] = 401
-                    elif server.script and server.script[0][0] == 0:
-                        server.script.popleft()  # 0: this one is answered normally
-                    elif server.script:
-                        status, headers = server.script.popleft()
-                        post["status"] = status
-                        self._send(status, {"detail": "scripted"}, headers)
-                        return
-                    elif server.max_items is not None and len(items) > server.max_items:
-                        post["status"] = 413
-                    if post.get("status") in (401, 413):
-                        self._send(post["status"], {"detail": "refused"})
-                        return
-                    results = []
-                    for i, it in enumerate(items):
-                        _, errors = validate_snapshot(it, i)
-                        sid = ids[i]
-                        if sid in server.reject_ids and not errors:
-                            errors = [{"loc": ["snapshots", i], "msg": "refused by test", "hint": "none"}]
-                        if errors:
-                            results.append(
-                                {"index": i, "snapshot_id": sid, "status": "rejected", "errors": errors}
-                            )
-                        elif sid in server.stored:
-                            results.append(
-                                {"index": i, "snapshot_id": sid, "status": "duplicate", "errors": []}
-                            )
-                        else:
-                            server.stored[sid] = it
-                            results.append(
-                                {"index": i, "snapshot_id": sid, "status": "created", "errors": []}
-                            )
-                    counts = {
-                        s: sum(r["status"] == s for r in results)
-                        for s in ("created", "duplicate", "rejected")
-                    }
-                    status = 422 if counts["rejected"] == len(results) else 207 if counts["rejected"] else 200
-                    post["status"] = status
-                self._send(status, {"results": results, **counts})
+                    for sid, it in zip(ids, items, strict=True):
+                        server.bodies[sid] = it
+                    forced = server.script.popleft() if server.script else (0, {})
+                    if not forced[0] and server.max_items is not None and len(items) > server.max_items:
+                        forced = (413, {})
+                if forced[0]:
+                    post["status"] = forced[0]
+                    self._send(forced[0], b'{"detail": "injected by the test front"}', forced[1])
+                    return
+                r = self._upstream("POST", raw)
+                # Recorded before the answer goes out: a test reads it as soon as the SDK has it.
+                post["status"], post["retry_after"] = r.status_code, r.headers.get("Retry-After")
+                self._relay(r)
 
         return Handler
 
@@ -268,7 +255,7 @@ class OpenAIServer(_Server):
                         chunk({"content": w if i == 0 else " " + w})
                     chunk({}, "stop")
                 if (req.get("stream_options") or {}).get("include_usage"):
-                    payload = {
+                    payload: dict[str, Any] = {
                         "id": "chatcmpl-1",
                         "object": "chat.completion.chunk",
                         "created": 1,
@@ -289,7 +276,8 @@ class OpenAIServer(_Server):
 
 
 class BlackholeServer:
-    """Accepts TCP connections and never answers: the worst case for a sender."""
+    """Accepts TCP connections and never answers: the worst case for a sender. Scripted because
+    the real API cannot be made to hang on demand."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -317,25 +305,79 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return path
 
 
-@pytest.fixture
-def ingest() -> Iterator[IngestServer]:
-    """An ingest server that is already listening."""
-    server = IngestServer(KEY).start()
-    yield server
-    server.stop()
+def _api_processes(name: str, **env: str) -> Iterator[str]:
+    processes = Processes(process_env(**env), artifacts_dir() / name)
+    try:
+        _, url = processes.web()
+        yield url
+    finally:
+        processes.close()
+
+
+@pytest.fixture(scope="session")
+def ingest_api(django_db_setup: Any) -> Iterator[str]:
+    """The real ingest API (gunicorn serving config.wsgi) on the test database and Redis, with the
+    default settings; its log is in the artifacts folder (ctxobs-api/)."""
+    yield from _api_processes("ctxobs-api")
+
+
+@pytest.fixture(scope="session")
+def throttled_ingest_api(django_db_setup: Any) -> Iterator[str]:
+    """The real ingest API with a rate limit of one request per 2 s per key (bursts of 1), so that
+    it answers 429 with Retry-After."""
+    yield from _api_processes(
+        "ctxobs-api-throttled", CTXOBS_INGEST_RATE_LIMIT="0.5", CTXOBS_INGEST_RATE_BURST="1"
+    )
 
 
 @pytest.fixture
-def ingest_down() -> Iterator[IngestServer]:
-    """An ingest server on a reserved port that is NOT listening yet: call `.start()`."""
-    server = IngestServer(KEY)
-    yield server
-    server.stop()
+def sdk_project(transactional_db: Any) -> Any:
+    """A project on the test database whose ingest key is KEY."""
+    from core.models import IngestKey, hash_key
+    from core.services import project_create
+
+    project, _ = project_create(name="sdk")
+    IngestKey.objects.create(project=project, name="sdk tests", prefix=KEY[:12], key_hash=hash_key(KEY))
+    return project
+
+
+@pytest.fixture
+def ingest_factory(ingest_api: str, sdk_project: Any) -> Iterator:
+    """Make fronts of the real API for the test's project (not listening until `.start()`)."""
+    made: list[IngestFront] = []
+
+    def make(port: int | None = None, *, upstream: str | None = None) -> IngestFront:
+        s = IngestFront(upstream or ingest_api, sdk_project, port)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+@pytest.fixture
+def ingest(ingest_factory: Any) -> IngestFront:
+    """The real ingest API, listening."""
+    return ingest_factory().start()
+
+
+@pytest.fixture
+def ingest_down(ingest_factory: Any) -> IngestFront:
+    """The real ingest API behind a reserved port that is NOT listening yet: call `.start()`."""
+    return ingest_factory()
+
+
+@pytest.fixture
+def ingest_throttled(ingest_factory: Any, throttled_ingest_api: str) -> IngestFront:
+    """The rate-limited real ingest API, listening."""
+    return ingest_factory(upstream=throttled_ingest_api).start()
 
 
 @pytest.fixture
 def provider() -> Iterator[OpenAIServer]:
-    server = OpenAIServer().start()
+    server = OpenAIServer()
+    server.start()
     yield server
     server.stop()
 
@@ -366,21 +408,6 @@ def blackhole() -> Iterator[BlackholeServer]:
     server.close()
 
 
-@pytest.fixture
-def ingest_factory() -> Iterator:
-    """Make extra ingest servers (e.g. one on a given port, started later)."""
-    made: list[IngestServer] = []
-
-    def make(port: int | None = None) -> IngestServer:
-        s = IngestServer(KEY, port)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.stop()
-
-
 def spool_lines(directory: Path) -> list[bytes]:
     """Every snapshot line in the spool DIRECTORY's files, oldest file first."""
     return [
@@ -392,13 +419,12 @@ def spool_lines(directory: Path) -> list[bytes]:
 
 
 class ApiServer:
-    """The real ingest API (gunicorn serving config.wsgi) in its own process, on the test
-    database and Redis: it can be stopped for an outage and started again on the same port."""
+    """The real ingest API (gunicorn serving config.wsgi, tests/processes.py) on the test database
+    and Redis: it can be stopped for an outage and started again on the same port."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, processes: Processes) -> None:
         self.port = free_port()
-        self.env = env
-        self.log = log
+        self.processes = processes
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -406,57 +432,27 @@ class ApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ApiServer:
-        fh = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{self.port}",
-             "-w", "1", "--threads", "4", "--timeout", "60"],
-            env=self.env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(ROOT),
-        )
-        fh.close()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the API server exited early; see {self.log}")
-            try:
-                if httpx.get(f"{self.url}/api/v1/openapi.json", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the API server did not come up; see {self.log}")
+        self.proc, _ = self.processes.web(port=self.port)
+        return self
 
     def stop(self) -> None:
         """Quick shutdown (SIGQUIT): the port refuses connections once this returns."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            self.processes.stop(self.proc, sig=signal.SIGQUIT)
         self.proc = None
 
 
 @pytest.fixture
-def api_server(transactional_db: Any) -> Iterator[tuple[ApiServer, str]]:
+def api_server(
+    request: pytest.FixtureRequest, transactional_db: Any, tmp_path: Path
+) -> Iterator[tuple[ApiServer, str]]:
     """The real ingest API in a separate process (not yet started: call `.start()`) and an
     ingest key of a project on the test database."""
-    from django.conf import settings
-
     from core.services import project_create
 
-    db = settings.DATABASES["default"]
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    host = str(db["HOST"])
-    if host.startswith("/"):
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
-    else:
-        port = f":{db['PORT']}" if db["PORT"] else ""
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@{host}{port}/{db['NAME']}"
-    env["REDIS_URL"] = settings.REDIS_URL
-    log = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts")) / "ctxobs-api-server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     _, key = project_create(name="sdk-spool")
-    server = ApiServer(env, log)
+    processes = Processes(process_env(), tmp_path / "logs")
+    server = ApiServer(processes)
     yield server, key
-    server.stop()
+    processes.close()
+    keep_logs_on_failure(request, tmp_path / "logs")

@@ -1,7 +1,8 @@
 """The spool: what the server cannot take is kept on disk and sent by itself once it answers.
 
 Delivery is checked against the real ingest API (gunicorn in its own process on the test
-database, stopped for outages); the scripted server is used only to inject 503/429 answers.
+database, stopped for outages); the test front in tests/ctxobs/conftest.py injects the answers
+the API cannot be made to give on demand (503, 500, a 429 at a chosen request, a proxy's 400/404).
 """
 
 from __future__ import annotations
@@ -239,7 +240,9 @@ def test_exit_sends_what_it_can_and_spools_the_rest_within_its_timeout(api_serve
     _, err = proc.communicate(timeout=60)
     elapsed = time.monotonic() - exiting
     assert proc.returncode == 0, err
-    assert elapsed < 1.5 + ctxobs.transport.EXIT_MARGIN_S + 0.5, elapsed  # + interpreter teardown
+    # Behaviour, not speed: exit is bounded by exit_timeout (+ EXIT_MARGIN_S), not by the time the
+    # whole queue would take to send; + 3 s for interpreter teardown on a loaded machine.
+    assert elapsed < 1.5 + ctxobs.transport.EXIT_MARGIN_S + 3.0, elapsed
     delivered = {sid for sid, _ in stored("exit")}
     spooled = {json.loads(line)["snapshot_id"] for line in spool_lines(spool)}
     # Whatever the machine's load allowed in 1.5 s was sent, the rest spooled; what neither
@@ -249,7 +252,7 @@ def test_exit_sends_what_it_can_and_spools_the_rest_within_its_timeout(api_serve
     assert delivered and len(spooled) > len(lost)
 
 
-# --- injected failures (scripted server) ---------------------------------------------------
+# --- injected failures (the test front) ---------------------------------------------------
 
 
 def test_backlog_drain_honours_retry_after_and_keeps_the_order(ingest, tmp_path) -> None:
@@ -438,13 +441,16 @@ def test_exit_with_a_hanging_server_and_a_large_queue_returns_within_the_timeout
     exiting = time.monotonic()
     assert proc.wait(timeout=60) == 0
     elapsed = time.monotonic() - exiting
-    # The documented bound is exit_timeout + EXIT_MARGIN_S; + 0.5 s for interpreter teardown.
-    assert elapsed < 2.0 + ctxobs.transport.EXIT_MARGIN_S + 0.5, elapsed
+    # Behaviour, not speed: the documented bound is exit_timeout + EXIT_MARGIN_S, where waiting on
+    # the hung request would take its 10 s timeout; + 3 s for interpreter teardown under load.
+    assert elapsed < 2.0 + ctxobs.transport.EXIT_MARGIN_S + 3.0, elapsed
     if spool:
         spooled = {json.loads(line)["snapshot_id"] for line in spool_lines(spool_dir)}
         lost = set(lost_file.read_text().split()) if lost_file.exists() else set()
-        # Every snapshot is in the spool (the hung batch's too) unless reported by id.
-        assert len(spooled | lost) == n and len(spooled) > n // 2
+        # Every snapshot is in the spool (the hung batch's too) unless reported by id. How many
+        # reach the spool within the exit timeout is a speed figure that depends on the machine's
+        # load (`bench/sdk_outage.py exit`), not behaviour: here only that the spool was used.
+        assert len(spooled | lost) == n and spooled
     else:
         assert not spool_dir.exists()
 
@@ -452,21 +458,23 @@ def test_exit_with_a_hanging_server_and_a_large_queue_returns_within_the_timeout
 def test_enqueue_stays_instant_while_a_backlog_is_drained(ingest, tmp_path) -> None:
     spool = tmp_path / "spool"
     fill_spool(spool, [wire("bg", i) for i in range(600)], per_file=50)
-    ingest.script.extend([(503, {"Retry-After": "0.5"})] * 3)
+    ingest.script.extend([(503, {"Retry-After": "2"})] * 3)
     obs = ctxobs.Client(ingest.url, KEY, spool=spool, flush_at_exit=False, **FAST)
     try:
         worst = 0.0
         sent = 0
         deadline = time.monotonic() + 30
-        while obs.stats()["backlog"] and time.monotonic() < deadline:
+        # Recording goes on for as long as the drain is held up by the injected 503s.
+        while obs.stats()["backlog"] and ingest.script and time.monotonic() < deadline:
             t0 = time.perf_counter()
             obs.record(wire("fresh", sent))
             worst = max(worst, time.perf_counter() - t0)
             sent += 1
-            time.sleep(0.002)
-        # Queueing is microseconds; anything waiting on the drain would take the Retry-After.
-        assert worst < 0.25
-        assert obs.flush(timeout=30)
+            time.sleep(0.02)  # paces the producer (not a wait)
+        # Behaviour, not speed: anything waiting on the drain would take a 2 s Retry-After; what
+        # queueing costs is measured in bench/sdk.py.
+        assert worst < 1.0
+        assert obs.flush(timeout=60)
         assert len(ingest.stored) == 600 + sent and sent > 0
     finally:
         obs.close(timeout=1)

@@ -1,4 +1,6 @@
-"""The background sender against a real local ingest server that fails, throttles and recovers."""
+"""The background sender against the real ingest API: accepted, rejected with field errors,
+refused for a wrong key, throttled with Retry-After, down and back; the test front injects only
+what the API cannot be made to answer on demand (5xx bursts, a proxy's 413)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 
 import ctxobs
-from tests.ctxobs.conftest import ROOT, spool_lines
+from tests.ctxobs.conftest import KEY, ROOT, spool_lines
+from tests.waiting import wait_until
 
 
 def record_turns(obs: ctxobs.Client, n: int, session: str = "s1", text: str = "hello") -> list[str]:
@@ -41,7 +45,7 @@ def test_snapshots_survive_refused_connections_5xx_and_429_with_none_lost_or_sto
 ) -> None:
     obs = make_client(ingest_down.url, batch_size=10, max_retries=30)
     ids = record_turns(obs, 30)
-    time.sleep(0.4)  # the sender meets refused connections meanwhile
+    wait_until(lambda: obs.stats()["retried"] >= 2, 10, "the sender to meet refused connections")
     ingest_down.script.extend([(500, {}), (503, {}), (429, {"Retry-After": "1"})])
     ingest_down.start()
     assert obs.flush(timeout=30)
@@ -54,14 +58,20 @@ def test_snapshots_survive_refused_connections_5xx_and_429_with_none_lost_or_sto
     assert all(p["gzip"] for p in ingest_down.posts)
 
 
-def test_retry_after_is_honoured(ingest, make_client) -> None:
-    ingest.script.append((429, {"Retry-After": "1"}))
-    obs = make_client(ingest.url)
-    record_turns(obs, 1)
+def test_retry_after_is_honoured(ingest_throttled, make_client) -> None:
+    obs = make_client(ingest_throttled.url)
+    ids = record_turns(obs, 1)
     assert obs.flush(timeout=10)
-    throttled, accepted = ingest.posts[0], ingest.posts[1]
-    assert throttled["status"] == 429 and accepted["status"] == 200
-    assert accepted["time"] - throttled["time"] >= 0.95
+    # The API takes one request per 2 s: the next batch, sent at once, is answered 429.
+    ids += record_turns(obs, 1, session="s2")
+    assert obs.flush(timeout=20)
+    statuses = [p["status"] for p in ingest_throttled.posts]
+    assert statuses[0] == 200 and 429 in statuses and statuses[-1] == 200, statuses
+    n = statuses.index(429)
+    throttled, accepted = ingest_throttled.posts[n], ingest_throttled.posts[n + 1]
+    assert accepted["status"] == 200 and int(throttled["retry_after"]) >= 1
+    assert accepted["time"] - throttled["time"] >= int(throttled["retry_after"]) - 0.05
+    assert sorted(ingest_throttled.stored) == sorted(ids)
 
 
 def test_enqueue_returns_at_once_while_the_server_hangs(blackhole, make_client) -> None:
@@ -73,8 +83,10 @@ def test_enqueue_returns_at_once_while_the_server_hangs(blackhole, make_client) 
         obs.record(wire_snapshot(i))
         worst = max(worst, time.perf_counter() - t0)
     total = time.perf_counter() - start
-    # A blocking send would take the 30 s timeout; queueing takes microseconds.
-    assert total < 2.0 and worst < 0.5
+    # Behaviour, not speed: a blocking send would take the 30 s request timeout, so any bound well
+    # under it shows that recording does not wait on the server. What queueing costs is measured
+    # in bench/sdk.py.
+    assert total < 15.0 and worst < 5.0
     assert obs.stats()["enqueued"] == 500
     assert obs.flush(timeout=0.2) is False
 
@@ -89,18 +101,26 @@ def test_full_queue_drops_the_oldest_and_counts_them(ingest_down, make_client) -
     assert sorted(ingest_down.stored) == sorted(ids[3:])
 
 
+def bad_snapshot(i: int, session: str = "s1") -> dict:
+    """A snapshot the API refuses (a negative turn), sent by a client that does not validate locally."""
+    return {**wire_snapshot(10_000 + i), "snapshot_id": str(uuid.uuid4()), "session_id": session, "turn": -1}
+
+
 def test_rejected_item_is_reported_once_and_not_retried(ingest, make_client) -> None:
     errors: list[ctxobs.CtxobsDeliveryError] = []
-    obs = make_client(ingest.url, on_error=errors.append, batch_size=3)
-    ids = record_turns(obs, 3)
-    ingest.reject_ids.add(ids[1])
+    obs = make_client(ingest.url, on_error=errors.append, batch_size=3, flush_interval=5, validate=False)
+    bad = bad_snapshot(1)
+    ids = [*record_turns(obs, 1), bad["snapshot_id"]]
+    obs.record(bad)
+    ids += record_turns(obs, 1, text="again")
     assert obs.flush(timeout=10)
     ids2 = record_turns(obs, 2, session="s2")
     assert obs.flush(timeout=10)
     sent = [i for p in ingest.posts for i in p["ids"]]
     assert sent.count(ids[1]) == 1
     assert [e.snapshot_ids for e in errors] == [[ids[1]]]
-    assert errors[0].kind == "rejected" and errors[0].errors[0]["msg"] == "refused by test"
+    assert errors[0].kind == "rejected"
+    assert [e["loc"][-1] for e in errors[0].errors] == ["turn"] and errors[0].errors[0]["msg"]
     assert set(ingest.stored) == {ids[0], ids[2], *ids2}
     assert obs.stats()["failed"] == 1 and obs.stats()["sent"] == 4
 
@@ -133,10 +153,11 @@ def test_a_batch_refused_as_too_large_is_split_until_it_fits(ingest, make_client
 
 
 def test_disabled_client_sends_nothing_but_turns_still_work(ingest) -> None:
-    obs = ctxobs.Client(ingest.url, "test-key", disabled=True)
+    obs = ctxobs.Client(ingest.url, KEY, disabled=True)
     ids = record_turns(obs, 2)
     assert len(ids) == 2 and obs.flush(1)
-    time.sleep(0.1)
+    # No sender thread was started, so nothing can still be on its way.
+    assert obs.transport._thread is None
     assert ingest.posts == [] and obs.stats()["enqueued"] == 0
 
 
@@ -156,9 +177,7 @@ def test_push_sends_a_spool_left_offline_once(ingest_down, make_client, tmp_path
     spool = tmp_path / "spool"
     obs = make_client(ingest_down.url, spool=spool, max_retries=2, batch_size=5)
     ids = record_turns(obs, 12)
-    deadline = time.monotonic() + 15
-    while obs.stats()["spooled"] < 12 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: obs.stats()["spooled"] >= 12, 15, "every snapshot to be spooled")
     assert obs.stats()["spooled"] == 12
     obs.close(timeout=1)  # offline: nothing sends the spool but `ctxobs push`
     lines = spool_lines(spool)
@@ -167,7 +186,7 @@ def test_push_sends_a_spool_left_offline_once(ingest_down, make_client, tmp_path
     copy.write_bytes(b"".join(line + b"\n" for line in lines))
 
     ingest_down.start()
-    env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": "test-key"}
+    env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": KEY}
     first = subprocess.run(
         [sys.executable, "-m", "ctxobs", "push", str(spool)],
         cwd=ROOT,
@@ -195,13 +214,11 @@ def test_push_sends_a_spool_left_offline_once(ingest_down, make_client, tmp_path
 def test_push_without_a_path_sends_the_default_spool(ingest_down, make_client, cache_home) -> None:
     obs = make_client(ingest_down.url, max_retries=0, batch_size=5)
     ids = record_turns(obs, 6)
-    deadline = time.monotonic() + 15
-    while obs.stats()["spooled"] < 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: obs.stats()["spooled"] >= 6, 15, "every snapshot to be spooled")
     obs.close(timeout=1)
     assert obs.transport.spool_dir is not None and spool_lines(obs.transport.spool_dir)
     ingest_down.start()
-    env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": "test-key"}
+    env = {**os.environ, "CTXOBS_ENDPOINT": ingest_down.url, "CTXOBS_API_KEY": KEY}
     proc = subprocess.run(
         [sys.executable, "-m", "ctxobs", "push"], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=60,
@@ -256,9 +273,9 @@ def test_on_error_callback_that_raises_does_not_stop_delivery(ingest, make_clien
     def boom(_: ctxobs.CtxobsDeliveryError) -> None:
         raise RuntimeError("callback bug")
 
-    obs = make_client(ingest.url, on_error=boom)
-    ids = record_turns(obs, 2)
-    ingest.reject_ids.add(ids[0])
+    obs = make_client(ingest.url, on_error=boom, validate=False)
+    obs.record(bad_snapshot(0))
+    record_turns(obs, 1)
     assert obs.flush(timeout=5)
     later = record_turns(obs, 1, session="later")
     assert obs.flush(timeout=5)

@@ -1,9 +1,11 @@
 """The dashboard in a real headless Chromium: log in, open the demo session, the chart renders
-without console errors, click a turn, see its blocks and the diff. Saves the screenshots the
-README shows (docs/screenshots/)."""
+without console errors, click a turn, see its blocks and the diff. Screenshots go to the test
+artifacts folder (CTXOBS_TEST_ARTIFACTS/screenshots); the ones the README shows (docs/screenshots/)
+are rewritten only when CTXOBS_UPDATE_DOC_SCREENSHOTS=1."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,13 @@ from tests.ingest.dashboard_factories import (
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+# The tracked screenshots change only on purpose, so that a test run leaves the checkout clean.
+SHOTS = (
+    ROOT / "docs" / "screenshots"
+    if os.environ.get("CTXOBS_UPDATE_DOC_SCREENSHOTS") == "1"
+    else Path(os.environ.get("CTXOBS_TEST_ARTIFACTS") or ROOT / "artifacts") / "screenshots"
+)
 CHROMIUM = "/usr/bin/chromium"
 
 

@@ -3,7 +3,6 @@ llama-cpp-python) and a scripted HTTP server on loopback for the provider's fail
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -14,8 +13,10 @@ from replay.models import ReplayRun
 from replay.selectors import job_results
 from replay.tasks import run_execute
 from tests import factories as f
+from tests.processes import celery_idle
 from tests.replay.conftest import wait_job
 from tests.replay.helpers import PLANTED_MEMORY, planted_fact_snapshot, post
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 FAST = {"max_tokens": 24}
@@ -172,14 +173,22 @@ def test_a_run_delivered_twice_to_the_worker_calls_the_model_once(
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
     )
     rid = job.runs.get().pk
-    run_execute.delay(rid)  # a duplicate delivery while the first one is in flight
-    run_execute.delay(rid)
+    # Duplicate deliveries while the first one is in flight.
+    again = [run_execute.delay(rid), run_execute.delay(rid)]
     job = wait_job(job.pk, timeout=30)
-    time.sleep(1.0)
+    wait_until(
+        lambda: all(celery_worker_process.task_finished(r.id) for r in again),
+        60,
+        "the worker to finish both duplicate deliveries",
+    )
     assert job.status == "done"
     assert len(stub_server.completion_calls()) == 1
     assert ReplayRun.objects.filter(job=job).count() == 1
     assert ReplayRun.objects.get(pk=rid).model_calls == 1
+
+
+def reclaimer_runs(workers: Any) -> int:
+    return int(workers.processes.tasks_finished("worker", "replay.runs_reclaim"))
 
 
 def test_cancelling_a_job_stops_its_model_calls(
@@ -196,16 +205,24 @@ def test_cancelling_a_job_stops_its_model_calls(
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 10},
     )
-    deadline = time.monotonic() + 20
-    while not job.runs.filter(status="done").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: job.runs.filter(status="done").exists(), 20, "a first run to be done")
     services.replay_job_cancel(job=job)
-    time.sleep(1.5)  # calls under way when the job was cancelled finish
+    reclaims = reclaimer_runs(celery_worker_process)
+    # Calls under way when the job was cancelled finish, and every queued run task is consumed.
+    wait_until(lambda: not job.runs.filter(status="running").exists(), 30, "the runs under way to end")
+    wait_until(lambda: celery_idle("replay"), 60, "the replay queue to be drained and acknowledged")
     calls = len(stub_server.completion_calls())
     job.refresh_from_db()
     assert job.status == "cancelled"
     assert job.n_cancelled >= 10 - calls and job.n_cancelled > 0
     assert calls < 10
-    time.sleep(1.0)
+    # Nothing more is called later: beat's reclaimer (every 2 s here) has run twice more since the
+    # cancel, and whatever it might have queued has been consumed.
+    wait_until(
+        lambda: reclaimer_runs(celery_worker_process) >= reclaims + 2,
+        60,
+        "the replay reclaimer to run twice after the cancel",
+    )
+    wait_until(lambda: celery_idle("replay"), 60, "the replay queue to be idle again")
     assert len(stub_server.completion_calls()) == calls
     assert not job.runs.filter(status__in=["pending", "running"]).exists()

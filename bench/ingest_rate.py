@@ -1,6 +1,6 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
-    python bench/ingest.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
+    python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
 port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the

@@ -1,6 +1,6 @@
 """Replay orchestration overhead, model-call count and worker scaling, end to end.
 
-    .venv/bin/python bench/replay.py          # about a minute; last line is one JSON object
+    .venv/bin/python bench/replay_jobs.py          # about a minute; last line is one JSON object
 
 Uses the PostgreSQL of DATABASE_URL (or the embedded one) but runs on a throwaway database of its
 own (created and dropped here) and on a Celery queue of its own on REDIS_URL, so it neither
@@ -478,9 +478,8 @@ def main() -> None:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         # Nobody consumes ingest follow-up tasks for this throwaway database: do not enqueue any.
-        for signal in (signals.snapshots_stored, signals.snapshots_committed):
-            signal.receivers.clear()
-            signal.sender_receivers_cache.clear()
+        signals.snapshots_stored.receivers.clear()
+        signals.snapshots_stored.sender_receivers_cache.clear()
 
         server = localmodel.start(log_path=tmp / "localmodel.log")
         localmodel.wait_ready(server.base_url, timeout=120, process=server.process)

@@ -1,6 +1,6 @@
 """Alert latency with a real Celery worker, and evaluation cost as a session grows.
 
-    python bench/alerts.py [--sessions 40] [--turns 2000]
+    python bench/alerts_eval.py [--sessions 40] [--turns 2000]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts a Celery worker on
 the alerts queue and a local webhook receiver (http.server, signature verified), then:

@@ -194,19 +194,22 @@ class ValidationRow(NamedTuple):
     attempt: int
 
 
-def copy_sql(table: str, row_type: type[tuple[Any, ...]]) -> str:
-    """The COPY statement for TABLE with ROW_TYPE's fields as its columns."""
-    columns = ", ".join(f'"{name}"' for name in row_type._fields)  # type: ignore[attr-defined]
-    return f"COPY {table} ({columns}) FROM STDIN"
-
-
-COPY_ROWS: dict[str, type[tuple[Any, ...]]] = {
-    "ingest_snapshot": SnapshotRow,
-    "ingest_compressionevent": CompressionRow,
-    "ingest_recallitem": RecallRow,
-    "ingest_validationoutcome": ValidationRow,
+# The columns each COPY writes, in row order: the fields of its row type.
+COPY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ingest_snapshot": SnapshotRow._fields,
+    "ingest_compressionevent": CompressionRow._fields,
+    "ingest_recallitem": RecallRow._fields,
+    "ingest_validationoutcome": ValidationRow._fields,
 }
-_COPY_SQL = {table: copy_sql(table, row_type) for table, row_type in COPY_ROWS.items()}
+
+
+def copy_sql(table: str, columns: tuple[str, ...]) -> str:
+    """The COPY statement for TABLE's COLUMNS (quoted: `check` is a reserved word)."""
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    return f"COPY {table} ({quoted}) FROM STDIN"
+
+
+_COPY_SQL = {table: copy_sql(table, columns) for table, columns in COPY_COLUMNS.items()}
 
 
 def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:

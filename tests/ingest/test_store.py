@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.apps import apps
-from django.db import connection
+from django.db import connection, models
 
 from ingest import store
 from ingest.models import CompressionEvent, Project, RecallItem, Snapshot, ValidationOutcome
@@ -12,31 +12,37 @@ from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot
 
 
-def _columns(model: type) -> list[str]:
+def _columns(model: type[models.Model]) -> list[str]:
     # A composite primary key is a field without a column of its own.
-    return [f.column for f in model._meta.concrete_fields if f.column]  # type: ignore[attr-defined]
+    return [f.column for f in model._meta.concrete_fields if f.column]
 
 
 @pytest.mark.parametrize(
     "model", [Snapshot, CompressionEvent, RecallItem, ValidationOutcome],
     ids=["snapshot", "compression", "recall", "validation"],
 )
-def test_copy_columns_are_the_models_columns(model: type) -> None:
-    row_type = store.COPY_ROWS[model._meta.db_table]  # type: ignore[attr-defined]
-    assert list(row_type._fields) == _columns(model)  # type: ignore[attr-defined]
+def test_copy_columns_are_the_models_columns(model: type[models.Model]) -> None:
+    assert list(store.COPY_COLUMNS[model._meta.db_table]) == _columns(model)
+
+
+def test_copy_statements_name_the_columns_of_their_row_type() -> None:
+    assert store.copy_sql("ingest_validationoutcome", store.ValidationRow._fields) == (
+        'COPY ingest_validationoutcome ("project_id", "snapshot_ref", "position", "layer", "check", "passed",'
+        ' "code", "message", "attempt") FROM STDIN'
+    )
 
 
 def test_each_copied_table_is_an_ingest_model() -> None:
     tables = {m._meta.db_table for m in apps.get_app_config("ingest").get_models()}
-    assert set(store.COPY_ROWS) <= tables
+    assert set(store.COPY_COLUMNS) <= tables
 
 
 @pytest.mark.django_db
 def test_copy_columns_exist_in_the_database() -> None:
     with connection.cursor() as cur:
-        for table, row_type in store.COPY_ROWS.items():
+        for table, columns in store.COPY_COLUMNS.items():
             cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s", [table])
-            assert set(row_type._fields) == {r[0] for r in cur.fetchall()}  # type: ignore[attr-defined]
+            assert set(columns) == {r[0] for r in cur.fetchall()}
 
 
 @pytest.mark.django_db

@@ -24,6 +24,7 @@ from ingest import selectors, services
 from ingest.errors import IngestError, LimitExceeded, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
 from ingest.schemas import SNAPSHOTS_BATCH_SCHEMA, BatchOut, SessionOut, SessionPage, SnapshotOut, TimelineOut
+from ingest.types import SnapshotDetail
 
 router = Router(tags=["snapshots"])
 
@@ -220,7 +221,7 @@ def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
 @router.get("/snapshots/{snapshot_id}", auth=ProjectReadAuth(),
             response={200: SnapshotOut, 401: Detail, 404: Detail}, tags=["read"],
             summary="One snapshot in full: blocks with messages in order, and everything derived")
-def snapshot_get(request: HttpRequest, snapshot_id: str) -> dict[str, Any]:
+def snapshot_get(request: HttpRequest, snapshot_id: str) -> SnapshotDetail:
     caller = request.auth  # type: ignore[attr-defined]
     snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     if snap is None:

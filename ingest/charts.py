@@ -13,12 +13,13 @@ import html
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import plotly.graph_objects as go
 
 from ctxobs.wire import BLOCK_KINDS, TIERS
+from ingest.types import AlertMarker, TurnChartRow
 
 KIND_COLOURS: dict[str, str] = {
     "system": "#4c5b75",
@@ -133,15 +134,15 @@ DENSE_TURNS = 300
 
 def timeline_figure(
     *,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[TurnChartRow],
     thresholds: tuple[float, float, float, float],
-    alerts: Sequence[dict[str, Any]] = (),
+    alerts: Sequence[AlertMarker] = (),
 ) -> go.Figure:
     """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
     the tier bands; markers for compression events, validation failures and alerts.
 
-    ROWS are timeline rows (turn, total_tokens, watermark, tier, kind_tokens, n_compression,
-    n_validation_failed); ALERTS are markers with turn, severity, title.
+    ROWS are timeline rows (turn, watermark, kind_tokens, n_compression, n_validation_failed);
+    ALERTS are markers with turn, severity, title.
     """
     turn_list = [int(r["turn"]) for r in rows]
     wm_list = [round(float(r["watermark"]) * 100, 2) for r in rows]
@@ -443,7 +444,7 @@ def tier_time_figure(*, tiers: Sequence[tuple[str, float, int]]) -> go.Figure:
 STRATEGY_COLOURS = ["#6a1b9a", "#1e88e5", "#00897b", "#ef6c00", "#c2185b", "#8d6e63", "#546e7a", "#9e9e9e"]
 
 
-def compression_figure(*, rows: Sequence[tuple[Any, str, int]]) -> go.Figure:
+def compression_figure(*, rows: Sequence[tuple[datetime, str, int]]) -> go.Figure:
     """Compression events per day (ROWS: day, strategy, count), stacked by strategy."""
     by: dict[str, dict[Any, int]] = {}
     for day, strategy, n in rows:

@@ -10,7 +10,7 @@ import json
 from collections import defaultdict
 from datetime import UTC, date, datetime, time
 from importlib import import_module
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,6 +20,16 @@ from core.models import Project
 from ctxobs.wire import occurrence_keys
 from ingest import derive, selectors
 from ingest.models import AgentSession, Snapshot
+from ingest.types import (
+    AlertMarker,
+    BlockDiff,
+    ProjectOverview,
+    StoredBlock,
+    TurnChartRow,
+    TurnComparison,
+    TurnsPage,
+    TurnTableRow,
+)
 
 SPARK_POINTS = 24
 TURN_TABLE_FIELDS = (
@@ -47,7 +57,7 @@ def alerts_enabled() -> bool:
     return "alerts" in settings.INSTALLED_APPS
 
 
-def session_alerts(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
+def session_alerts(*, project_id: int, session_ref: int) -> list[AlertMarker]:
     """Alert markers of a session (turn, rule_kind, severity, title, alert_id); [] without alerts."""
     if not alerts_enabled():
         return []
@@ -80,7 +90,7 @@ def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dic
     return dict(out)
 
 
-def timeline_rows(*, project: Project, session: AgentSession) -> list[dict[str, Any]]:
+def timeline_rows(*, project: Project, session: AgentSession) -> list[TurnChartRow]:
     """What the timeline chart needs of every turn, in turn order: one query, only these columns
     (a 2,000-turn session stays well under 100 ms)."""
     with connection.cursor() as cur:
@@ -104,16 +114,16 @@ def timeline_rows(*, project: Project, session: AgentSession) -> list[dict[str, 
         ]
 
 
-def turns_page(*, project: Project, session: AgentSession, page: int, per_page: int) -> dict[str, Any]:
+def turns_page(*, project: Project, session: AgentSession, page: int, per_page: int) -> TurnsPage:
     """One page of the turns table, in turn order (the count comes from the session row)."""
     total = session.turn_count
     pages = max(1, -(-total // per_page))
     page = min(max(1, page), pages)
-    rows = list(
+    rows = cast(list[TurnTableRow], list(
         Snapshot.objects.filter(project=project, session_ref=session.id)
         .order_by("turn", "ts", "snapshot_id")
         .values(*TURN_TABLE_FIELDS)[(page - 1) * per_page : page * per_page]
-    )
+    ))
     return {
         "rows": rows,
         "page": page,
@@ -125,20 +135,20 @@ def turns_page(*, project: Project, session: AgentSession, page: int, per_page: 
     }
 
 
-def _refs(blocks: list[dict[str, Any]]) -> list[derive.BlockRef]:
+def _refs(blocks: list[StoredBlock]) -> list[derive.BlockRef]:
     return [
         derive.BlockRef(key=b["key"], kind=b["kind"], hash=b["content_hash"], tokens=b["tokens"])
         for b in blocks
     ]
 
 
-def _keyed(blocks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _keyed(blocks: list[StoredBlock]) -> dict[str, StoredBlock]:
     return dict(zip(occurrence_keys(b["key"] for b in blocks), blocks, strict=True))
 
 
 def turn_comparison(
     *, project_id: int, snapshot: Snapshot, other: Snapshot | None
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+) -> tuple[list[StoredBlock], TurnComparison | None]:
     """The blocks of SNAPSHOT and, when OTHER is given, what changed from OTHER to SNAPSHOT:
     blocks entered/left/grew/shrank/changed, with a word diff of each block present in both
     whose content differs. Two queries."""
@@ -150,7 +160,7 @@ def turn_comparison(
     before = by_ref[other.id]
     change = derive.block_change(_refs(before), _refs(blocks), other.turn)
     old, new = _keyed(before), _keyed(blocks)
-    diffs = []
+    diffs: list[BlockDiff] = []
     for key, b in new.items():
         a = old.get(key)
         if a is None or a["content_hash"] == b["content_hash"]:
@@ -158,6 +168,7 @@ def turn_comparison(
         segments = textdiff.word_diff(
             textdiff.messages_text(a["messages"]), textdiff.messages_text(b["messages"])
         )
+        stats = textdiff.diff_stats(segments)
         diffs.append(
             {
                 "key": key,
@@ -166,13 +177,14 @@ def turn_comparison(
                 "after": b["tokens"],
                 "delta": b["tokens"] - a["tokens"],
                 "segments": segments,
-                **textdiff.diff_stats(segments),
+                "inserted": stats["inserted"],
+                "deleted": stats["deleted"],
             }
         )
-    change["diffs"] = diffs
-    change["other_turn"] = other.turn
-    change["is_previous"] = snapshot.prev_turn == other.turn
-    return blocks, change
+    comparison: TurnComparison = {
+        **change, "diffs": diffs, "other_turn": other.turn, "is_previous": snapshot.prev_turn == other.turn,
+    }
+    return blocks, comparison
 
 
 # --- project overview ---------------------------------------------------------------
@@ -292,7 +304,7 @@ def overview_refresh(*, project_id: int) -> list[date]:
     return list(days)
 
 
-def project_overview(*, project: Project, since: date | None) -> dict[str, Any]:
+def project_overview(*, project: Project, since: date | None) -> ProjectOverview:
     """Aggregates of PROJECT from the day SINCE on (all time when None), read from the daily
     rollup after bringing it up to date: the cost follows the number of days shown and the
     snapshots new since the last view, not the project's history."""
@@ -302,7 +314,7 @@ def project_overview(*, project: Project, since: date | None) -> dict[str, Any]:
     overview_refresh(project_id=pid)
     since_sql = "AND day >= %s" if since is not None else ""
     args: list[Any] = [since] if since is not None else []
-    out: dict[str, Any] = {}
+    out = cast(ProjectOverview, {})  # filled key by key below
     with connection.cursor() as cur:
         cur.execute(
             f"""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ctxobs.tokens import REPLY_PRIMING
 from ctxobs.wire import occurrence_keys, usable_window
+from ingest.types import BlockChange, BlockMoved, BlockResized
 
 
 class BlockRef(NamedTuple):
@@ -34,7 +35,7 @@ def _keyed(blocks: list[BlockRef]) -> dict[str, BlockRef]:
     return dict(zip(occurrence_keys(b.key for b in blocks), blocks, strict=True))
 
 
-def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: int | None) -> dict[str, Any]:
+def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: int | None) -> BlockChange:
     """Blocks that entered, left, grew, shrank or changed (same size, new content) since PREV."""
     if prev is None:
         return {
@@ -48,7 +49,11 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
             "delta_tokens": sum(b.tokens for b in cur),
         }
     p, c = _keyed(prev), _keyed(cur)
-    entered, left, grew, shrank, changed = [], [], [], [], []
+    entered: list[BlockMoved] = []
+    left: list[BlockMoved] = []
+    grew: list[BlockResized] = []
+    shrank: list[BlockResized] = []
+    changed: list[BlockResized] = []
     unchanged = 0
     for key, b in c.items():
         old = p.get(key)
@@ -57,7 +62,7 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
         elif old.hash == b.hash:
             unchanged += 1
         else:
-            row = {"key": key, "kind": b.kind, "before": old.tokens, "after": b.tokens}
+            row: BlockResized = {"key": key, "kind": b.kind, "before": old.tokens, "after": b.tokens}
             if b.tokens > old.tokens:
                 grew.append(row)
             elif b.tokens < old.tokens:

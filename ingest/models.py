@@ -103,7 +103,7 @@ class Snapshot(models.Model):
     change = models.JSONField(default=dict)
     # The blocks in prompt order, as parallel arrays on the snapshot row: one row per snapshot
     # instead of one per block makes ingest and turn-to-turn reads several times cheaper.
-    # `blocks_from_arrays` turns them back into one dict per block.
+    # ingest.selectors.snapshots_blocks turns them back into one block each.
     block_keys = ArrayField(models.CharField(max_length=128), default=list)
     block_kinds = ArrayField(models.CharField(max_length=20), default=list)
     block_hashes = ArrayField(models.CharField(max_length=32), default=list)  # BlockContent.hash
@@ -125,20 +125,6 @@ BLOCK_ESTIMATED, BLOCK_PINNED, BLOCK_COMPRESSED = 1, 2, 4
 def block_flags(*, estimated: bool, pinned: bool, compressed: bool) -> int:
     return (BLOCK_ESTIMATED if estimated else 0) | (BLOCK_PINNED if pinned else 0) | (
         BLOCK_COMPRESSED if compressed else 0)
-
-
-def blocks_from_arrays(
-    snapshot_ref: int, keys: list[str], kinds: list[str], hashes: list[str], tokens: list[int],
-    flags: list[int], refs: list[list[str]] | None,
-) -> list[dict[str, Any]]:
-    """One dict per block of a snapshot, in order, from the `block_*` arrays of its row."""
-    return [
-        {"snapshot_ref": snapshot_ref, "position": i, "key": keys[i], "kind": kinds[i],
-         "content_hash": hashes[i], "tokens": tokens[i], "estimated": bool(flags[i] & BLOCK_ESTIMATED),
-         "pinned": bool(flags[i] & BLOCK_PINNED), "compressed": bool(flags[i] & BLOCK_COMPRESSED),
-         "refs": refs[i] if refs else []}
-        for i in range(len(keys))
-    ]
 
 
 class BlockContent(models.Model):

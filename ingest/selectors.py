@@ -6,7 +6,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 import orjson
 from django.db import connection
@@ -15,6 +15,9 @@ from django.db.models import QuerySet
 from core.models import Project
 from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
+    BLOCK_COMPRESSED,
+    BLOCK_ESTIMATED,
+    BLOCK_PINNED,
     AgentSession,
     BlockContent,
     CompressionEvent,
@@ -22,9 +25,21 @@ from ingest.models import (
     RecallItem,
     Snapshot,
     ValidationOutcome,
-    blocks_from_arrays,
 )
-from ingest.types import BlockOutline, SnapshotOutline, TurnRow
+from ingest.types import (
+    BlockOutline,
+    CompressionEventRow,
+    RecallItemRow,
+    SnapshotDetail,
+    SnapshotEvents,
+    SnapshotOutline,
+    SnapshotRef,
+    StoredBlock,
+    TimelineRow,
+    TimelineTurn,
+    TurnRow,
+    ValidationOutcomeRow,
+)
 
 SESSION_SORTS = {
     "last_seen": "-last_seen",
@@ -101,19 +116,19 @@ TIMELINE_FIELDS = (
 )
 
 
-def session_timeline(*, project: Project, session: AgentSession) -> list[dict[str, Any]]:
+def session_timeline(*, project: Project, session: AgentSession) -> list[TimelineRow]:
     """Per turn, in order: tokens per block kind, watermark, tier and event counts (one query)."""
     rows = (
         Snapshot.objects.filter(project=project, session_ref=session.id)
         .order_by("turn", "ts", "snapshot_id")
         .values(*TIMELINE_FIELDS)
     )
-    return list(rows)
+    return cast(list[TimelineRow], list(rows))
 
 
 def session_timeline_turns(
     *, project: Project, session: AgentSession
-) -> tuple[list[dict[str, Any]], tuple[int, int] | None]:
+) -> tuple[list[TimelineTurn], tuple[int, int] | None]:
     """Per turn, in order, the read API's fields (ingest.schemas.TimelineTurn) as plain values, with
     `ts` already in the API's JSON form (DjangoJSONEncoder's: UTC, milliseconds, "Z"), and the
     (context_window, reserve_tokens) of the last turn (None without turns). One query, read as
@@ -136,7 +151,7 @@ def session_timeline_turns(
         )
         rows = cur.fetchall()
     loads = orjson.loads
-    turns = [
+    turns: list[TimelineTurn] = [
         {
             "turn": r[0], "snapshot_id": r[1], "ts": r[2], "total_tokens": r[3], "watermark": r[4],
             "tier": r[5], "kind_tokens": loads(r[6]), "compression_events": r[7], "recall_items": r[8],
@@ -163,6 +178,17 @@ def snapshot_by_turn(*, project: Project, session: AgentSession, turn: int) -> S
     )
 
 
+def _snapshot_ref(snapshot: Snapshot) -> SnapshotRef:
+    return SnapshotRef(ref=snapshot.id, snapshot_id=snapshot.snapshot_id, session_id=snapshot.session_id,
+                       turn=snapshot.turn, params=snapshot.params, output=snapshot.output)
+
+
+def snapshot_ref_by_uuid(*, project: Project, snapshot_id: str | uuid.UUID) -> SnapshotRef | None:
+    """The snapshot SNAPSHOT_ID of PROJECT as other apps see it; None when there is none."""
+    snap = snapshot_by_uuid(project=project, snapshot_id=snapshot_id)
+    return _snapshot_ref(snap) if snap is not None else None
+
+
 def snapshot_neighbours(*, project: Project, snapshot: Snapshot) -> tuple[int | None, int | None]:
     """Turn numbers before and after SNAPSHOT in its session."""
     base = Snapshot.objects.filter(project=project, session_ref=snapshot.session_ref)
@@ -176,7 +202,22 @@ _BLOCK_ARRAYS = (
 )
 
 
-def _attach_messages(project_id: int, blocks: list[dict[str, Any]]) -> None:
+def _blocks_from_arrays(
+    snapshot_ref: int, keys: list[str], kinds: list[str], hashes: list[str], tokens: list[int],
+    flags: list[int], refs: list[list[str]] | None,
+) -> list[StoredBlock]:
+    """One block per entry of the `block_*` arrays of a snapshot row, in order, without its
+    messages yet (see _attach_messages)."""
+    return [
+        {"snapshot_ref": snapshot_ref, "position": i, "key": keys[i], "kind": kinds[i],
+         "content_hash": hashes[i], "tokens": tokens[i], "estimated": bool(flags[i] & BLOCK_ESTIMATED),
+         "pinned": bool(flags[i] & BLOCK_PINNED), "compressed": bool(flags[i] & BLOCK_COMPRESSED),
+         "refs": refs[i] if refs else [], "messages": [], "chars": 0}
+        for i in range(len(keys))
+    ]
+
+
+def _attach_messages(project_id: int, blocks: list[StoredBlock]) -> None:
     """Give each block its messages, exactly as sent, in two queries whatever the number of blocks."""
     hashes = {b["content_hash"] for b in blocks}
     contents = {
@@ -194,45 +235,42 @@ def _attach_messages(project_id: int, blocks: list[dict[str, Any]]) -> None:
         b["chars"] = c["chars"] if c else 0
 
 
-def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
+def snapshot_blocks(*, project_id: int, snapshot_ref: int) -> list[StoredBlock]:
     """The blocks of a snapshot in order, each with its messages exactly as sent (three queries)."""
     return snapshots_blocks(project_id=project_id, snapshot_refs=[snapshot_ref])[snapshot_ref]
 
 
-def snapshots_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[dict[str, Any]]]:
+def snapshots_blocks(*, project_id: int, snapshot_refs: list[int]) -> dict[int, list[StoredBlock]]:
     """Blocks (with messages) of many snapshots at once: three queries whatever their number."""
-    out: dict[int, list[dict[str, Any]]] = {r: [] for r in snapshot_refs}
+    out: dict[int, list[StoredBlock]] = {r: [] for r in snapshot_refs}
     rows = Snapshot.objects.filter(project_id=project_id, id__in=snapshot_refs).values_list(*_BLOCK_ARRAYS)
     for ref, *arrays in rows:
-        out[ref] = blocks_from_arrays(ref, *arrays)
+        out[ref] = _blocks_from_arrays(ref, *arrays)
     _attach_messages(project_id, [b for blocks in out.values() for b in blocks])
     return out
 
 
-def snapshot_events(*, project_id: int, snapshot_ref: int) -> dict[str, list[dict[str, Any]]]:
+def snapshot_events(*, project_id: int, snapshot_ref: int) -> SnapshotEvents:
     """Compression events, recall items and validation outcomes of one snapshot, in order."""
     flt = {"project_id": project_id, "snapshot_ref": snapshot_ref}
-    validation = [
+    validation: list[ValidationOutcomeRow] = [
         {"layer": v["layer"], "check": v["check_name"], "passed": v["passed"], "code": v["code"],
          "message": v["message"], "attempt": v["attempt"]}
         for v in ValidationOutcome.objects.filter(**flt).order_by("position").values(
             "layer", "check_name", "passed", "code", "message", "attempt")
     ]
+    compression = CompressionEvent.objects.filter(**flt).order_by("position").values(
+        "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref")
+    recall = RecallItem.objects.filter(**flt).order_by("position").values(
+        "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block", "preview")
     return {
-        "compression": list(
-            CompressionEvent.objects.filter(**flt).order_by("position").values(
-                "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref")
-        ),
-        "recall": list(
-            RecallItem.objects.filter(**flt).order_by("position").values(
-                "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block",
-                "preview")
-        ),
+        "compression": cast(list[CompressionEventRow], list(compression)),
+        "recall": cast(list[RecallItemRow], list(recall)),
         "validation": validation,
     }
 
 
-def snapshot_full(*, snapshot: Snapshot) -> dict[str, Any]:
+def snapshot_full(*, snapshot: Snapshot) -> SnapshotDetail:
     """One snapshot in its wire form (as the SDK sent it) plus everything derived at ingest."""
     blocks = snapshot_blocks(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
     events = snapshot_events(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
@@ -269,7 +307,9 @@ def snapshot_full(*, snapshot: Snapshot) -> dict[str, Any]:
             }
             for b in blocks
         ],
-        **events,
+        "compression": events["compression"],
+        "recall": events["recall"],
+        "validation": events["validation"],
         "output": snapshot.output,
         "tags": snapshot.tags,
         "retries": snapshot.retries,

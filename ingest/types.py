@@ -1,12 +1,415 @@
-"""Typed values that cross from the ingest app to other apps (through its selectors/services)."""
+"""What crosses ingest's boundary: the shapes ingest.selectors and ingest.dashboard return.
+
+Rows that pages and the read API render key by key are TypedDicts (they stay plain dicts, so
+templates, JSON encoding and `pgtext.shown` treat them as before); a stored snapshot handed to
+another app is a frozen dataclass. Message contents are kept exactly as sent, so they stay
+`dict[str, Any]`: their shape is the agent's, not ours.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypedDict
-from uuid import UUID
+from typing import Any, NotRequired, TypedDict, cast
+
+from core import pgtext
+
+Message = dict[str, Any]  # one chat message exactly as the agent sent it
+
+
+# --- a stored snapshot ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SnapshotRef:
+    """A stored snapshot as other apps see it: its ids, place in its session, and what a replay
+    needs of it besides its blocks (the saved parameters and answer)."""
+
+    ref: int  # Snapshot.id within the project
+    snapshot_id: uuid.UUID
+    session_id: str
+    turn: int
+    params: dict[str, Any]
+    output: dict[str, Any] | None
+
+    def output_shown(self) -> dict[str, Any]:
+        """The saved answer for a page: a NUL or an unpaired surrogate shown visibly ({} when
+        none was saved)."""
+        return cast(dict[str, Any], pgtext.shown(self.output or {}))
+
+
+class StoredBlock(TypedDict):
+    """One block of a stored snapshot, in prompt order, with its messages exactly as sent."""
+
+    snapshot_ref: int
+    position: int
+    key: str
+    kind: str
+    content_hash: str
+    tokens: int
+    estimated: bool
+    pinned: bool
+    compressed: bool
+    refs: list[str]
+    messages: list[Message]
+    chars: int
+
+
+class ShownBlock(StoredBlock):
+    """A block as the turn page shows it: cut messages and its share of the prompt and window."""
+
+    shown: list[ShownMessage]
+    cut: bool
+    n_messages: int
+    share: float
+    window_share: float
+
+
+class ShownMessage(TypedDict):
+    role: str
+    name: str
+    tool_call_id: str
+    text: str
+    tool_calls: str
+
+
+# --- the events of a turn -------------------------------------------------------------------
+class CompressionEventRow(TypedDict):
+    strategy: str
+    block: str
+    tokens_before: int | None
+    tokens_after: int | None
+    watermark: float | None
+    items: list[Any]
+    ref: str
+
+
+class RecallItemRow(TypedDict):
+    memory_id: str
+    channel: str
+    score: float | None
+    rank: int | None
+    injected: bool
+    stale: bool
+    conflicting: bool
+    block: str
+    preview: str
+
+
+class ValidationOutcomeRow(TypedDict):
+    layer: str
+    check: str
+    passed: bool
+    code: str
+    message: str
+    attempt: int
+
+
+class SnapshotEvents(TypedDict):
+    """Compression events, recall items and validation outcomes of one turn, in order."""
+
+    compression: list[CompressionEventRow]
+    recall: list[RecallItemRow]
+    validation: list[ValidationOutcomeRow]
+
+
+# --- a change between turns -----------------------------------------------------------------
+class BlockMoved(TypedDict):
+    """A block that entered or left the prompt."""
+
+    key: str
+    kind: str
+    tokens: int
+
+
+class BlockResized(TypedDict):
+    """A block present in both turns whose content differs (grew, shrank or changed)."""
+
+    key: str
+    kind: str
+    before: int
+    after: int
+
+
+class BlockChange(TypedDict):
+    """What changed from one turn's blocks to the next's (stored as Snapshot.change)."""
+
+    prev_turn: int | None
+    entered: list[BlockMoved]
+    left: list[BlockMoved]
+    grew: list[BlockResized]
+    shrank: list[BlockResized]
+    changed: list[BlockResized]
+    unchanged: int
+    delta_tokens: int
+
+
+class BlockDiff(TypedDict):
+    """The word diff of one block present in both compared turns."""
+
+    key: str
+    kind: str
+    before: int
+    after: int
+    delta: int
+    segments: list[tuple[str, str]]  # (op, text), see the word diff
+    inserted: int
+    deleted: int
+
+
+class TurnComparison(BlockChange):
+    """A BlockChange between any two turns of a session, with the word diff of each changed block."""
+
+    diffs: list[BlockDiff]
+    other_turn: int
+    is_previous: bool
+
+
+# --- one snapshot in full (the read API) ---------------------------------------------------
+class SnapshotModel(TypedDict):
+    name: str
+    context_window: int
+    reserve_tokens: int
+    encoding: str
+    counts: str  # exact | estimated
+
+
+class SnapshotBlock(TypedDict):
+    """A block in the wire form, with its content hash and share of the prompt and usable window."""
+
+    key: str
+    kind: str
+    messages: list[Message]
+    tokens: int
+    estimated: bool
+    pinned: bool
+    compressed: bool
+    refs: list[str]
+    hash: str
+    chars: int
+    share: float
+    window_share: float
+
+
+class SnapshotDerived(TypedDict):
+    total_tokens: int
+    usable_tokens: int
+    watermark: float
+    tier: str
+    kind_tokens: dict[str, int]
+    count_drift: float | None
+    prompt_tokens_reported: int | None
+    prev_turn: int | None
+    change: BlockChange | dict[str, Any]  # {} until the turn-to-turn change is derived
+    received_at: datetime
+
+
+class SnapshotDetail(TypedDict):
+    """One snapshot in its wire form plus everything derived at ingest (ingest.schemas.SnapshotOut)."""
+
+    snapshot_id: str
+    session_id: str
+    turn: int
+    agent: str
+    ts: datetime
+    model: SnapshotModel
+    params: dict[str, Any]
+    blocks: list[SnapshotBlock]
+    compression: list[CompressionEventRow]
+    recall: list[RecallItemRow]
+    validation: list[ValidationOutcomeRow]
+    output: dict[str, Any] | None
+    tags: dict[str, Any]
+    retries: int
+    fallback_used: bool
+    derived: SnapshotDerived
+
+
+# --- turns of a session ---------------------------------------------------------------------
+class TimelineRow(TypedDict):
+    """One turn of a session as other apps select turns by it (ingest.selectors.session_timeline)."""
+
+    id: int
+    snapshot_id: uuid.UUID
+    turn: int
+    ts: datetime
+    total_tokens: int
+    watermark: float
+    tier: str
+    kind_tokens: dict[str, int]
+    n_compression: int
+    n_recall: int
+    n_recall_injected: int
+    n_validation_failed: int
+    count_drift: float | None
+    prev_turn: int | None
+    context_window: int
+    reserve_tokens: int
+    model_name: str
+    latency_ms: float | None
+    counts_estimated: bool
+    prompt_tokens_reported: int | None
+
+
+class TimelineTurn(TypedDict):
+    """One turn in the read API's form (ingest.schemas.TimelineTurn), `ts` already as JSON text."""
+
+    turn: int
+    snapshot_id: str
+    ts: str
+    total_tokens: int
+    watermark: float
+    tier: str
+    kind_tokens: dict[str, int]
+    compression_events: int
+    recall_items: int
+    recall_injected: int
+    failed_validations: int
+    count_drift: float | None
+    prev_turn: int | None
+
+
+class TurnChartRow(TypedDict):
+    """What the timeline chart needs of one turn."""
+
+    turn: int
+    watermark: float
+    kind_tokens: dict[str, int]
+    n_compression: int
+    n_validation_failed: int
+
+
+class TurnSegment(TypedDict):
+    cls: str
+    width: str
+
+
+class TurnTableRow(TypedDict):
+    """One row of the turns table; the page adds the bar segments, alert count and drift flag."""
+
+    id: int
+    turn: int
+    ts: datetime
+    total_tokens: int
+    watermark: float
+    tier: str
+    kind_tokens: dict[str, int]
+    n_compression: int
+    n_recall: int
+    n_recall_injected: int
+    n_validation: int
+    n_validation_failed: int
+    count_drift: float | None
+    context_window: int
+    reserve_tokens: int
+    latency_ms: float | None
+    prompt_tokens_reported: int | None
+    segments: NotRequired[list[TurnSegment]]
+    segments_title: NotRequired[str]
+    alerts: NotRequired[int]
+    drift_flag: NotRequired[bool]
+
+
+class TurnsPage(TypedDict):
+    rows: list[TurnTableRow]
+    page: int
+    pages: int
+    per_page: int
+    total: int
+    has_prev: bool
+    has_next: bool
+
+
+class AlertMarker(TypedDict):
+    """An alert on a turn of a session, as the timeline and turn pages mark it."""
+
+    turn: int
+    rule_kind: str
+    severity: str
+    title: str
+    alert_id: int
+    state: str
+
+
+# --- the project overview -------------------------------------------------------------------
+class OverviewTotals(TypedDict):
+    turns: int
+    recalled: int
+    injected: int
+    validated: int
+    failed: int
+    compressions: int
+    max_watermark: float
+    sessions: int
+    hot_sessions: int
+    alerted_sessions: int
+
+
+class ProjectOverview(TypedDict):
+    """A project's aggregates per day from a given day on, for the overview page."""
+
+    days: list[datetime]
+    sessions: list[int]
+    turns: list[int]
+    recalled: list[int]
+    injected: list[int]
+    totals: OverviewTotals
+    wm_buckets: list[tuple[float, int]]  # (watermark from, turns)
+    bands: list[tuple[float, int, int]]  # (watermark band from, validated turns, failed turns)
+    tiers: list[tuple[str, float, int]]  # (tier, hours spent in it, turns)
+    compression: list[tuple[datetime, str, int]]  # (day, strategy, events)
+
+
+# --- ingest results -------------------------------------------------------------------------
+class BatchItemResult(TypedDict):
+    """The fate of one item of an ingest batch."""
+
+    index: int
+    snapshot_id: str | None
+    status: str  # created | duplicate | rejected
+    errors: NotRequired[list[dict[str, Any]]]
+
+
+class BatchReport(TypedDict):
+    """The response body of an ingest batch."""
+
+    results: list[BatchItemResult]
+    created: int
+    duplicate: int
+    rejected: int
+
+
+__all__ = [
+    "AlertMarker",
+    "BatchItemResult",
+    "BatchReport",
+    "BlockChange",
+    "BlockDiff",
+    "BlockMoved",
+    "BlockResized",
+    "CompressionEventRow",
+    "Message",
+    "OverviewTotals",
+    "ProjectOverview",
+    "RecallItemRow",
+    "ShownBlock",
+    "ShownMessage",
+    "SnapshotBlock",
+    "SnapshotDerived",
+    "SnapshotDetail",
+    "SnapshotEvents",
+    "SnapshotModel",
+    "SnapshotRef",
+    "StoredBlock",
+    "TimelineRow",
+    "TimelineTurn",
+    "TurnChartRow",
+    "TurnComparison",
+    "TurnSegment",
+    "TurnTableRow",
+    "TurnsPage",
+    "ValidationOutcomeRow",
+]
 
 
 # --- for other apps: per-turn evaluation (alerts) ------------------------------
@@ -20,7 +423,7 @@ class TurnRow:
     session_ref: int
     turn: int
     ts: datetime
-    snapshot_id: UUID
+    snapshot_id: uuid.UUID
     watermark: float
     tier: str
     context_window: int
@@ -49,33 +452,6 @@ class BlockOutline(TypedDict):
     key: str
     kind: str
     tokens: int
-
-
-class ChangeEntered(TypedDict):
-    key: str
-    kind: str
-    tokens: int
-
-
-class ChangeResized(TypedDict):
-    key: str
-    kind: str
-    before: int
-    after: int
-
-
-class BlockChange(TypedDict, total=False):
-    """The turn-to-turn change of a snapshot's blocks (`ingest.derive.block_change`); keys are
-    numbered `key#n` for the n-th repeat of a key. Empty before it is derived."""
-
-    prev_turn: int | None
-    entered: list[ChangeEntered]
-    left: list[ChangeEntered]
-    grew: list[ChangeResized]
-    shrank: list[ChangeResized]
-    changed: list[ChangeResized]
-    unchanged: int
-    delta_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import plotly
 import redis
@@ -42,6 +42,7 @@ from ingest import charts, dashboard, selectors
 from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
 from ingest.models import AgentSession, Snapshot
 from ingest.routing import legacy_session_paths
+from ingest.types import Message, ShownBlock, ShownMessage, TurnTableRow, ValidationOutcomeRow
 
 logger = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 # --- the session timeline -------------------------------------------------------------------
-def _decorate_turn(row: dict[str, Any], alerts_by_turn: dict[int, int]) -> dict[str, Any]:
+def _decorate_turn(row: TurnTableRow, alerts_by_turn: dict[int, int]) -> TurnTableRow:
     # Class names and widths are made here, not by template filters: a page shows 100 turns of
     # up to 10 kinds each, and filter calls dominate the render time.
     usable = usable_window(row["context_window"], row["reserve_tokens"])
@@ -373,13 +374,13 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, indent=1)
 
 
-def _present_messages(msgs: list[dict[str, Any]], *, full: bool) -> tuple[list[dict[str, Any]], bool]:
+def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMessage], bool]:
     """Messages ready for the template; cut (unless FULL) to PREVIEW_* with a flag saying so."""
     cut = False
     shown = msgs if full else msgs[:PREVIEW_MESSAGES]
     if len(shown) < len(msgs):
         cut = True
-    out = []
+    out: list[ShownMessage] = []
     for m in shown:
         m = pgtext.shown(m)
         text = _content_text(m.get("content"))
@@ -432,20 +433,20 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     events = pgtext.shown(selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id))
     total = snapshot.total_tokens or 0
     usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
-    shown = []
+    shown: list[ShownBlock] = []
     for b in blocks:
         msgs, cut = _present_messages(b["messages"], full=False)
         shown.append(
-            {
+            cast(ShownBlock, {
                 **b,
                 "shown": msgs,
                 "cut": cut,
                 "n_messages": len(b["messages"]),
                 "share": (b["tokens"] / total * 100) if total else 0.0,
                 "window_share": b["tokens"] / usable * 100,
-            }
+            })
         )
-    layers: dict[str, list[dict[str, Any]]] = {}
+    layers: dict[str, list[ValidationOutcomeRow]] = {}
     for v in events["validation"]:
         layers.setdefault(v["layer"], []).append(v)
     markers = [

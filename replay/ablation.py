@@ -1,7 +1,8 @@
 """Variants of a saved context: operations on its block list, planning and rendering (ORM-free).
 
-A block is the dict `ingest.selectors.snapshot_blocks` returns (`key`, `kind`, `messages`,
-`tokens`, ...). An operation is a small dict:
+A block is an `ingest.types.StoredBlock` as `ingest.selectors.snapshot_blocks` returns it (`key`,
+`kind`, `messages`, `tokens`, ...), or a `replay.types.VariantBlock` once an operation changed it.
+An operation (`replay.types.Operation`) is a small dict:
 
     {"op": "remove", "key": "memory"}
     {"op": "move", "key": "memory", "to": "front" | "end" | "middle" | "before" | "after", "anchor": "user"}
@@ -17,12 +18,17 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from ctxobs import tokens as tok
+from ingest.types import Message, StoredBlock
 from replay.errors import VariantError
+from replay.types import ChatRequest, Operation, VariantBlock
+
+ContextBlock = StoredBlock | VariantBlock
 
 OPS = ("remove", "move", "truncate", "replace", "keep_only")
 MOVE_TARGETS = ("front", "end", "middle", "before", "after")
@@ -69,14 +75,14 @@ TRANSCRIPT_STOP = ["\nUser:", "\nSystem:", "\nTool:"]
 
 
 # --- operations ---------------------------------------------------------------
-def _index(blocks: list[dict[str, Any]], key: Any, what: str = "key") -> int:
+def _index(blocks: Sequence[ContextBlock], key: Any, what: str = "key") -> int:
     for i, b in enumerate(blocks):
         if b.get("key") == key:
             return i
     raise VariantError(f"no block with {what} {str(key)[:128]!r} in this context")
 
 
-def validate_operation(op: Any) -> dict[str, Any]:
+def validate_operation(op: Any) -> Operation:
     """OP as a clean dict, or VariantError saying what is wrong with it."""
     if not isinstance(op, dict) or op.get("op") not in OPS:
         raise VariantError(f"an operation is an object with 'op' one of {', '.join(OPS)}")
@@ -95,7 +101,7 @@ def validate_operation(op: Any) -> dict[str, Any]:
         to = op.get("to")
         if to not in MOVE_TARGETS:
             raise VariantError(f"move needs 'to': one of {', '.join(MOVE_TARGETS)}")
-        out: dict[str, Any] = {"op": kind, "key": key, "to": to}
+        out: Operation = {"op": kind, "key": key, "to": to}
         if to in ("before", "after"):
             anchor = op.get("anchor")
             if not isinstance(anchor, str) or not anchor:
@@ -127,7 +133,7 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=())) if text else 0
 
 
-def _truncate_messages(messages: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+def _truncate_messages(messages: list[Message], budget: int) -> list[Message]:
     """Keep the first BUDGET tokens of the block's text; roles, names and tool calls stay, so
     the messages remain a valid request (a tool message keeps its tool_call_id)."""
     enc = _encoding()
@@ -144,9 +150,9 @@ def _truncate_messages(messages: list[dict[str, Any]], budget: int) -> list[dict
     return out
 
 
-def apply_operations(blocks: list[dict[str, Any]], operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def apply_operations(blocks: Sequence[ContextBlock], operations: Sequence[Operation]) -> list[VariantBlock]:
     """The block list after OPERATIONS, applied in order; BLOCKS is not modified."""
-    out = [dict(b) for b in blocks]
+    out = [cast(VariantBlock, dict(b)) for b in blocks]
     for raw in operations:
         op = validate_operation(raw)
         kind = op["op"]
@@ -187,7 +193,7 @@ def apply_operations(blocks: list[dict[str, Any]], operations: list[dict[str, An
     return out
 
 
-def describe(operations: list[dict[str, Any]]) -> str:
+def describe(operations: Sequence[Operation]) -> str:
     """A short human label for a list of operations ("replay" for none)."""
     if not operations:
         return "replay (unchanged)"
@@ -209,14 +215,14 @@ def describe(operations: list[dict[str, Any]]) -> str:
 
 
 # --- rendering ----------------------------------------------------------------
-def render_messages(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def render_messages(blocks: Sequence[ContextBlock]) -> list[Message]:
     """The messages of BLOCKS in order, each exactly as saved (deep copies)."""
     return [copy.deepcopy(m) for b in blocks for m in (b.get("messages") or [])]
 
 
-def render_request(blocks: list[dict[str, Any]], params: dict[str, Any] | None) -> dict[str, Any]:
+def render_request(blocks: Sequence[ContextBlock], params: dict[str, Any] | None) -> ChatRequest:
     """The chat request the blocks make with the saved PARAMS: {**params, "messages": [...]}."""
-    return {**copy.deepcopy(params or {}), "messages": render_messages(blocks)}
+    return cast(ChatRequest, {**copy.deepcopy(params or {}), "messages": render_messages(blocks)})
 
 
 def _content_text(content: Any) -> str:
@@ -237,7 +243,7 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
-def render_transcript(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+def render_transcript(messages: list[Message], tools: list[Any] | None = None) -> str:
     """A completion-style transcript of MESSAGES: one labelled paragraph per message, tool calls
     and results included, ending with the assistant's turn. Unlike a chat template it keeps
     every message (several system messages included), so each block reaches the model."""
@@ -264,7 +270,7 @@ def render_transcript(messages: list[dict[str, Any]], tools: list[Any] | None = 
 
 def call_body(
     *,
-    request: dict[str, Any],
+    request: ChatRequest,
     model: str,
     mode: str,
     endpoint_params: dict[str, Any] | None = None,
@@ -290,21 +296,22 @@ def call_body(
 
 
 # --- estimates and planning -----------------------------------------------------
-def block_tokens(block: dict[str, Any]) -> int:
+def block_tokens(block: ContextBlock) -> int:
     """The block's stored count, else its messages counted by the SDK's rule (cl100k_base)."""
-    if block.get("tokens") is not None:
-        return int(block["tokens"])
+    n = block.get("tokens")
+    if n is not None:
+        return int(n)
     return tok.messages_tokens(list(block.get("messages") or []), tok.get_counter("cl100k_base"))
 
 
-def context_tokens(blocks: list[dict[str, Any]]) -> int:
+def context_tokens(blocks: Sequence[ContextBlock]) -> int:
     return sum(block_tokens(b) for b in blocks) + tok.REPLY_PRIMING
 
 
 @dataclass
 class VariantPlan:
     label: str
-    operations: list[dict[str, Any]] = field(default_factory=list)
+    operations: list[Operation] = field(default_factory=list)
     is_baseline: bool = False
     target_key: str = ""
     samples: int = 1
@@ -313,12 +320,12 @@ class VariantPlan:
 def plan_variants(
     *,
     kind: str,
-    blocks: list[dict[str, Any]],
+    blocks: Sequence[ContextBlock],
     samples: int = 3,
     block_key: str | None = None,
     to: str | None = None,
     anchor: str | None = None,
-    operations: list[dict[str, Any]] | None = None,
+    operations: Sequence[Operation] | None = None,
 ) -> list[VariantPlan]:
     """The variants a job of KIND makes for one snapshot: the baseline (unchanged context,
     SAMPLES times, the noise floor) first, then one variant per effect to measure."""
@@ -334,9 +341,10 @@ def plan_variants(
             if not isinstance(key, str) or key in seen:
                 continue
             seen.add(key)
-            remove: list[dict[str, Any]] = [{"op": "remove", "key": key}]
+            remove: list[Operation] = [{"op": "remove", "key": key}]
             plans.append(VariantPlan(label=describe(remove), operations=remove, target_key=key))
         return plans
+    ops: list[Any]  # as given; validated below
     if kind == "without":
         ops = [{"op": "remove", "key": block_key}]
     elif kind == "move":
@@ -347,14 +355,14 @@ def plan_variants(
             raise VariantError("a custom variant needs at least one operation")
     else:
         raise VariantError(f"unknown job kind {kind!r}")
-    ops = [validate_operation(o) for o in ops]
-    apply_operations(blocks, ops)  # fails early on unknown keys
-    target = ops[0].get("key", "") if len(ops) == 1 else ""
-    plans.append(VariantPlan(label=describe(ops), operations=ops, target_key=target or ""))
+    valid = [validate_operation(o) for o in ops]
+    apply_operations(blocks, valid)  # fails early on unknown keys
+    target = valid[0].get("key", "") if len(valid) == 1 else ""
+    plans.append(VariantPlan(label=describe(valid), operations=valid, target_key=target or ""))
     return plans
 
 
-def estimate(plans: list[VariantPlan], blocks: list[dict[str, Any]]) -> dict[str, int]:
+def estimate(plans: list[VariantPlan], blocks: Sequence[ContextBlock]) -> dict[str, int]:
     """Model calls and prompt tokens the plans will cost for one snapshot."""
     calls = 0
     tokens = 0

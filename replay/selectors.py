@@ -7,11 +7,11 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from core import pgtext
 from core.models import Project
 from ingest import selectors as ingest_selectors
 from replay import diff
 from replay.models import ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+from replay.types import JobResults, RunComparison, TurnResult, VariantResult, VariantSummary
 
 
 def endpoints_list(*, project: Project) -> list[ModelEndpoint]:
@@ -34,15 +34,6 @@ def jobs_list(*, project: Project, limit: int = 100) -> QuerySet[ReplayJob]:
     )
 
 
-def jobs_for_snapshot(*, project: Project, snapshot_ref: int, limit: int = 10) -> list[ReplayJob]:
-    ids = (
-        ReplayVariant.objects.filter(job__project=project, snapshot_ref=snapshot_ref)
-        .values_list("job_id", flat=True)
-        .distinct()
-    )
-    return list(ReplayJob.objects.filter(pk__in=ids).order_by("-created_at")[:limit])
-
-
 def job_get(*, project: Project, job_id: int) -> ReplayJob | None:
     return ReplayJob.objects.select_related("endpoint").filter(project=project, pk=job_id).first()
 
@@ -57,7 +48,7 @@ def _usage(run: ReplayRun | None) -> dict[str, Any]:
     }
 
 
-def job_results(*, job: ReplayJob) -> dict[str, Any]:
+def job_results(*, job: ReplayJob) -> JobResults:
     """Per turn: the baseline samples and their spread (the noise floor), and each variant's
     effect against it; plus the leave-one-out bars and the many-turn summary. Two queries."""
     variants = list(ReplayVariant.objects.filter(job=job).order_by("position"))
@@ -65,7 +56,7 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
     by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
     for r in runs:
         by_variant[r.variant_id].append(r)
-    turns: dict[int, dict[str, Any]] = {}
+    turns: dict[int, TurnResult] = {}
     for v in variants:
         t = turns.setdefault(
             v.snapshot_ref,
@@ -78,13 +69,14 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
                 "variants": [],
             },
         )
-        entry = {"variant": v, "runs": by_variant.get(v.pk, [])}
+        entry: VariantResult = {"variant": v, "runs": by_variant.get(v.pk, [])}
         if v.is_baseline:
             t["baseline"] = entry
         else:
             t["variants"].append(entry)
     for t in turns.values():
-        base_runs = [r for r in (t["baseline"] or {}).get("runs", []) if r.status == ReplayRun.Status.DONE]
+        baseline = t["baseline"]
+        base_runs = [r for r in (baseline["runs"] if baseline else []) if r.status == ReplayRun.Status.DONE]
         texts = [r.output_text for r in base_runs]
         t["noise"] = diff.noise_floor(texts)
         t["baseline_done"] = len(base_runs)
@@ -93,9 +85,10 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
             done = [r for r in e["runs"] if r.status == ReplayRun.Status.DONE]
             e["run"] = done[0] if done else (e["runs"][0] if e["runs"] else None)
             if done and base_runs:
-                e["effect"] = diff.effect(done[0].output_text, texts, t["noise"])
-                e["tool_calls_match"] = diff.tool_calls_match(done[0].tool_calls, base_runs[0].tool_calls)
-                e["changed"] = not e["effect"]["within_noise"] or not e["tool_calls_match"]
+                effect = e["effect"] = diff.effect(done[0].output_text, texts, t["noise"])
+                match = diff.tool_calls_match(done[0].tool_calls, base_runs[0].tool_calls)
+                e["tool_calls_match"] = match
+                e["changed"] = not effect["within_noise"] or not match
                 e["prompt_tokens_delta"] = (
                     None
                     if done[0].prompt_tokens is None or base_runs[0].prompt_tokens is None
@@ -107,7 +100,7 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
                 e["tool_calls_match"] = None
                 e["prompt_tokens_delta"] = None
     ordered = sorted(turns.values(), key=lambda t: (t["session_id"], t["turn"]))
-    summary: dict[str, dict[str, Any]] = {}
+    summary: dict[str, VariantSummary] = {}
     for t in ordered:
         for e in t["variants"]:
             s = summary.setdefault(
@@ -118,7 +111,8 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
             if e["changed"] is not None:
                 s["measured"] += 1
                 s["changed"] += int(bool(e["changed"]))
-                s["exact"] += int(bool(e["effect"] and e["effect"]["exact_baseline"]))
+                measured = e.get("effect")
+                s["exact"] += int(bool(measured and measured["exact_baseline"]))
     failures = [r for r in runs if r.status == ReplayRun.Status.FAILED]
     return {
         "turns": ordered,
@@ -129,10 +123,10 @@ def job_results(*, job: ReplayJob) -> dict[str, Any]:
     }
 
 
-def loo_figure(*, turn: dict[str, Any]) -> dict[str, Any] | None:
+def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
     """A plotly bar per block (distance of the answer without it from the baseline) with the
     baseline's own spread as a band; None until something is measured."""
-    bars = [(e["variant"].target_key, e["effect"]["distance"]) for e in turn["variants"] if e.get("effect")]
+    bars = [(e["variant"].target_key, eff["distance"]) for e in turn["variants"] if (eff := e.get("effect"))]
     if not bars:
         return None
     import plotly.graph_objects as go
@@ -165,13 +159,13 @@ def loo_figure(*, turn: dict[str, Any]) -> dict[str, Any] | None:
     return fig.to_plotly_json()
 
 
-def run_compare(*, job: ReplayJob, run: ReplayRun) -> dict[str, Any]:
+def run_compare(*, job: ReplayJob, run: ReplayRun) -> RunComparison:
     """RUN beside the original answer and beside the first baseline sample of its turn."""
     variant = run.variant
-    snap = ingest_selectors.snapshot_by_uuid(project=job.project, snapshot_id=variant.snapshot_uuid)
+    snap = ingest_selectors.snapshot_ref_by_uuid(project=job.project, snapshot_id=variant.snapshot_uuid)
     # For the page: a NUL or an unpaired surrogate of the saved answer shown visibly (UTF-8
     # cannot carry the second).
-    original = pgtext.shown((snap.output if snap else None) or {})
+    original = snap.output_shown() if snap else {}
     baseline = (
         ReplayRun.objects.filter(
             job=job,

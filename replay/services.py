@@ -21,9 +21,11 @@ from core import secrets
 from core.models import Project
 from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
+from ingest.types import StoredBlock, TimelineRow
 from replay import ablation, endpoints
 from replay.errors import EndpointError, NotFound, ReplayError, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+from replay.types import ChatRequest, PlanEstimate, SkippedTurn
 
 logger = logging.getLogger(__name__)
 
@@ -148,12 +150,6 @@ def endpoint_set_default(*, endpoint: ModelEndpoint) -> None:
         ModelEndpoint.objects.filter(pk=endpoint.pk).update(is_default=True)
 
 
-def endpoint_delete(*, endpoint: ModelEndpoint) -> None:
-    if endpoint.jobs.exists():
-        raise EndpointError("this endpoint has replay jobs; it cannot be deleted")
-    endpoint.delete()
-
-
 def _api_key(endpoint: ModelEndpoint) -> str:
     try:
         return secrets.decrypt(endpoint.api_key_encrypted, what="the stored API key")
@@ -194,7 +190,7 @@ class PlannedSnapshot:
     snapshot_uuid: uuid.UUID
     session_id: str
     turn: int
-    blocks: list[dict[str, Any]]
+    blocks: list[StoredBlock]
     plans: list[ablation.VariantPlan]
 
 
@@ -205,10 +201,10 @@ class JobPlan:
     samples: int
     params: dict[str, Any]
     snapshots: list[PlannedSnapshot]
-    skipped: list[dict[str, Any]]
+    skipped: list[SkippedTurn]
 
     @property
-    def estimate(self) -> dict[str, Any]:
+    def estimate(self) -> PlanEstimate:
         calls = tokens = 0
         for s in self.snapshots:
             e = ablation.estimate(s.plans, s.blocks)
@@ -223,7 +219,7 @@ class JobPlan:
         }
 
 
-def _turn_matches(row: dict[str, Any], flt: dict[str, Any]) -> bool:
+def _turn_matches(row: TimelineRow, flt: dict[str, Any]) -> bool:
     if flt.get("min_watermark") is not None and row["watermark"] < float(flt["min_watermark"]):
         return False
     if flt.get("tier") and row["tier"] != flt["tier"]:
@@ -236,13 +232,13 @@ def _turn_matches(row: dict[str, Any], flt: dict[str, Any]) -> bool:
 def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[int, uuid.UUID, str, int]]:
     """(snapshot_ref, uuid, session_id, turn) of the turns SPEC names, in session/turn order."""
     if spec.get("snapshot_id"):
-        snap = ingest_selectors.snapshot_by_uuid(project=project, snapshot_id=spec["snapshot_id"])
+        snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=spec["snapshot_id"])
         if snap is None:
             raise NotFound("no such snapshot in this project")
         # A session_id given too names the snapshot's session: a mismatch is a wrong reference.
         if spec.get("session_id") and str(spec["session_id"]) != snap.session_id:
             raise NotFound("no such snapshot in that session")
-        return [(snap.id, snap.snapshot_id, snap.session_id, snap.turn)]
+        return [(snap.ref, snap.snapshot_id, snap.session_id, snap.turn)]
     flt = spec.get("filter")
     if flt is None:
         flt = {}
@@ -308,7 +304,7 @@ def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
         project_id=project.pk, snapshot_refs=[t[0] for t in targets]
     )
     planned: list[PlannedSnapshot] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[SkippedTurn] = []
     for ref, sid, session_id, turn in targets:
         blocks = blocks_by_ref.get(ref) or []
         vkind = "custom" if kind == "batch" else kind
@@ -620,12 +616,12 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     )
 
 
-def replay_run_request(*, project: Project, variant: ReplayVariant) -> dict[str, Any]:
+def replay_run_request(*, project: Project, variant: ReplayVariant) -> ChatRequest:
     """The request VARIANT sends: the saved blocks with its operations, the saved parameters."""
-    snap = ingest_selectors.snapshot_by_uuid(project=project, snapshot_id=variant.snapshot_uuid)
+    snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=variant.snapshot_uuid)
     if snap is None:
         raise VariantError("the snapshot of this variant is gone")
-    blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snap.id)
+    blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snap.ref)
     return ablation.render_request(ablation.apply_operations(blocks, variant.operations), snap.params)
 
 

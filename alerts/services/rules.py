@@ -18,8 +18,8 @@ from alerts import selectors
 from alerts.errors import InvalidRule
 from alerts.models import Alert, AlertRule
 from alerts.services.episodes import session_alert_counts_refresh, session_locks_take
-from ingest import selectors as ingest_selectors
 from core.models import Project
+from ingest import selectors as ingest_selectors
 
 logger = logging.getLogger(__name__)
 

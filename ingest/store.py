@@ -1,0 +1,513 @@
+"""The snapshot store: how a batch of validated snapshots is written, private to ingest.
+
+Only ingest.services calls it. Snapshots and their child rows are COPYed (several times cheaper than
+INSERT for this row shape); each COPY's column list is the field list of one row type below, so
+the columns and the values written to them cannot drift apart, and a test compares each list with
+the model's columns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple, TypedDict
+
+import psycopg
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from core import pgtext
+from core.models import Project
+from ctxobs.wire import TIERS
+from ingest import derive
+from ingest.models import block_flags
+from ingest.signals import snapshots_stored
+from ingest.types import BlockChange
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PreparedSnapshot:
+    """A validated snapshot with what ingest derived from it, ready to store."""
+
+    index: int
+    snap: dict[str, Any]
+    blocks: list[dict[str, Any]]  # the validated blocks, with hash, message_hashes, tokens, estimated
+    total: int
+    watermark: float
+    tier: str
+    kind_tokens: dict[str, int]
+    counts_estimated: bool
+    encoding: str
+    drift: float | None
+    ref: int = 0  # Snapshot.id
+    session_ref: int = 0
+    change: BlockChange | None = None  # set by _derive_changes before the row is written
+    prev_turn: int | None = None
+
+
+class _KnownHashes:
+    """Content hashes this process has seen committed, so repeats skip the existence check.
+
+    Entries are added only after the commit that stored them, so a rolled-back batch can
+    never leave a reference to content that is not there. Bounded: cleared when full.
+    """
+
+    def __init__(self, maxsize: int = 400_000) -> None:
+        self.maxsize = maxsize
+        self._set: set[tuple[int, str]] = set()
+
+    def unknown(self, project_id: int, hashes: Any) -> list[str]:
+        return [h for h in hashes if (project_id, h) not in self._set]
+
+    def add(self, project_id: int, hashes: Any) -> None:
+        if len(self._set) > self.maxsize:
+            self._set.clear()
+        self._set.update((project_id, h) for h in hashes)
+
+
+_known_blocks = _KnownHashes()
+_known_messages = _KnownHashes()
+
+
+def _j(value: Any) -> str:
+    return pgtext.json_dumps(value)
+
+
+def _text_array(values: list[str]) -> str:
+    """A PostgreSQL text[] literal: psycopg adapts Python lists element by element in Python,
+    which cost more than the rest of the snapshot row."""
+    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
+
+
+def _plain_array(values: list[Any]) -> str:
+    """A PostgreSQL array literal of numbers or hex hashes (nothing to quote)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+_STORE_ATTEMPTS = 3
+
+
+def snapshots_store(*, project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
+    """Store PREPARED in one transaction, skipping snapshot ids already stored; {snapshot_id:
+    Snapshot.id} of those created. Retried when a concurrent batch stored one of them meanwhile."""
+    for attempt in range(1, _STORE_ATTEMPTS + 1):
+        try:
+            return _store_once(project, prepared)
+        except (IntegrityError, psycopg.IntegrityError):
+            # Snapshots are COPYed, which has no ON CONFLICT: a snapshot_id that a concurrent batch
+            # committed after this one's duplicate check fails the whole transaction. Run again and
+            # the duplicate check reports it.
+            if attempt == _STORE_ATTEMPTS:
+                raise
+            logger.info("ingest.batch_retry project_id=%s attempt=%d reason=concurrent_duplicate",
+                        project.pk, attempt)
+    raise AssertionError("unreachable")
+
+
+class SnapshotRow(NamedTuple):
+    """One ingest_snapshot row, in COPY column order (the field names are the columns)."""
+
+    project_id: int
+    id: int
+    snapshot_id: str
+    session_ref: int
+    session_id: str
+    turn: int
+    agent: str
+    ts: datetime
+    received_at: datetime
+    model_name: str
+    context_window: int
+    reserve_tokens: int
+    encoding: str
+    counts_estimated: bool
+    params: str
+    tags: str
+    total_tokens: int
+    watermark: float
+    tier: str
+    kind_tokens: str
+    n_blocks: int
+    n_compression: int
+    n_recall: int
+    n_recall_injected: int
+    n_validation: int
+    n_validation_failed: int
+    retries: int
+    fallback_used: bool
+    output: str | None
+    prompt_tokens_reported: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    latency_ms: float | None
+    count_drift: float | None
+    prev_turn: int | None
+    change: str
+    block_keys: str
+    block_kinds: str
+    block_hashes: str
+    block_tokens: str
+    block_flags: str
+    block_refs: str | None
+
+
+class CompressionRow(NamedTuple):
+    project_id: int
+    snapshot_ref: int
+    position: int
+    ts: datetime
+    strategy: str
+    block: str
+    tokens_before: int | None
+    tokens_after: int | None
+    watermark: float | None
+    items: str
+    ref: str
+
+
+class RecallRow(NamedTuple):
+    project_id: int
+    snapshot_ref: int
+    position: int
+    memory_id: str
+    channel: str
+    score: float | None
+    rank: int | None
+    injected: bool
+    stale: bool
+    conflicting: bool
+    block: str
+    preview: str
+
+
+class ValidationRow(NamedTuple):
+    project_id: int
+    snapshot_ref: int
+    position: int
+    layer: str
+    check: str
+    passed: bool
+    code: str
+    message: str
+    attempt: int
+
+
+# The columns each COPY writes, in row order: the fields of its row type.
+COPY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ingest_snapshot": SnapshotRow._fields,
+    "ingest_compressionevent": CompressionRow._fields,
+    "ingest_recallitem": RecallRow._fields,
+    "ingest_validationoutcome": ValidationRow._fields,
+}
+
+
+def copy_sql(table: str, columns: tuple[str, ...]) -> str:
+    """The COPY statement for TABLE's COLUMNS (quoted: `check` is a reserved word)."""
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    return f"COPY {table} ({quoted}) FROM STDIN"
+
+
+_COPY_SQL = {table: copy_sql(table, columns) for table, columns in COPY_COLUMNS.items()}
+
+
+def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
+    s = p.snap
+    out = s["output"]
+    usage = out["usage"] if out else {}
+    model = s["model"]
+    blocks = p.blocks
+    refs = [b["refs"] for b in blocks] if any(b["refs"] for b in blocks) else None
+    return SnapshotRow(
+        project_id=pid, id=p.ref, snapshot_id=s["snapshot_id"], session_ref=p.session_ref,
+        session_id=s["session_id"], turn=s["turn"], agent=s["agent"], ts=s["ts"], received_at=now,
+        model_name=model["name"], context_window=model["context_window"],
+        reserve_tokens=model["reserve_tokens"], encoding=p.encoding, counts_estimated=p.counts_estimated,
+        params=_j(s["params"]), tags=_j(s["tags"]), total_tokens=p.total, watermark=p.watermark,
+        tier=p.tier, kind_tokens=_j(p.kind_tokens), n_blocks=len(blocks),
+        n_compression=len(s["compression"]), n_recall=len(s["recall"]),
+        n_recall_injected=sum(1 for r in s["recall"] if r["injected"]), n_validation=len(s["validation"]),
+        n_validation_failed=sum(1 for v in s["validation"] if not v["passed"]), retries=s["retries"],
+        fallback_used=s["fallback_used"], output=_j(out) if out is not None else None,
+        prompt_tokens_reported=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+        cached_tokens=usage.get("cached_tokens"), latency_ms=out.get("latency_ms") if out else None,
+        count_drift=p.drift, prev_turn=p.prev_turn, change=_j(p.change or {}),
+        block_keys=_text_array([b["key"] for b in blocks]),
+        block_kinds=_text_array([b["kind"] for b in blocks]),
+        block_hashes=_plain_array([b["hash"] for b in blocks]),
+        block_tokens=_plain_array([b["tokens"] for b in blocks]),
+        block_flags=_plain_array([block_flags(estimated=b["estimated"], pinned=b["pinned"],
+                                              compressed=b["compressed"]) for b in blocks]),
+        block_refs=_j(refs) if refs is not None else None,
+    )
+
+
+def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
+    pid = project.pk
+    now = timezone.now()
+    # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
+    with transaction.atomic(), connection.wrap_database_errors:
+        raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
+        # Parameters bound server-side: the batch's arrays and JSON travel apart from the SQL text
+        # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.
+        cur = psycopg.Cursor(raw.connection)
+
+        # 1. Duplicates already stored (a resend) are never stored twice; ids for the rest, in the
+        #    same round trip (a few may go unused, as sequences allow).
+        cur.execute(
+            """
+            SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
+                         WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[])),
+                   ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
+            """,
+            [pid, [p.snap["snapshot_id"] for p in prepared], len(prepared)],
+        )
+        row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        existing_ids, new_ids = row
+        existing = set(existing_ids)
+        fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
+        if not fresh:
+            return {}
+        for p, ref in zip(fresh, new_ids, strict=False):
+            p.ref = ref
+
+        # 2. Sessions: upsert with their aggregates (commutative, so arrival order does not matter).
+        #    The upsert locks each session row; that serialises concurrent batches of one session so
+        #    the turn-to-turn diffs see a stable order, and sorted ids avoid deadlocks between them.
+        by_session: dict[str, list[PreparedSnapshot]] = defaultdict(list)
+        for p in fresh:
+            by_session[p.snap["session_id"]].append(p)
+        # Columns: session id, agent, model, first seen, last seen, max tier; then turns, max turn,
+        # max watermark, failed validations, compression events.
+        text_cols: tuple[list[str], ...] = ([], [], [], [], [], [])
+        num_cols: tuple[list[Any], ...] = ([], [], [], [], [])
+        for sid in sorted(by_session):
+            ps = by_session[sid]
+            latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
+            for col, text in zip(text_cols, (
+                sid, latest.snap["agent"], latest.snap["model"]["name"],
+                min(p.snap["ts"] for p in ps).isoformat(), latest.snap["ts"].isoformat(),
+                TIERS[max(TIERS.index(p.tier) for p in ps)],
+            ), strict=True):
+                col.append(text)
+            for col, num in zip(num_cols, (
+                len(ps), max(p.snap["turn"] for p in ps), max(p.watermark for p in ps),
+                sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
+                sum(len(p.snap["compression"]) for p in ps),
+            ), strict=True):
+                col.append(num)
+        cur.execute(
+            """
+            INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
+                first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
+                alert_count)
+            SELECT %s, x.session_id, x.agent, x.model, x.n, x.max_turn, x.first_seen, x.last_seen,
+                x.max_watermark, x.max_tier, x.failed, x.compressions, 0
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                %s::int[], %s::int[], %s::float8[], %s::int[], %s::int[])
+                AS x(session_id, agent, model, first_seen, last_seen, max_tier, n, max_turn, max_watermark,
+                     failed, compressions)
+            ORDER BY x.session_id
+            ON CONFLICT (project_id, session_id) DO UPDATE SET
+                turn_count = s.turn_count + EXCLUDED.turn_count,
+                max_turn = GREATEST(s.max_turn, EXCLUDED.max_turn),
+                first_seen = LEAST(s.first_seen, EXCLUDED.first_seen),
+                agent = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.agent = ''
+                             THEN EXCLUDED.agent ELSE s.agent END,
+                model = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.model = ''
+                             THEN EXCLUDED.model ELSE s.model END,
+                last_seen = GREATEST(s.last_seen, EXCLUDED.last_seen),
+                max_watermark = GREATEST(s.max_watermark, EXCLUDED.max_watermark),
+                max_tier = CASE
+                    WHEN array_position(ARRAY['ok','warn','compress','force','break'], EXCLUDED.max_tier)
+                         > array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier)
+                    THEN EXCLUDED.max_tier ELSE s.max_tier END,
+                failed_validations = s.failed_validations + EXCLUDED.failed_validations,
+                compression_events = s.compression_events + EXCLUDED.compression_events
+            RETURNING id, session_id
+            """,
+            [pid, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
+        )
+        session_refs = {sid: ref for ref, sid in cur.fetchall()}
+        for p in fresh:
+            p.session_ref = session_refs[p.snap["session_id"]]
+
+        # 3. Turn-to-turn change, correct for late and repeated turns.
+        updates = _derive_changes(cur, pid, fresh)
+
+        # 4. Snapshots, by COPY. Their ids are new; a snapshot_id stored meanwhile fails the COPY
+        #    (see snapshots_store).
+        with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
+            for p in fresh:
+                copy.write_row(_snapshot_row(pid, now, p))
+
+        # 5. Block contents and their messages, each stored once per project under its hash. Hashes
+        #    this process saw committed skip the database; for the rest, the insert itself tells which
+        #    blocks are new, and only their messages are sent.
+        contents: dict[str, tuple[dict[str, Any], str]] = {}
+        for p in fresh:
+            for b in p.blocks:
+                if b["hash"] not in contents:
+                    contents[b["hash"]] = (b, p.encoding)
+        maybe_new = sorted(_known_blocks.unknown(pid, contents))
+        new_blocks: list[str] = []
+        if maybe_new:
+            rows = [contents[h] for h in maybe_new]
+            cur.execute(
+                """
+                INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,
+                    created_at)
+                SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s
+                FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
+                    AS x(hash, mh, chars, tokens, encoding)
+                ON CONFLICT (project_id, hash) DO NOTHING
+                RETURNING hash
+                """,
+                [pid, now, _plain_array(maybe_new),
+                 _text_array([",".join(b["message_hashes"]) for b, _ in rows]),
+                 _plain_array([b["chars"] for b, _ in rows]), _plain_array([b["tokens"] for b, _ in rows]),
+                 _text_array([enc for _, enc in rows])],
+            )
+            new_blocks = [r[0] for r in cur.fetchall()]
+        messages: dict[str, dict[str, Any]] = {}
+        for h in new_blocks:
+            b = contents[h][0]
+            # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
+            # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
+            verbatim = b["verbatim"]
+            for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
+                if mh not in messages:
+                    messages[mh] = m if verbatim else pgtext.escape_message(m)
+        new_messages = sorted(_known_messages.unknown(pid, messages))
+        if new_messages:
+            cur.execute(
+                """
+                INSERT INTO ingest_messagecontent (project_id, hash, message)
+                SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
+                ON CONFLICT (project_id, hash) DO NOTHING
+                """,
+                [pid, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
+                                        checked=True)],
+            )
+
+        # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
+        if any(p.snap["compression"] for p in fresh):
+            with raw.copy(_COPY_SQL["ingest_compressionevent"]) as copy:
+                for p in fresh:
+                    for pos, c in enumerate(p.snap["compression"]):
+                        copy.write_row(CompressionRow(
+                            project_id=pid, snapshot_ref=p.ref, position=pos, ts=p.snap["ts"],
+                            strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
+                            tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
+                            ref=pgtext.escape_text(c["ref"])))
+        if any(p.snap["recall"] for p in fresh):
+            with raw.copy(_COPY_SQL["ingest_recallitem"]) as copy:
+                for p in fresh:
+                    for pos, r in enumerate(p.snap["recall"]):
+                        copy.write_row(RecallRow(
+                            project_id=pid, snapshot_ref=p.ref, position=pos, memory_id=r["memory_id"],
+                            channel=r["channel"], score=r["score"], rank=r["rank"], injected=r["injected"],
+                            stale=r["stale"], conflicting=r["conflicting"], block=r["block"],
+                            preview=pgtext.escape_text(r["preview"])))
+        if any(p.snap["validation"] for p in fresh):
+            with raw.copy(_COPY_SQL["ingest_validationoutcome"]) as copy:
+                for p in fresh:
+                    for pos, v in enumerate(p.snap["validation"]):
+                        copy.write_row(ValidationRow(
+                            project_id=pid, snapshot_ref=p.ref, position=pos, layer=v["layer"],
+                            check=v["check"], passed=v["passed"], code=v["code"],
+                            message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
+
+        # 7. Existing turns whose predecessor changed because an earlier turn arrived late.
+        if updates:
+            cur.execute(
+                """
+                UPDATE ingest_snapshot s SET prev_turn = x.prev_turn, change = x.change
+                FROM jsonb_to_recordset(%s::jsonb) AS x(id bigint, prev_turn int, change jsonb)
+                WHERE s.project_id = %s AND s.id = x.id
+                """,
+                [_j(updates), pid],
+            )
+
+        refs = [p.ref for p in fresh]
+        block_keys, message_keys = list(contents), list(messages)
+        snapshots_stored.send(sender=Project, project_id=pid, snapshot_refs=refs)
+
+        def _committed() -> None:
+            _known_blocks.add(pid, block_keys)
+            _known_messages.add(pid, message_keys)
+
+        transaction.on_commit(_committed)
+    return {p.snap["snapshot_id"]: p.ref for p in fresh}
+
+
+class _ChangeUpdate(TypedDict):
+    id: int | None
+    prev_turn: int | None
+    change: BlockChange
+
+
+def _derive_changes(cur: Any, pid: int, fresh: list[PreparedSnapshot]) -> list[_ChangeUpdate]:
+    """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them."""
+    by_ref: dict[int, list[PreparedSnapshot]] = defaultdict(list)
+    for p in fresh:
+        by_ref[p.session_ref].append(p)
+    refs, los, his = [], [], []
+    for ref, ps in by_ref.items():
+        refs.append(ref)
+        los.append(min(p.snap["turn"] for p in ps))
+        his.append(max(p.snap["turn"] for p in ps))
+    # The stored neighbourhood of the new turns, with their blocks: from the last stored turn before
+    # the earliest new one to the first stored turn after the latest new one.
+    cur.execute(
+        """
+        WITH b(session_ref, lo, hi) AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]))
+        SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
+               s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens FROM b
+        JOIN LATERAL (
+            SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
+            FROM ingest_snapshot s
+            WHERE s.project_id = %s AND s.session_ref = b.session_ref
+              AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
+                                      AND x.session_ref = b.session_ref AND x.turn < b.lo), b.lo)
+              AND s.turn <= COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
+                                      AND x.session_ref = b.session_ref AND x.turn > b.hi), b.hi)
+        ) s ON true
+        """,
+        [refs, los, his, pid, pid, pid],
+    )
+    # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks
+    # or a new turn.
+    Entry = tuple[int, datetime, str, int | None, "PreparedSnapshot | None", list[derive.BlockRef] | None]
+    lines: dict[int, list[Entry]] = defaultdict(list)
+    for sid, sref, turn, ts, snap_uuid, keys, kinds, hashes, tokens in cur.fetchall():
+        stored = list(map(derive.BlockRef, keys, kinds, hashes, tokens))
+        lines[sref].append((turn, ts, snap_uuid, sid, None, stored))
+    for p in fresh:
+        lines[p.session_ref].append((p.snap["turn"], p.snap["ts"], p.snap["snapshot_id"], None, p, None))
+    updates: list[_ChangeUpdate] = []
+    for line in lines.values():
+        line.sort(key=lambda e: (e[0], e[1], e[2]))
+        prev_blocks: list[derive.BlockRef] | None = None
+        prev_turn: int | None = None
+        prev_is_new = False
+        for turn, _ts, _u, stored_id, new, stored_blocks in line:
+            if new is not None:
+                cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"])
+                              for b in new.blocks]
+                # The first entry of the line may be a new turn with nothing stored before it.
+                new.change = derive.block_change(prev_blocks, cur_blocks, prev_turn)
+                new.prev_turn = prev_turn
+                prev_is_new = True
+            else:
+                cur_blocks = stored_blocks or []
+                if prev_is_new:
+                    updates.append({"id": stored_id, "prev_turn": prev_turn,
+                                    "change": derive.block_change(prev_blocks, cur_blocks, prev_turn)})
+                prev_is_new = False
+            prev_blocks, prev_turn = cur_blocks, turn
+    return updates

@@ -1,0 +1,117 @@
+"""What crosses replay's modules: operations on a saved context, a job's plan and its results.
+
+TypedDicts, not classes: operations travel as JSON (the API, ReplayVariant.operations) and the
+result rows are rendered key by key by the pages and the read API, exactly as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+from ingest.types import Message, SnapshotRef
+
+if TYPE_CHECKING:
+    # Only for annotations: replay.ablation, which uses these types, stays ORM-free.
+    from replay.models import ReplayRun, ReplayVariant
+
+
+class Operation(TypedDict, total=False):
+    """One operation on a block list (see replay.ablation): `op` and the fields it needs."""
+
+    op: str  # remove | move | truncate | replace | keep_only
+    key: str
+    to: str
+    anchor: str
+    tokens: int
+    text: str
+    keys: list[str]
+
+
+class VariantBlock(TypedDict, total=False):
+    """A block of a variant's context: a stored block (ingest.types.StoredBlock), with `tokens`
+    None and `modified` set once an operation changed its messages."""
+
+    key: str
+    kind: str
+    messages: list[Message]
+    tokens: int | None
+    modified: bool
+
+
+class ChatRequest(TypedDict, total=False):
+    """A chat request rebuilt from a saved turn: its saved parameters plus `messages`."""
+
+    messages: list[Message]
+
+
+class SkippedTurn(TypedDict):
+    """A turn a job leaves out because its variant does not apply to it."""
+
+    snapshot_id: str
+    session_id: str
+    turn: int
+    reason: str
+
+
+class PlanEstimate(TypedDict):
+    model_calls: int
+    prompt_tokens: int
+    snapshots: int
+    variants: int
+    skipped: int
+
+
+class VariantResult(TypedDict):
+    """A variant of one turn with its runs and, once measured, its effect against the baseline."""
+
+    variant: ReplayVariant
+    runs: list[ReplayRun]
+    run: NotRequired[ReplayRun | None]
+    effect: NotRequired[dict[str, Any] | None]  # replay.diff.effect
+    tool_calls_match: NotRequired[bool | None]
+    changed: NotRequired[bool | None]
+    prompt_tokens_delta: NotRequired[int | None]
+
+
+class TurnResult(TypedDict):
+    """One replayed turn: its baseline samples, their spread (the noise floor), its variants."""
+
+    snapshot_ref: int
+    snapshot_uuid: uuid.UUID
+    session_id: str
+    turn: int
+    baseline: VariantResult | None
+    variants: list[VariantResult]
+    noise: NotRequired[dict[str, Any]]  # replay.diff.noise_floor
+    baseline_done: NotRequired[int]
+    baseline_runs: NotRequired[list[ReplayRun]]
+
+
+class VariantSummary(TypedDict):
+    """One variant label over the turns of a many-turn job."""
+
+    label: str
+    turns: int
+    measured: int
+    changed: int
+    exact: int
+
+
+class JobResults(TypedDict):
+    turns: list[TurnResult]
+    summary: list[VariantSummary]
+    failures: list[ReplayRun]
+    variants: list[ReplayVariant]
+    runs: list[ReplayRun]
+
+
+class RunComparison(TypedDict):
+    """A run beside the original answer of its turn and beside the first baseline sample."""
+
+    snapshot: SnapshotRef | None
+    original: dict[str, Any]  # the saved answer, as a page shows it
+    baseline: ReplayRun | None
+    vs_original: dict[str, Any] | None  # replay.diff.compare
+    vs_baseline: dict[str, Any] | None
+    variant: ReplayVariant

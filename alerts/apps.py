@@ -9,9 +9,11 @@ class AlertsConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_save
 
-        from alerts import receivers
+        from alerts import receivers, selectors
+        from core import registry
         from core.models import Project
         from ingest.signals import snapshots_stored
 
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
+        registry.session_markers_add("alerts", selectors.session_alert_markers)
         post_save.connect(receivers.on_project_saved, sender=Project, dispatch_uid="alerts.default_rules")

@@ -7,6 +7,7 @@ pyproject.toml).
 - Turn page extensions: a partial template rendered on a turn's page, with the page's context
   (project, membership, snapshot, blocks…) and whatever its context provider adds.
 - The local model server that `manage.py ctxobs_up` starts for the demo project.
+- Session markers: events another app pins on a session's timeline (alerts' fired alerts).
 """
 
 from __future__ import annotations
@@ -81,3 +82,20 @@ def project_data_check_add(name: str, check: Callable[[Project], bool]) -> None:
 
 def project_has_data(project: Project) -> bool:
     return any(check(project) for check in _has_data.values())
+
+
+# Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
+# turn, rule_kind, severity, title and alert_id (the timeline's alert markers).
+SessionMarkers = Callable[..., list[dict[str, Any]]]
+_session_markers: dict[str, SessionMarkers] = {}
+
+
+def session_markers_add(name: str, provider: SessionMarkers) -> None:
+    _session_markers[name] = provider
+
+
+def session_markers(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for provider in _session_markers.values():
+        out.extend(provider(project_id=project_id, session_ref=session_ref))
+    return out

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from datetime import UTC, date, datetime, time
-from importlib import import_module
 from typing import Any, cast
 
-from django.conf import settings
 from django.db import connection, transaction
 
-from core import textdiff
+from core import registry, textdiff
 from core.models import Project
 from ctxobs.wire import occurrence_keys
 from ingest import derive, selectors
@@ -53,16 +51,10 @@ TURN_TABLE_FIELDS = (
 )
 
 
-def alerts_enabled() -> bool:
-    return "alerts" in settings.INSTALLED_APPS
-
-
 def session_alerts(*, project_id: int, session_ref: int) -> list[AlertMarker]:
     """Alert markers of a session (turn, rule_kind, severity, title, alert_id); [] without alerts."""
-    if not alerts_enabled():
-        return []
-    mod = import_module("alerts.selectors")
-    return list(mod.session_alert_markers(project_id=project_id, session_ref=session_ref))
+    # Provided by the alerts app when installed (core.registry), so ingest never imports it.
+    return cast(list[AlertMarker], registry.session_markers(project_id=project_id, session_ref=session_ref))
 
 
 def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dict[int, list[float]]:

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,11 +23,6 @@ def test_the_layers_and_the_sdk_contract_hold() -> None:
     assert "Contracts: 2 kept, 0 broken." in result.stdout, result.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="alerts.selectors still imports ingest.models (raw SQL on ingest tables); the alerts work "
-    "moving it behind ingest.selectors lifts this",
-)
 def test_every_contract_holds() -> None:
     result = lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr

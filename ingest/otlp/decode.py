@@ -102,6 +102,10 @@ def decode_traces_protobuf(body: bytes) -> Decoded:
     try:
         req.ParseFromString(body)
     except DecodeError as exc:
+        if _looks_like_logs(body):
+            raise MalformedExport(
+                "this is an OTLP logs export (ExportLogsServiceRequest): send it to /v1/logs"
+            ) from None
         raise MalformedExport(f"body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}") from None
     out = Decoded()
     for ri, rs in enumerate(req.resource_spans):
@@ -173,6 +177,10 @@ def decode_logs_protobuf(body: bytes) -> Decoded:
     try:
         req.ParseFromString(body)
     except DecodeError as exc:
+        if _looks_like_traces(body):
+            raise MalformedExport(
+                "this is an OTLP traces export (ExportTraceServiceRequest): send it to /v1/traces"
+            ) from None
         raise MalformedExport(f"body is not an OTLP ExportLogsServiceRequest in protobuf: {exc}") from None
     out = Decoded()
     for rl in req.resource_logs:

@@ -118,7 +118,8 @@ def _export(
     response: Callable[[OtlpResult], Any],
     rejected_field: str,
 ) -> HttpResponse:
-    encoding = PROTOBUF
+    # Refusals are answered in the request's encoding; an unknown one gets JSON.
+    encoding = JSON
     try:
         encoding = _encoding(request)
         caller = request.auth  # type: ignore[attr-defined]
@@ -167,78 +168,20 @@ def _camel(name: str) -> str:
     return head + "".join(w.title() for w in rest)
 
 
-_ANY_VALUE: dict[str, Any] = {
+_STATUS_JSON: dict[str, Any] = {
     "type": "object",
-    "properties": {
-        "stringValue": {"type": "string"},
-        "boolValue": {"type": "boolean"},
-        "intValue": {"oneOf": [{"type": "integer"}, {"type": "string", "pattern": "^-?[0-9]{1,18}$"}]},
-        "doubleValue": {"type": "number"},
-    },
+    "required": ["detail"],
+    "properties": {"detail": {"type": "string"}, "code": {"type": "integer"}, "message": {"type": "string"}},
 }
-_ATTRIBUTES: dict[str, Any] = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "required": ["key"],
-        "properties": {"key": {"type": "string"}, "value": _ANY_VALUE},
-    },
-}
-_NANOS: dict[str, Any] = {
-    "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]{1,19}$"}]
-}
-_RESOURCE: dict[str, Any] = {"type": "object", "properties": {"attributes": _ATTRIBUTES}}
 
 
 def _body_schema(kind: str) -> dict[str, Any]:
-    if kind == "traces":
-        item: dict[str, Any] = {
-            "type": "object",
-            "required": ["traceId", "spanId"],
-            "properties": {
-                "traceId": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
-                "spanId": {"type": "string", "pattern": "^[0-9a-fA-F]{16}$"},
-                "parentSpanId": {"type": "string", "pattern": "^([0-9a-fA-F]{16})?$"},
-                "name": {"type": "string"},
-                "startTimeUnixNano": _NANOS,
-                "endTimeUnixNano": _NANOS,
-                "attributes": _ATTRIBUTES,
-            },
-        }
-        outer, inner, items = "resourceSpans", "scopeSpans", "spans"
-    else:
-        item = {
-            "type": "object",
-            "properties": {
-                "traceId": {"type": "string", "pattern": "^([0-9a-fA-F]{32})?$"},
-                "spanId": {"type": "string", "pattern": "^([0-9a-fA-F]{16})?$"},
-                "eventName": {"type": "string"},
-                "timeUnixNano": _NANOS,
-                "attributes": _ATTRIBUTES,
-                "body": _ANY_VALUE,
-            },
-        }
-        outer, inner, items = "resourceLogs", "scopeLogs", "logRecords"
+    # The OTLP/JSON shape is defined by the OpenTelemetry protos; the schema names it rather than
+    # restating it (ids in hex, 64-bit integers as decimal strings or numbers).
+    outer = "resourceSpans" if kind == "traces" else "resourceLogs"
     return {
         "type": "object",
-        "properties": {
-            outer: {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "resource": _RESOURCE,
-                        inner: {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {items: {"type": "array", "items": item}},
-                            },
-                        },
-                    },
-                },
-            }
-        },
+        "description": f'OTLP/JSON Export{kind.title()}ServiceRequest: {{"{outer}": [...]}}',
     }
 
 
@@ -252,6 +195,16 @@ def _openapi(kind: str, rejected: str) -> dict[str, Any]:
             },
         },
         "responses": {
+            **{
+                str(code): {
+                    "description": "Refused: google.rpc.Status, in the request's encoding",
+                    "content": {
+                        PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                        JSON: {"schema": _STATUS_JSON},
+                    },
+                }
+                for code in (400, 413, 415, 429, 503)
+            },
             "200": {
                 "description": f"Export{kind.title()}ServiceResponse; partialSuccess lists the refused count",
                 "content": {

@@ -239,3 +239,43 @@ def test_a_details_log_record_becomes_a_snapshot(client: Client, project: Projec
     assert [b["kind"] for b in full["blocks"]] == ["system", "tools", "user"]
     resp = post(client, LOGS, logs_json(req), ingest_key, ctype="application/json")
     assert resp.status_code == 200 and resp.json() == {}
+
+
+def test_the_turn_page_says_when_the_context_arrived_incomplete(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from ingest.models import Membership
+
+    attrs = genai_chat_attributes(conversation="redacted-conv")
+    attrs["gen_ai.input.messages"] = (
+        '[{"role": "user", "parts": [{"type": "text", "content": "__REDACTED__"}]}]'
+    )
+    bare = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.conversation.id": "bare-conv",
+        "gen_ai.usage.input_tokens": 321,
+    }
+    spans = recorded_spans(("chat", attrs), ("chat", bare))
+    assert post(client, TRACES, traces_protobuf(spans), ingest_key).status_code == 200
+    user = get_user_model().objects.create_user("viewer", password="pw-123456789")
+    Membership.objects.create(project=project, user=user, role="viewer")
+    client.force_login(user)
+
+    page = client.get(reverse("ingest:turn", args=[project.pk, "redacted-conv", 0]))
+    assert page.status_code == 200
+    assert "The context of this turn is incomplete" in page.content.decode()
+    assert "redacted" in page.content.decode()
+
+    page = client.get(reverse("ingest:turn", args=[project.pk, "bare-conv", 0]))
+    text = page.content.decode()
+    assert "The context of this turn is incomplete" in text and "content capture is off" in text
+    assert stored(project, spans[1])["derived"]["total_tokens"] == 321
+
+    complete = recorded_spans(("chat", genai_chat_attributes(conversation="full-conv")))
+    assert post(client, TRACES, traces_protobuf(complete), ingest_key).status_code == 200
+    page = client.get(reverse("ingest:turn", args=[project.pk, "full-conv", 0]))
+    assert page.status_code == 200 and "incomplete" not in page.content.decode()

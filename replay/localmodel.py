@@ -230,7 +230,7 @@ def _part_text(part: Any) -> str:
     if ptype == "input_audio":
         return "[audio input]"
     if ptype == "file":
-        f = part.get("file") if isinstance(part.get("file"), dict) else {}
+        f: dict[str, Any] = part["file"] if isinstance(part.get("file"), dict) else {}
         return f"[file: {f.get('filename') or f.get('file_id') or 'attached'}]"
     return json.dumps(part, ensure_ascii=False, sort_keys=True)
 
@@ -248,7 +248,7 @@ def _content_text(content: Any) -> str:
 def _call_text(call: Any) -> str:
     if not isinstance(call, dict):
         return f"[tool call: {call}]"
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
     args = fn.get("arguments")
     if not isinstance(args, str):
         args = json.dumps(args if args is not None else {}, ensure_ascii=False, sort_keys=True)

@@ -436,7 +436,7 @@ def _event_content(events: Iterable[Event | LogRecord], content: _Content) -> bo
                 msg["tool_call_id"] = str(body["id"])
             messages.append(msg)
         elif name == "gen_ai.choice" and output is None:
-            m = body.get("message") if isinstance(body.get("message"), dict) else {}
+            m: dict[str, Any] = body["message"] if isinstance(body.get("message"), dict) else {}
             c = m.get("content")
             output = {
                 "text": c if isinstance(c, str) else None,
@@ -456,7 +456,7 @@ def _event_calls(calls: Any) -> list[dict[str, Any]]:
     for c in calls if isinstance(calls, list) else []:
         if not isinstance(c, dict):
             continue
-        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
         out.append(
             {
                 "id": str(c.get("id") or ""),
@@ -786,7 +786,7 @@ def spans_to_snapshots(
         joined.setdefault((r.trace_id, r.span_id), []).append(r)
     out = []
     for s in sorted(innermost_model_calls(spans), key=lambda s: (s.start_ns, s.span_id)):
-        ancestors = []
+        ancestors: list[Span] = []
         p = by_id.get((s.trace_id, s.parent_span_id))
         while p is not None and len(ancestors) < 1000:
             ancestors.append(p)

@@ -45,7 +45,7 @@ def post(
         extra["HTTP_CONTENT_ENCODING"] = "gzip"
     for k, v in (headers or {}).items():
         extra["HTTP_" + k.upper().replace("-", "_")] = v
-    return client.post(path, data=body, content_type=ctype, **extra)
+    return client.post(path, data=body, content_type=ctype, **extra)  # type: ignore[arg-type]
 
 
 def status_message(resp: Any) -> str:
@@ -89,7 +89,8 @@ def test_protobuf_export_stores_each_model_call_span_as_a_snapshot(
     ]
     assert full["output"]["text"] == "Sunny."
     assert full["tags"]["ctxobs.source"] == "otlp"
-    assert selectors.session_get(project=project, session_id="conv-1").turn_count == 1
+    session = selectors.session_get(project=project, session_id="conv-1")
+    assert session is not None and session.turn_count == 1
 
 
 def test_re_exported_spans_are_stored_once(client: Client, project: Project, ingest_key: str) -> None:

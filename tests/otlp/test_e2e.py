@@ -23,7 +23,7 @@ from ingest.models import Project
 from replay import localmodel
 from tests.ctxobs.conftest import ApiServer
 
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -37,6 +37,10 @@ TOOLS = [
         },
     }
 ]
+
+
+# llama.cpp follows a named tool choice with a grammar; the small model would not call a tool otherwise.
+FORCE_TOOL: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 
 def get_weather(city: str) -> str:
@@ -76,7 +80,7 @@ def run_agent(client: openai.OpenAI, question: str) -> list[Any]:
         tools=TOOLS,
         max_tokens=40,
         temperature=0,  # type: ignore[arg-type]
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        tool_choice=FORCE_TOOL,
     )
     call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
     messages.append(first.choices[0].message.model_dump(exclude_none=True))
@@ -108,12 +112,8 @@ def test_an_instrumented_agent_exports_each_model_call_as_one_snapshot(
     assert session.turn_count == 2
     assert session.agent == "weather-agent"
     timeline, _ = selectors.session_timeline_turns(project=project, session=session)
-    snaps = [
-        selectors.snapshot_full(
-            snapshot=selectors.snapshot_by_uuid(project=project, snapshot_id=t["snapshot_id"])
-        )
-        for t in timeline
-    ]
+    stored = [selectors.snapshot_by_uuid(project=project, snapshot_id=t["snapshot_id"]) for t in timeline]
+    snaps = [selectors.snapshot_full(snapshot=s) for s in stored if s is not None]
     first, second = snaps
     assert [b["key"] for b in first["blocks"]] == ["system", "tools", "user"]
     assert [b["key"] for b in second["blocks"]] == ["system", "tools", "user", "tool_results"]

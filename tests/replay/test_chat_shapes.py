@@ -110,7 +110,7 @@ def test_the_local_server_answers_a_tool_exchange_with_every_message_in_the_prom
         }
     ]
 
-    def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    def prompt_tokens(messages: list[Any]) -> int:
         r = client.chat.completions.create(
             model="gemma-3-270m",
             messages=messages,

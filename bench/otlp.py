@@ -235,18 +235,14 @@ def main() -> None:
     span_batches = make_spans(args.batches, args.seed)
     otlp_bodies = [gzip.compress(encode_spans(b).SerializeToString(), compresslevel=5) for b in span_batches]
     snap_bodies = []
-    for body in otlp_bodies:
-        # The very snapshots the OTLP path stores, turns numbered as it numbers them, fresh ids.
+    for i, body in enumerate(otlp_bodies):
+        # The very snapshots the OTLP path stores (another project, so the same session ids),
+        # numbered as it numbers them.
         snaps = [snap for _, snap in spans_to_snapshots(decode_traces_protobuf(gzip.decompress(body)).spans)]
         for snap in snaps:
             snap["snapshot_id"] = str(uuid.uuid4())
-        snap_bodies.append(gzip.compress(json.dumps({"snapshots": snaps}).encode(), compresslevel=5))
-    for i, body in enumerate(snap_bodies):
-        data = json.loads(gzip.decompress(body))
-        for n, snap in enumerate(data["snapshots"]):
             snap["turn"] = i
-            snap["session_id"] = f"snap-{snap['session_id']}-{n}"
-        snap_bodies[i] = gzip.compress(json.dumps(data).encode(), compresslevel=5)
+        snap_bodies.append(gzip.compress(json.dumps({"snapshots": snaps}).encode(), compresslevel=5))
     print(
         f"OTLP {len(otlp_bodies[0]) / 1e6:.2f} MB per request, snapshots {len(snap_bodies[0]) / 1e6:.2f} MB",
         flush=True,

@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openinference.instrumentation.openai import OpenAIInstrumentor
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ingest.models import Project
 from replay import localmodel
@@ -53,3 +58,23 @@ def otlp_server(transactional_db: Any) -> Iterator[tuple[ApiServer, Project, str
         yield server, project, key
     finally:
         server.stop()
+
+
+@pytest.fixture
+def traced(
+    otlp_server: tuple[ApiServer, Project, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TracerProvider]:
+    """OpenInference's OpenAI instrumentation exporting with the standard exporter, configured
+    the documented way (OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_HEADERS)."""
+    server, _, key = otlp_server
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{server.url}/api/v1/otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{key}")
+    provider = TracerProvider(resource=Resource.create({"service.name": "weather-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield provider
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()

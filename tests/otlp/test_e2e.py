@@ -6,17 +6,11 @@ from storage: one snapshot, with its blocks, tools and output."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 from openinference.instrumentation import using_session
-from openinference.instrumentation.openai import OpenAIInstrumentor
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ingest import selectors
 from ingest.models import Project
@@ -45,26 +39,6 @@ FORCE_TOOL: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 def get_weather(city: str) -> str:
     return f"18C and sunny in {city}"
-
-
-@pytest.fixture
-def traced(
-    otlp_server: tuple[ApiServer, Project, str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[TracerProvider]:
-    """OpenInference's OpenAI instrumentation exporting with the standard exporter, configured
-    the documented way (OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_HEADERS)."""
-    server, _, key = otlp_server
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{server.url}/api/v1/otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{key}")
-    provider = TracerProvider(resource=Resource.create({"service.name": "weather-agent"}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        yield provider
-    finally:
-        instrumentor.uninstrument()
-        provider.shutdown()
 
 
 def run_agent(client: openai.OpenAI, question: str) -> list[Any]:

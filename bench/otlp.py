@@ -109,7 +109,7 @@ def make_spans(n_batches: int, seed: int) -> list[list[ReadableSpan]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("bench.otlp")
     stamp = datetime.now(UTC).strftime("%H%M%S%f")
-    sessions = []
+    sessions: list[tuple[str, str, list[Any], list[dict[str, Any]]]] = []
     for i in range(BATCH):
         tools = [
             {

@@ -30,7 +30,7 @@ def test_a_langchain_chat_openai_agent_with_a_tool_call(
     local_model: localmodel.LocalModelServer,
 ) -> None:
     _, project, _ = otlp_server
-    llm = ChatOpenAI(
+    llm = ChatOpenAI(  # type: ignore[call-arg]  # max_tokens is a pydantic alias
         model="gemma-3-270m",
         base_url=local_model.base_url,
         api_key="unused",  # type: ignore[arg-type]

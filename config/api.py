@@ -10,6 +10,7 @@ from ninja import NinjaAPI
 from config.errors import install_exception_handlers
 from config.openapi import add_error_responses
 from ingest.api import router as ingest_router
+from ingest.otlp.api import router as otlp_router
 
 
 class CtxobsAPI(NinjaAPI):
@@ -27,6 +28,7 @@ api = CtxobsAPI(
 )
 install_exception_handlers(api)
 api.add_router("", ingest_router)
+api.add_router("", otlp_router)
 for app in ("replay", "alerts"):
     if app in settings.INSTALLED_APPS and find_spec(f"{app}.api") is not None:
         api.add_router("", import_module(f"{app}.api").router)

@@ -8,7 +8,6 @@ distribution column if the store is ever sharded by project. They reference each
 
 from __future__ import annotations
 
-
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 

@@ -480,6 +480,9 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         events=events,
         layers=layers,
         alerts=markers,
+        # Set by senders that know content is missing (OTLP ingest: truncated, redacted, not captured).
+        content_incomplete=(snapshot.tags or {}).get("ctxobs.content.reason", "")
+        if (snapshot.tags or {}).get("ctxobs.content") == "incomplete" else None,
         output=out,
         output_calls=json.dumps(out.get("tool_calls"), ensure_ascii=False, indent=1)
         if out.get("tool_calls")

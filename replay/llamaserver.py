@@ -11,7 +11,8 @@ server, set up so that a replay measures the context and nothing else:
   tile configuration (a general protection fault that kills the server on its first request).
   The plain CPU kernels give the same answers.
 
-The server has no option for either, so both are set before it builds its model.
+The server has no option for either, so both are set before it builds its model. Its app is
+wrapped in `replay.localmodel.ChatShapes`, so that chat requests in any OpenAI message shape work.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def _generate_from_scratch(self: Llama, tokens: Sequence[int], *args: Any, **kwa
 def main() -> None:
     llama_lib.llama_model_default_params = _model_default_params
     Llama.generate = _generate_from_scratch  # type: ignore[method-assign,assignment]
+    import llama_cpp.server.app as server_app
+
+    from replay.localmodel import ChatShapes
+
+    create_app = server_app.create_app
+    # Replaced before the server's entry module imports it by name.
+    server_app.create_app = lambda *a, **kw: ChatShapes(create_app(*a, **kw))  # type: ignore[assignment]
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()

@@ -9,10 +9,15 @@ served by llama-cpp-python's OpenAI-compatible server on loopback.
 Replays talk to it through the completions API with a transcript ctxobs renders itself:
 llama-cpp-python's chat formats keep only the first system message, which would silently
 drop blocks from the replayed context.
+
+Agents talk to it through the chat API, in every message shape the OpenAI API accepts: the
+server is wrapped in `ChatShapes`, which rewrites each chat request's messages into the shapes
+llama.cpp's chat formats take (`normalize_chat_messages`) before llama-cpp-python validates them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -195,3 +201,165 @@ def available() -> bool:
     except ImportError:
         return False
     return shutil.which(sys.executable) is not None
+
+
+# --- chat message shapes ------------------------------------------------------------------
+# llama-cpp-python's request schema refuses shapes the OpenAI API takes (an assistant message
+# with `content: null` and tool calls, content parts on system or tool messages, the developer
+# role), and its chat formats render only plain text: the first system message, then user and
+# assistant turns (Gemma's template refuses anything but strict alternation; tool calls and
+# tool messages are not rendered at all). Every message is therefore rewritten as text in those
+# roles, with nothing left out: tool calls, tool results and later system messages are written
+# into the turn they belong to.
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    ptype = part.get("type")
+    if ptype == "text" or (ptype is None and isinstance(part.get("text"), str)):
+        return str(part.get("text") or "")
+    if ptype == "refusal":
+        return str(part.get("refusal") or "")
+    if ptype == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        url = str(url or "")
+        # A data URL is the image itself: its bytes mean nothing to a text-only model.
+        return f"[image: {url if not url.startswith('data:') else url.split(',', 1)[0]}]"
+    if ptype == "input_audio":
+        return "[audio input]"
+    if ptype == "file":
+        f: dict[str, Any] = part["file"] if isinstance(part.get("file"), dict) else {}
+        return f"[file: {f.get('filename') or f.get('file_id') or 'attached'}]"
+    return json.dumps(part, ensure_ascii=False, sort_keys=True)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(t for t in (_part_text(p) for p in content) if t)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def _call_text(call: Any) -> str:
+    if not isinstance(call, dict):
+        return f"[tool call: {call}]"
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
+    args = fn.get("arguments")
+    if not isinstance(args, str):
+        args = json.dumps(args if args is not None else {}, ensure_ascii=False, sort_keys=True)
+    cid = call.get("id")
+    return f"[tool call{' ' + str(cid) if cid else ''}: {fn.get('name') or '?'}({args})]"
+
+
+def normalize_chat_messages(messages: list[Any]) -> list[dict[str, str]]:
+    """MESSAGES (any shape the OpenAI chat API accepts) as llama.cpp's chat formats take them:
+    at most one leading system message, then user and assistant turns alternating from a user
+    turn, each with text content. Nothing is dropped: content parts become text (non-text parts
+    a marker naming them), tool calls and results are written out, a system or developer message
+    after the first exchange joins the user side, and consecutive turns of one side are joined."""
+    system: list[str] = []
+    turns: list[tuple[str, str]] = []
+    leading = True
+    for m in messages:
+        if not isinstance(m, dict):
+            turns.append(("user", _content_text(m)))
+            leading = False
+            continue
+        role = m.get("role")
+        text = _content_text(m.get("content"))
+        if role in ("system", "developer"):
+            if leading:
+                system.append(text)
+                continue
+            turns.append(("user", f"[{role}] {text}"))
+            continue
+        leading = False
+        if role == "assistant":
+            parts = [text] if text else []
+            if m.get("refusal"):
+                parts.append(str(m["refusal"]))
+            calls = m.get("tool_calls")
+            if isinstance(calls, list):
+                parts.extend(_call_text(c) for c in calls if c)
+            if isinstance(m.get("function_call"), dict):
+                parts.append(_call_text(m["function_call"]))
+            if m.get("audio"):
+                parts.append("[audio reply]")
+            turns.append(("assistant", "\n".join(parts)))
+        elif role == "tool":
+            cid = m.get("tool_call_id")
+            turns.append(("user", f"[tool result{' ' + str(cid) if cid else ''}] {text}"))
+        elif role == "function":
+            turns.append(("user", f"[function result {m.get('name') or '?'}] {text}"))
+        else:
+            name = m.get("name")
+            turns.append(("user", f"[{name}] {text}" if name else text))
+    out: list[dict[str, str]] = []
+    if system:
+        out.append({"role": "system", "content": "\n\n".join(system)})
+    for role, text in turns:
+        if not any(m["role"] != "system" for m in out) and role == "assistant":
+            # The chat formats expect a user turn first.
+            out.append({"role": "user", "content": ""})
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] = f"{out[-1]['content']}\n\n{text}" if out[-1]["content"] else text
+        else:
+            out.append({"role": role, "content": text})
+    return out
+
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ChatShapes:
+    """ASGI middleware in front of llama-cpp-python's server: a chat completion request's
+    messages are normalised (`normalize_chat_messages`) before the server validates them."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        path = str(scope.get("path") or "").rstrip("/")
+        if scope.get("type") != "http" or scope.get("method") != "POST" or not path.endswith(
+            "/chat/completions"
+        ):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message.get("type") != "http.request":
+                await self.app(scope, receive, send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("messages"), list):
+            data["messages"] = normalize_chat_messages(data["messages"])
+            body = json.dumps(data).encode()
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        delivered = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app({**scope, "headers": headers}, replay, send)

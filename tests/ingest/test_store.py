@@ -6,8 +6,9 @@ import pytest
 from django.apps import apps
 from django.db import connection, models
 
+from core.models import Project
 from ingest import store
-from ingest.models import CompressionEvent, Project, RecallItem, Snapshot, ValidationOutcome
+from ingest.models import CompressionEvent, RecallItem, Snapshot, ValidationOutcome
 from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot
 

@@ -41,18 +41,18 @@ def _server_tokens(base_url: str, text: str) -> int:
     return len(resp.json()["tokens"]) - 1  # minus BOS
 
 
-def test_a_second_system_message_reaches_the_model_only_through_the_rendered_transcript(
+def test_a_second_system_message_reaches_the_model_in_chat_and_in_the_rendered_transcript(
     local_model: Any,
 ) -> None:
     url = local_model.base_url
     memory_tokens = _server_tokens(url, f"System: {PLANTED_MEMORY}\n")
     assert memory_tokens > 5
 
-    # The server's chat format keeps the first system message only: the memory block (a second
-    # system message) is dropped without an error, so with and without it the prompt is the same.
+    # llama.cpp's chat formats keep the first system message only; the embedded server joins the
+    # memory block (a second system message) into it rather than dropping it.
     chat_with = _prompt_tokens(url, "chat", with_memory=True)
     chat_without = _prompt_tokens(url, "chat", with_memory=False)
-    assert chat_with == chat_without
+    assert chat_with - chat_without >= memory_tokens - 4, (chat_with, chat_without, memory_tokens)
 
     # The transcript ctxobs renders (the local endpoint's completions mode) carries it: the
     # server counts exactly the block's tokens more.

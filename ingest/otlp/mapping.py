@@ -1,0 +1,795 @@
+"""Model-call spans as wire snapshots: the OTel GenAI, OpenInference and OpenLLMetry conventions.
+
+Pure: spans in, wire snapshot dicts out (for `ctxobs.wire.validate_snapshot` and the snapshot
+batch path). One model-call span is one snapshot; when a framework's span wraps a provider
+SDK's span, only the innermost one is kept, so a call's usage is counted once.
+
+Content is read from the first convention that carries it:
+1. OTel GenAI: `gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages`,
+   `gen_ai.tool.definitions` on the span, or on its `gen_ai.client.inference.operation.details`
+   event (a span event, or a log record with the span's ids);
+2. OpenInference: `llm.input_messages.N.message.*`, `llm.tools.N.tool.json_schema`,
+   `llm.output_messages.N.message.*`;
+3. OpenLLMetry: `gen_ai.prompt.N.*`, `gen_ai.completion.N.*`, `llm.request.functions.N.*`;
+4. the deprecated per-message events (`gen_ai.system.message`, `gen_ai.user.message`, ...,
+   `gen_ai.choice`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
+from ctxobs.instrument import default_partitioner
+from ctxobs.wire import BLOCK_KINDS, LIMITS
+from ingest.otlp.decode import Event, LogRecord, Span
+
+# Snapshot ids are derived from (trace id, span id): a re-exported span is the same snapshot.
+SNAPSHOT_NAMESPACE = uuid.UUID("6f1c2d0e-8a4b-5c3d-9e7f-0a1b2c3d4e5f")
+
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+GENAI_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+OPENLLMETRY_TYPES = frozenset({"chat", "completion"})
+REDACTED = "__REDACTED__"
+_GENAI_CONTENT = frozenset(
+    {
+        "gen_ai.system_instructions",
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.definitions",
+    }
+)
+
+# Tags that say how a snapshot came in and what it is missing.
+TAG_SOURCE = "ctxobs.source"
+TAG_CONVENTION = "ctxobs.otel.convention"
+TAG_CONTENT = "ctxobs.content"  # "incomplete" when something is known to be missing
+TAG_CONTENT_REASON = "ctxobs.content.reason"
+TAG_WINDOW = "ctxobs.window"
+TAG_TRACE = "otel.trace_id"
+TAG_SPAN = "otel.span_id"
+
+_DEPRECATED_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+_PARAMS = (
+    ("temperature", ("gen_ai.request.temperature",)),
+    ("top_p", ("gen_ai.request.top_p",)),
+    ("max_tokens", ("gen_ai.request.max_tokens", "llm.request.max_tokens")),
+    ("frequency_penalty", ("gen_ai.request.frequency_penalty",)),
+    ("presence_penalty", ("gen_ai.request.presence_penalty",)),
+    ("seed", ("gen_ai.request.seed",)),
+    ("stop", ("gen_ai.request.stop_sequences",)),
+)
+
+
+def snapshot_id_for(trace_id: str, span_id: str) -> str:
+    return str(uuid.uuid5(SNAPSHOT_NAMESPACE, f"{trace_id}:{span_id}"))
+
+
+def convention_of(attrs: dict[str, Any]) -> str | None:
+    """Which convention marks ATTRS as a model call ("genai", "openinference", "openllmetry"), or None."""
+    if str(attrs.get("gen_ai.operation.name") or "") in GENAI_OPERATIONS:
+        return "genai"
+    if str(attrs.get("openinference.span.kind") or "").upper() == "LLM":
+        return "openinference"
+    if str(attrs.get("llm.request.type") or "") in OPENLLMETRY_TYPES:
+        return "openllmetry"
+    return None
+
+
+def innermost_model_calls(spans: Iterable[Span]) -> list[Span]:
+    """The model-call spans of SPANS that wrap no other model-call span of SPANS."""
+    spans = list(spans)
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+    calls = [s for s in spans if convention_of(s.attributes) is not None]
+    wrapping: set[tuple[str, str]] = set()
+    for s in calls:
+        parent = by_id.get((s.trace_id, s.parent_span_id))
+        seen = 0
+        while parent is not None and seen < 1000:
+            if convention_of(parent.attributes) is not None:
+                wrapping.add((parent.trace_id, parent.span_id))
+            parent = by_id.get((parent.trace_id, parent.parent_span_id))
+            seen += 1
+    return [s for s in calls if (s.trace_id, s.span_id) not in wrapping]
+
+
+@dataclass
+class _Content:
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    output: dict[str, Any] | None = None
+    found: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+# --- values -----------------------------------------------------------------------------
+
+
+def _json_value(v: Any, what: str, problems: list[str]) -> Any:
+    """V, parsed when it is JSON text (attributes carry structures as JSON strings)."""
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            problems.append(f"{what} is not complete JSON (truncated?)")
+            return None
+    return v
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return ""
+    return json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int) and 0 <= v <= LIMITS.max_int:
+        return v
+    if isinstance(v, float) and v.is_integer() and 0 <= v <= LIMITS.max_int:
+        return int(v)
+    if isinstance(v, str) and v.isascii() and v.isdigit() and int(v) <= LIMITS.max_int:
+        return int(v)
+    return None
+
+
+def _first(attrs: dict[str, Any], *names: str) -> Any:
+    for n in names:
+        v = attrs.get(n)
+        if v is not None and v != "":
+            return v
+    return None
+
+
+def _indexed(attrs: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """{N: {rest: value}} of the attributes `PREFIX.N.rest`."""
+    out: dict[int, dict[str, Any]] = {}
+    plen = len(prefix) + 1
+    for k, v in attrs.items():
+        if not k.startswith(prefix + "."):
+            continue
+        idx, _, rest = k[plen:].partition(".")
+        if idx.isdigit() and rest:
+            out.setdefault(int(idx), {})[rest] = v
+    return out
+
+
+def _gaps(indexes: Iterable[int]) -> bool:
+    ix = sorted(indexes)
+    return bool(ix) and ix != list(range(ix[-1] + 1))
+
+
+# --- OTel GenAI (structured messages) ---------------------------------------------------
+
+
+def _genai_arguments(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v if v is not None else {}, ensure_ascii=False)
+
+
+def _genai_message(m: Any) -> list[dict[str, Any]]:
+    """One GenAI message ({role, parts}) as chat messages: tool responses become tool messages."""
+    if not isinstance(m, dict):
+        return []
+    role = str(m.get("role") or "user")
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    parts = m.get("parts")
+    if parts is None and "content" in m:
+        parts = [{"type": "text", "content": m.get("content")}]
+    for p in parts if isinstance(parts, list) else []:
+        if not isinstance(p, dict):
+            continue
+        ptype = p.get("type")
+        if ptype == "text":
+            texts.append(_text(p.get("content")))
+        elif ptype == "tool_call":
+            calls.append(
+                {
+                    "id": str(p.get("id") or ""),
+                    "type": "function",
+                    "function": {
+                        "name": str(p.get("name") or ""),
+                        "arguments": _genai_arguments(p.get("arguments")),
+                    },
+                }
+            )
+        elif ptype == "tool_call_response":
+            results.append(
+                {"role": "tool", "tool_call_id": str(p.get("id") or ""), "content": _text(p.get("response"))}
+            )
+        else:
+            others.append(p)
+    if role == "tool" and results:
+        return results
+    msg: dict[str, Any] = {
+        "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
+    }
+    if others:
+        msg["content"] = [{"type": "text", "text": t} for t in texts] + others
+    else:
+        msg["content"] = "\n".join(texts) if texts else None
+    if calls:
+        msg["tool_calls"] = calls
+    if role == "tool" and m.get("id"):
+        msg["tool_call_id"] = str(m.get("id"))
+    out = [msg] if (msg.get("content") is not None or calls) else []
+    return out + results
+
+
+def _genai_tool(t: Any) -> dict[str, Any] | None:
+    if not isinstance(t, dict):
+        return None
+    if "function" in t:
+        return t
+    fn = {k: t[k] for k in ("name", "description", "parameters") if k in t}
+    return {"type": str(t.get("type") or "function"), "function": fn}
+
+
+def _genai_content(attrs: dict[str, Any], content: _Content) -> bool:
+    problems = content.problems
+    sys_raw = attrs.get("gen_ai.system_instructions")
+    inp_raw = attrs.get("gen_ai.input.messages")
+    out_raw = attrs.get("gen_ai.output.messages")
+    tools_raw = attrs.get("gen_ai.tool.definitions")
+    if sys_raw is None and inp_raw is None and out_raw is None:
+        return False
+    messages: list[dict[str, Any]] = []
+    system = _json_value(sys_raw, "gen_ai.system_instructions", problems)
+    if isinstance(system, list):
+        text = "\n".join(
+            _text(p.get("content")) for p in system if isinstance(p, dict) and p.get("type") == "text"
+        )
+        if text:
+            messages.append({"role": "system", "content": text})
+    elif isinstance(system, str) and system:
+        messages.append({"role": "system", "content": system})
+    inputs = _json_value(inp_raw, "gen_ai.input.messages", problems)
+    for m in inputs if isinstance(inputs, list) else []:
+        messages.extend(_genai_message(m))
+    content.messages = messages
+    tools = _json_value(tools_raw, "gen_ai.tool.definitions", problems) if tools_raw is not None else None
+    content.tools = [d for t in tools if (d := _genai_tool(t)) is not None] if isinstance(tools, list) else []
+    outputs = _json_value(out_raw, "gen_ai.output.messages", problems) if out_raw is not None else None
+    if isinstance(outputs, list) and outputs:
+        first = outputs[0] if isinstance(outputs[0], dict) else {}
+        reply = _genai_message(first)
+        am = next((m for m in reply if m.get("role") == "assistant"), {})
+        c = am.get("content")
+        content.output = {
+            "text": c if isinstance(c, str) else None,
+            "tool_calls": list(am.get("tool_calls") or []),
+            "finish_reason": str(first.get("finish_reason") or ""),
+        }
+    content.found = True
+    return True
+
+
+# --- OpenInference (flattened) ----------------------------------------------------------
+
+
+def _oi_message(fields: dict[str, Any], problems: list[str], what: str) -> dict[str, Any]:
+    role = str(fields.get("message.role") or "user")
+    msg: dict[str, Any] = {
+        "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
+    }
+    contents = _indexed(fields, "message.contents")
+    if "message.content" in fields:
+        msg["content"] = _text(fields.get("message.content"))
+    elif contents:
+        if _gaps(contents):
+            problems.append(f"{what} content parts have gaps")
+        parts = []
+        for _, part in sorted(contents.items()):
+            if part.get("message_content.type", "text") == "text":
+                parts.append({"type": "text", "text": _text(part.get("message_content.text"))})
+            else:
+                parts.append(
+                    {
+                        "type": str(part.get("message_content.type")),
+                        **{k.removeprefix("message_content."): v for k, v in part.items()},
+                    }
+                )
+        msg["content"] = parts
+    else:
+        msg["content"] = None
+    calls = _indexed(fields, "message.tool_calls")
+    if calls:
+        if _gaps(calls):
+            problems.append(f"{what} tool calls have gaps")
+        msg["tool_calls"] = [
+            {
+                "id": str(c.get("tool_call.id") or ""),
+                "type": "function",
+                "function": {
+                    "name": str(c.get("tool_call.function.name") or ""),
+                    "arguments": _genai_arguments(c.get("tool_call.function.arguments")),
+                },
+            }
+            for _, c in sorted(calls.items())
+        ]
+    if fields.get("message.tool_call_id"):
+        msg["tool_call_id"] = str(fields["message.tool_call_id"])
+    if fields.get("message.name"):
+        msg["name"] = str(fields["message.name"])
+    return msg
+
+
+def _oi_content(attrs: dict[str, Any], content: _Content) -> bool:
+    inputs = _indexed(attrs, "llm.input_messages")
+    outputs = _indexed(attrs, "llm.output_messages")
+    if not inputs and not outputs:
+        return False
+    problems = content.problems
+    if _gaps(inputs):
+        problems.append("llm.input_messages has gaps in its indexes")
+    content.messages = [
+        _oi_message(f, problems, f"llm.input_messages.{i}") for i, f in sorted(inputs.items())
+    ]
+    tools = _indexed(attrs, "llm.tools")
+    for _, t in sorted(tools.items()):
+        schema = _json_value(t.get("tool.json_schema"), "llm.tools.N.tool.json_schema", problems)
+        d = _genai_tool(schema)
+        if d is not None:
+            content.tools.append(d)
+    if outputs:
+        first = _oi_message(outputs[min(outputs)], problems, "llm.output_messages")
+        c = first.get("content")
+        if isinstance(c, list):
+            c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+        content.output = {"text": c, "tool_calls": list(first.get("tool_calls") or []), "finish_reason": ""}
+    content.found = True
+    return True
+
+
+# --- OpenLLMetry (flattened) ------------------------------------------------------------
+
+
+def _ollm_message(fields: dict[str, Any]) -> dict[str, Any]:
+    role = str(fields.get("role") or "user")
+    msg: dict[str, Any] = {
+        "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
+    }
+    msg["content"] = _text(fields["content"]) if "content" in fields else None
+    calls = _indexed(fields, "tool_calls")
+    if calls:
+        msg["tool_calls"] = [
+            {
+                "id": str(c.get("id") or ""),
+                "type": "function",
+                "function": {
+                    "name": str(c.get("name") or ""),
+                    "arguments": _genai_arguments(c.get("arguments")),
+                },
+            }
+            for _, c in sorted(calls.items())
+        ]
+    if fields.get("tool_call_id"):
+        msg["tool_call_id"] = str(fields["tool_call_id"])
+    return msg
+
+
+def _ollm_content(attrs: dict[str, Any], content: _Content) -> bool:
+    prompts = _indexed(attrs, "gen_ai.prompt")
+    completions = _indexed(attrs, "gen_ai.completion")
+    if not prompts and not completions:
+        return False
+    if _gaps(prompts):
+        content.problems.append("gen_ai.prompt has gaps in its indexes")
+    content.messages = [_ollm_message(f) for _, f in sorted(prompts.items())]
+    for _, f in sorted(_indexed(attrs, "llm.request.functions").items()):
+        params = (
+            _json_value(f.get("parameters"), "llm.request.functions.N.parameters", content.problems)
+            if f.get("parameters") is not None
+            else None
+        )
+        fn: dict[str, Any] = {"name": str(f.get("name") or "")}
+        if f.get("description"):
+            fn["description"] = str(f["description"])
+        if params is not None:
+            fn["parameters"] = params
+        content.tools.append({"type": "function", "function": fn})
+    if completions:
+        first_fields = completions[min(completions)]
+        first = _ollm_message(first_fields)
+        content.output = {
+            "text": first.get("content"),
+            "tool_calls": list(first.get("tool_calls") or []),
+            "finish_reason": str(first_fields.get("finish_reason") or ""),
+        }
+    content.found = True
+    return True
+
+
+# --- deprecated per-message events ------------------------------------------------------
+
+
+def _event_content(events: Iterable[Event | LogRecord], content: _Content) -> bool:
+    messages: list[dict[str, Any]] = []
+    output: dict[str, Any] | None = None
+    for e in events:
+        name = e.name if isinstance(e, Event) else e.event_name
+        body = e.body if isinstance(e, LogRecord) and isinstance(e.body, dict) else e.attributes
+        if name in _DEPRECATED_EVENTS:
+            role = _DEPRECATED_EVENTS[name]
+            msg: dict[str, Any] = {"role": str(body.get("role") or role), "content": body.get("content")}
+            if msg["content"] is not None and not isinstance(msg["content"], str | list):
+                msg["content"] = _text(msg["content"])
+            if body.get("tool_calls"):
+                msg["tool_calls"] = _event_calls(body["tool_calls"])
+            if body.get("id") and role == "tool":
+                msg["tool_call_id"] = str(body["id"])
+            messages.append(msg)
+        elif name == "gen_ai.choice" and output is None:
+            m: dict[str, Any] = body["message"] if isinstance(body.get("message"), dict) else {}
+            c = m.get("content")
+            output = {
+                "text": c if isinstance(c, str) else None,
+                "tool_calls": _event_calls(m.get("tool_calls") or body.get("tool_calls") or []),
+                "finish_reason": str(body.get("finish_reason") or ""),
+            }
+    if not messages and output is None:
+        return False
+    content.messages = messages
+    content.output = output
+    content.found = True
+    return True
+
+
+def _event_calls(calls: Any) -> list[dict[str, Any]]:
+    out = []
+    for c in calls if isinstance(calls, list) else []:
+        if not isinstance(c, dict):
+            continue
+        fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
+        out.append(
+            {
+                "id": str(c.get("id") or ""),
+                "type": "function",
+                "function": {
+                    "name": str(fn.get("name") or ""),
+                    "arguments": _genai_arguments(fn.get("arguments")),
+                },
+            }
+        )
+    return out
+
+
+# --- identity, usage, flags -------------------------------------------------------------
+
+
+def _session_id(chain: list[dict[str, Any]], resource: dict[str, Any], trace_id: str) -> str:
+    """Conversation id > session id > an OpenLLMetry association property > the trace id; each
+    looked up on the span, then its ancestors, then the resource."""
+    for attrs in (*chain, resource):
+        v = _first(attrs, "gen_ai.conversation.id")
+        if v is not None:
+            return str(v)
+    for attrs in (*chain, resource):
+        v = _first(attrs, "session.id")
+        if v is not None:
+            return str(v)
+    for attrs in (*chain, resource):
+        for k, v in attrs.items():
+            if (
+                k.startswith("traceloop.association.properties.")
+                and v not in (None, "")
+                and (k.endswith(("session_id", "conversation_id", "thread_id", "chat_id")))
+            ):
+                return str(v)
+    return trace_id
+
+
+def _usage(attrs: dict[str, Any], convention: str) -> tuple[dict[str, int], dict[str, str]]:
+    """(wire usage, extra usage tags) from ATTRS, whichever names the convention uses."""
+    if convention == "openinference":
+        prompt = _int(attrs.get("llm.token_count.prompt"))
+        completion = _int(attrs.get("llm.token_count.completion"))
+        total = _int(attrs.get("llm.token_count.total"))
+        cache_read = _int(attrs.get("llm.token_count.prompt_details.cache_read"))
+        cache_write = _int(attrs.get("llm.token_count.prompt_details.cache_write"))
+        reasoning = _int(attrs.get("llm.token_count.completion_details.reasoning"))
+    else:
+        prompt = _int(_first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"))
+        completion = _int(_first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"))
+        total = _int(_first(attrs, "llm.usage.total_tokens", "gen_ai.usage.total_tokens"))
+        cache_read = _int(
+            _first(attrs, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
+        )
+        cache_write = _int(
+            _first(
+                attrs, "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.cache_creation_input_tokens"
+            )
+        )
+        reasoning = _int(
+            _first(
+                attrs,
+                "gen_ai.usage.reasoning.output_tokens",
+                "gen_ai.usage.reasoning_tokens",
+                "llm.usage.reasoning_tokens",
+            )
+        )
+        provider = str(_first(attrs, "gen_ai.provider.name", "gen_ai.system") or "").lower()
+        if (
+            prompt is not None
+            and provider in ("anthropic", "aws.bedrock", "gcp.vertex_ai")
+            and (
+                "claude" in str(_first(attrs, "gen_ai.request.model", "gen_ai.response.model") or "").lower()
+                or provider == "anthropic"
+            )
+        ):
+            # Anthropic reports input_tokens without the cached part; the context held both.
+            prompt += (cache_read or 0) + (cache_write or 0)
+    usage: dict[str, int] = {}
+    if prompt is not None:
+        usage["prompt_tokens"] = prompt
+    if completion is not None:
+        usage["completion_tokens"] = completion
+    if total is None and prompt is not None and completion is not None:
+        total = prompt + completion
+    if total is not None:
+        usage["total_tokens"] = min(total, LIMITS.max_int)
+    if cache_read is not None:
+        usage["cached_tokens"] = cache_read
+    extra: dict[str, str] = {}
+    if cache_write is not None:
+        extra["ctxobs.usage.cache_write_tokens"] = str(cache_write)
+    if reasoning is not None:
+        extra["ctxobs.usage.reasoning_tokens"] = str(reasoning)
+    return usage, extra
+
+
+def _redacted(messages: list[dict[str, Any]], output: dict[str, Any] | None) -> bool:
+    def has(v: Any) -> bool:
+        if isinstance(v, str):
+            return REDACTED in v
+        if isinstance(v, list):
+            return any(has(x) for x in v)
+        if isinstance(v, dict):
+            return any(has(x) for x in v.values())
+        return False
+
+    return has(messages) or (output is not None and has(output.get("text")))
+
+
+def _params(attrs: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for name, keys in _PARAMS:
+        v = _first(attrs, *keys)
+        if v is not None and not isinstance(v, bytes):
+            params[name] = v
+    inv = attrs.get("llm.invocation_parameters")
+    if isinstance(inv, str):
+        try:
+            parsed = json.loads(inv)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            for k, v in parsed.items():
+                if k not in ("messages", "tools", "model", "functions") and k not in params:
+                    params[k] = v
+    return params
+
+
+def _named_blocks(
+    spec: Any, messages: list[dict[str, Any]], problems: list[str]
+) -> list[dict[str, Any]] | None:
+    """Blocks from a `ctxobs.blocks` attribute: [{"key", "kind", "messages": N}, ...] takes the
+    messages in order, N at a time. None (and a problem noted) when it does not fit."""
+    spec = _json_value(spec, "ctxobs.blocks", problems)
+    if not isinstance(spec, list):
+        return None
+    blocks = []
+    at = 0
+    for b in spec:
+        n = _int(b.get("messages")) if isinstance(b, dict) else None
+        key = b.get("key") if isinstance(b, dict) else None
+        if n is None or not isinstance(key, str) or not key:
+            problems.append("ctxobs.blocks: each entry needs a key and a message count")
+            return None
+        kind = b.get("kind") if b.get("kind") in BLOCK_KINDS else ("other" if key not in BLOCK_KINDS else key)
+        blocks.append(
+            {"key": key, "kind": kind, "messages": messages[at : at + n], "pinned": bool(b.get("pinned"))}
+        )
+        at += n
+    if at != len(messages):
+        problems.append(f"ctxobs.blocks covers {at} of {len(messages)} messages")
+        return None
+    return blocks
+
+
+def _iso(ns: int) -> str:
+    ts = datetime.fromtimestamp(ns / 1e9 if ns > 0 else 0, UTC)
+    return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- the mapping ------------------------------------------------------------------------
+
+
+def span_to_snapshot(
+    span: Span,
+    *,
+    ancestors: list[Span] | None = None,
+    details: list[LogRecord] | None = None,
+    turn: int = 0,
+) -> dict[str, Any]:
+    """The wire snapshot of the model-call SPAN (turn TURN). ANCESTORS (innermost first) lend
+    identity attributes (conversation, agent); DETAILS are log records joined on the span's ids."""
+    attrs = span.attributes
+    convention = convention_of(attrs) or "genai"
+    chain = [attrs, *(a.attributes for a in ancestors or [])]
+    content = _Content()
+    # The GenAI content may sit on the span, its details event or a details log record; each
+    # of the four attributes is taken from the first that has it.
+    genai: dict[str, Any] = {}
+    for source in (
+        *(
+            r.attributes | (r.body if isinstance(r.body, dict) else {})
+            for r in details or []
+            if r.event_name == DETAILS_EVENT
+        ),
+        *(e.attributes for e in span.events if e.name == DETAILS_EVENT),
+        attrs,
+    ):
+        genai.update({k: v for k, v in source.items() if k in _GENAI_CONTENT and v is not None})
+    (
+        _genai_content(genai, content)
+        or _oi_content(attrs, content)
+        or _ollm_content(attrs, content)
+        or _event_content([*span.events, *(details or [])], content)
+    )
+    problems = content.problems
+    if _redacted(content.messages, content.output):
+        problems.append("content was redacted (__REDACTED__)")
+
+    model = str(
+        _first(attrs, "gen_ai.request.model", "llm.model_name", "gen_ai.response.model", "llm.request.model")
+        or "unknown"
+    )
+    window_attr = _int(
+        _first(attrs, "ctxobs.context.window_size") or span.resource.get("ctxobs.context.window_size")
+    )
+    tags: dict[str, str] = {
+        TAG_SOURCE: "otlp",
+        TAG_CONVENTION: convention,
+        TAG_TRACE: span.trace_id,
+        TAG_SPAN: span.span_id,
+    }
+    window = window_attr or context_window_for(model)
+    if not window:
+        window = DEFAULT_CONTEXT_WINDOW
+        tags[TAG_WINDOW] = "assumed"
+
+    messages = content.messages
+    blocks_spec = attrs.get("ctxobs.blocks")
+    raw_blocks = _named_blocks(blocks_spec, messages, problems) if blocks_spec is not None else None
+    if raw_blocks is None:
+        raw_blocks = default_partitioner(messages) if messages else []
+    blocks: list[dict[str, Any]] = []
+    tools_at = -1
+    if content.tools:
+        tools_at = next((i for i, b in enumerate(raw_blocks) if b.get("kind") != "system"), len(raw_blocks))
+    for i, b in enumerate(raw_blocks):
+        if i == tools_at:
+            blocks.append({"key": "tools", "kind": "tools", "messages": []})
+        wb: dict[str, Any] = {"key": b["key"], "kind": b["kind"], "messages": b["messages"]}
+        if b.get("pinned"):
+            wb["pinned"] = True
+        blocks.append(wb)
+    if content.tools and tools_at == len(raw_blocks):
+        blocks.append({"key": "tools", "kind": "tools", "messages": []})
+
+    usage, usage_tags = _usage(attrs, convention)
+    tags.update(usage_tags)
+    if not content.found:
+        problems.append("the span carries no message content (content capture is off in the instrumentation)")
+    if not blocks:
+        # Nothing to partition: one empty block holding what the provider counted, so the
+        # turn keeps its size on the timeline.
+        blocks.append(
+            {
+                "key": "context",
+                "kind": "other",
+                "messages": [],
+                "tokens": usage.get("prompt_tokens", 0),
+                "estimated": True,
+            }
+        )
+    if problems:
+        tags[TAG_CONTENT] = "incomplete"
+        tags[TAG_CONTENT_REASON] = "; ".join(dict.fromkeys(problems))[: LIMITS.max_text_chars]
+
+    params = _params(attrs)
+    if content.tools:
+        params["tools"] = content.tools
+    output = dict(content.output) if content.output is not None else {"text": None, "tool_calls": []}
+    if not output.get("finish_reason"):
+        reasons = attrs.get("gen_ai.response.finish_reasons")
+        if isinstance(reasons, list) and reasons:
+            output["finish_reason"] = str(reasons[0])
+    output["usage"] = usage
+    if span.end_ns > span.start_ns > 0:
+        output["latency_ms"] = round((span.end_ns - span.start_ns) / 1e6, 3)
+    if span.status_code == 2:
+        tags["error"] = (span.status_message or "error")[:200]
+
+    agent = _first(attrs, "gen_ai.agent.name")
+    if agent is None:
+        agent = next(
+            (
+                a.attributes["gen_ai.agent.name"]
+                for a in ancestors or []
+                if a.attributes.get("gen_ai.agent.name")
+            ),
+            None,
+        )
+    if agent is None:
+        agent = span.resource.get("service.name") or ""
+    return {
+        "snapshot_id": snapshot_id_for(span.trace_id, span.span_id),
+        "session_id": _session_id(chain, span.resource, span.trace_id)[: LIMITS.max_id_chars],
+        "turn": turn,
+        "agent": str(agent)[: LIMITS.max_id_chars],
+        "ts": _iso(span.start_ns),
+        "model": {"name": model[: LIMITS.max_id_chars], "context_window": int(window)},
+        "params": params,
+        "blocks": blocks,
+        "output": output,
+        "tags": tags,
+    }
+
+
+def log_to_span(record: LogRecord) -> Span | None:
+    """A `gen_ai.client.inference.operation.details` log record as a span-like value (its
+    attributes describe the call as the span's would), or None for other records."""
+    if record.event_name != DETAILS_EVENT or not record.trace_id or not record.span_id:
+        return None
+    attrs = dict(record.attributes)
+    if isinstance(record.body, dict):
+        attrs.update(record.body)
+    attrs.setdefault("gen_ai.operation.name", "chat")
+    return Span(
+        trace_id=record.trace_id,
+        span_id=record.span_id,
+        parent_span_id="",
+        name="",
+        start_ns=record.time_ns,
+        end_ns=record.time_ns,
+        attributes=attrs,
+        resource=record.resource,
+    )
+
+
+def spans_to_snapshots(
+    spans: list[Span], logs: list[LogRecord] | None = None
+) -> list[tuple[Span, dict[str, Any]]]:
+    """Each innermost model-call span of SPANS with its snapshot (turn 0: numbered on storage),
+    in start order. LOGS are joined to their span on trace and span id."""
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+    joined: dict[tuple[str, str], list[LogRecord]] = {}
+    for r in logs or []:
+        joined.setdefault((r.trace_id, r.span_id), []).append(r)
+    out = []
+    for s in sorted(innermost_model_calls(spans), key=lambda s: (s.start_ns, s.span_id)):
+        ancestors: list[Span] = []
+        p = by_id.get((s.trace_id, s.parent_span_id))
+        while p is not None and len(ancestors) < 1000:
+            ancestors.append(p)
+            p = by_id.get((p.trace_id, p.parent_span_id))
+        out.append((s, span_to_snapshot(s, ancestors=ancestors, details=joined.get((s.trace_id, s.span_id)))))
+    return out

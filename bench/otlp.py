@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from core.services import project_create
+from core.services import project_create  # noqa: E402
 from ingest.otlp.decode import decode_traces_protobuf  # noqa: E402
 from ingest.otlp.mapping import spans_to_snapshots  # noqa: E402
 

@@ -53,6 +53,9 @@ class AgentSession(models.Model):
             models.Index(fields=["project", "-max_watermark"], name="session_watermark_idx"),
         ]
 
+    def __str__(self) -> str:
+        return self.session_id
+
 
 class Snapshot(models.Model):
     """One model call as the agent assembled it. The payload fields are write-once;
@@ -116,6 +119,9 @@ class Snapshot(models.Model):
             models.Index(fields=["project", "ts"], name="snapshot_ts_idx"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.session_id} turn {self.turn}"
+
 
 BLOCK_ESTIMATED, BLOCK_PINNED, BLOCK_COMPRESSED = 1, 2, 4
 
@@ -138,6 +144,9 @@ class BlockContent(models.Model):
     encoding = models.CharField(max_length=64, default="", blank=True)
     created_at = models.DateTimeField()
 
+    def __str__(self) -> str:
+        return f"block {self.hash}"
+
 
 class MessageContent(models.Model):
     """One message exactly as sent, stored once per project under its content hash."""
@@ -146,6 +155,9 @@ class MessageContent(models.Model):
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message = EscapedJSONField()
+
+    def __str__(self) -> str:
+        return f"message {self.hash}"
 
 
 class CompressionEvent(models.Model):
@@ -165,6 +177,9 @@ class CompressionEvent(models.Model):
     class Meta:
         indexes = [models.Index(fields=["project", "ts"], name="compression_ts_idx")]
 
+    def __str__(self) -> str:
+        return f"compression {self.snapshot_ref}/{self.position}"
+
 
 class RecallItem(models.Model):
     pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
@@ -181,6 +196,9 @@ class RecallItem(models.Model):
     block = models.CharField(max_length=128, default="", blank=True)
     preview = EscapedTextField(default="", blank=True)
 
+    def __str__(self) -> str:
+        return f"recall {self.snapshot_ref}/{self.position}"
+
 
 class ValidationOutcome(models.Model):
     pk = models.CompositePrimaryKey("project_id", "snapshot_ref", "position")
@@ -193,3 +211,6 @@ class ValidationOutcome(models.Model):
     code = models.CharField(max_length=128, default="", blank=True)
     message = EscapedTextField(default="", blank=True)
     attempt = models.IntegerField(default=1)
+
+    def __str__(self) -> str:
+        return f"validation {self.snapshot_ref}/{self.position}"

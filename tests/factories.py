@@ -16,8 +16,10 @@ def message(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": content, **extra}
 
 
-def block(key: str, kind: str | None = None, content: str = "", *, messages: list[dict[str, Any]] | None = None,
-          tokens: int | None = None, **flags: Any) -> dict[str, Any]:
+def block(
+    key: str, kind: str | None = None, content: str = "", *,
+    messages: list[dict[str, Any]] | None = None, tokens: int | None = None, **flags: Any,
+) -> dict[str, Any]:
     msgs = messages if messages is not None else [message("user" if kind == "user" else "system", content)]
     out: dict[str, Any] = {"key": key, "kind": kind or key, "messages": msgs, **flags}
     if tokens is not None:

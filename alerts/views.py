@@ -22,7 +22,7 @@ from alerts.models import Alert, AlertRule, Channel
 from alerts.services import channels as channel_services
 from alerts.services import episodes
 from alerts.services import rules as rule_services
-from core.access import page_context, project_access
+from core.access import is_htmx, page_context, project_access
 from core.models import Membership, Project
 
 PAGE_SIZE = 50
@@ -61,7 +61,7 @@ def alert_list(request: HttpRequest, project_id: int) -> HttpResponse:
         states=Alert.State.values,
         counts=selectors.alert_state_counts(project_id=project.pk),
     )
-    if request.htmx:  # type: ignore[attr-defined]
+    if is_htmx(request):
         return render(request, "alerts/_alerts_table.html", ctx)
     return render(request, "alerts/alert_list.html", ctx)
 
@@ -92,7 +92,7 @@ def alert_transition(request: HttpRequest, project_id: int, alert_id: int, actio
         raise Http404("no such action")
     fn(alert=alert, user=request.user)
     alert = selectors.alert_get(project_id=project.pk, alert_id=alert_id)
-    if request.htmx:  # type: ignore[attr-defined]
+    if is_htmx(request):
         return render(request, "alerts/_alert_row.html", _page(request, project, membership, a=alert))
     nxt = request.POST.get("next") or ""
     if nxt.startswith(f"/p/{project.pk}/alerts/") and "//" not in nxt:
@@ -187,7 +187,7 @@ def _rule_form(
         severities=K.SEVERITIES,
         params=_param_fields(kind, data.get("params") or {}, errors),
     )
-    partial = request.htmx and request.GET.get("partial")  # type: ignore[attr-defined]
+    partial = is_htmx(request) and request.GET.get("partial")
     template = "alerts/_rule_form.html" if partial else "alerts/rule_form.html"
     return render(request, template, ctx, status=status)
 
@@ -368,7 +368,7 @@ def channel_detail(request: HttpRequest, project_id: int, channel_id: int) -> Ht
         severities=K.SEVERITIES,
         deliveries=selectors.channel_deliveries(channel=channel),
     )
-    if request.htmx and request.GET.get("partial") == "log":  # type: ignore[attr-defined]
+    if is_htmx(request) and request.GET.get("partial") == "log":
         return render(request, "alerts/_delivery_log.html", ctx)
     return render(request, "alerts/channel_detail.html", ctx)
 

@@ -15,7 +15,14 @@ def user_projects(user: object) -> list[Membership]:
     """The memberships of USER, with their projects, ordered by project name."""
     if not getattr(user, "is_authenticated", False):
         return []
-    return list(Membership.objects.select_related("project").filter(user=user).order_by("project__name"))
+    user_id: int = getattr(user, "pk", 0)
+    memberships = Membership.objects.select_related("project").filter(user_id=user_id)
+    return list(memberships.order_by("project__name"))
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    """Whether django-htmx's middleware marked REQUEST as an htmx request (a partial is wanted)."""
+    return bool(getattr(request, "htmx", False))
 
 
 def project_access(request: HttpRequest, project_id: int, role: str = "viewer") -> tuple[Project, Membership]:
@@ -23,7 +30,7 @@ def project_access(request: HttpRequest, project_id: int, role: str = "viewer") 
     403 when the member's role is below ROLE."""
     m = (
         Membership.objects.select_related("project")
-        .filter(user_id=request.user.pk, project_id=project_id)
+        .filter(user_id=request.user.pk or 0, project_id=project_id)  # anonymous: no member 0
         .first()
     )
     if m is None:

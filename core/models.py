@@ -34,7 +34,8 @@ class EscapedJSONField(models.JSONField):
         return name, "django.db.models.JSONField", args, kwargs
 
 
-class EscapedTextField(models.TextField):
+# TextField is generic only in django-stubs; subscripting it at runtime needs django-stubs-ext.
+class EscapedTextField(models.TextField):  # type: ignore[type-arg]
     """Text content stored escaped where PostgreSQL would refuse it (see core.pgtext)."""
 
     def get_prep_value(self, value: Any) -> Any:

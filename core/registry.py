@@ -12,7 +12,7 @@ pyproject.toml).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -86,7 +86,7 @@ def project_has_data(project: Project) -> bool:
 
 # Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
 # turn, rule_kind, severity, title and alert_id (the timeline's alert markers).
-SessionMarkers = Callable[..., list[dict[str, Any]]]
+SessionMarkers = Callable[..., Sequence[Mapping[str, object]]]
 _session_markers: dict[str, SessionMarkers] = {}
 
 
@@ -94,8 +94,8 @@ def session_markers_add(name: str, provider: SessionMarkers) -> None:
     _session_markers[name] = provider
 
 
-def session_markers(*, project_id: int, session_ref: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def session_markers(*, project_id: int, session_ref: int) -> list[Mapping[str, object]]:
+    out: list[Mapping[str, object]] = []
     for provider in _session_markers.values():
         out.extend(provider(project_id=project_id, session_ref=session_ref))
     return out

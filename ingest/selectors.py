@@ -27,6 +27,7 @@ from ingest.models import (
     ValidationOutcome,
 )
 from ingest.types import (
+    BlockChange,
     BlockOutline,
     CompressionEventRow,
     RecallItemRow,
@@ -444,7 +445,7 @@ def snapshot_outlines(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[
         ]
         # Django reads jsonb as text and leaves decoding to the field; this is a raw query.
         decoded = orjson.loads(change) if isinstance(change, str) else change
-        out[ref] = SnapshotOutline(blocks=blocks, change=decoded or {})
+        out[ref] = SnapshotOutline(blocks=blocks, change=cast(BlockChange, decoded or {}))
     return out
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from core import pgtext
+from ctxobs.wire import FieldError
 
 Message = dict[str, Any]  # one chat message exactly as the agent sent it
 
@@ -367,7 +368,7 @@ class BatchItemResult(TypedDict):
     index: int
     snapshot_id: str | None
     status: str  # created | duplicate | rejected
-    errors: NotRequired[list[dict[str, Any]]]
+    errors: NotRequired[list[FieldError]]
 
 
 class BatchReport(TypedDict):

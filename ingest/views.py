@@ -34,7 +34,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.errors import ApplicationError
 from config.redis_client import redis_client
 from core import members, pgtext, registry, signin
-from core.access import page_context, project_access, user_projects
+from core.access import is_htmx, page_context, project_access, user_projects
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
 from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
@@ -284,7 +284,7 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
     th = project.thresholds
     for s in rows:
         values = sparks.get(s.id, [])
-        s.spark = {
+        s.spark = {  # type: ignore[attr-defined]  # the sessions table reads it off the row
             "points": charts.sparkline_points(values),
             "warn_y": charts.sparkline_y(th[1], values=values),
             "colour": charts.TIER_COLOURS.get(s.max_tier, "#1b1f24"),
@@ -292,7 +292,7 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
     params = request.GET.copy()
     params.pop("page", None)
     ctx = _page(request, project, membership, form=form, page=page, rows=rows, query=params.urlencode())
-    template = "ingest/_sessions_table.html" if request.htmx else "ingest/sessions.html"
+    template = "ingest/_sessions_table.html" if is_htmx(request) else "ingest/sessions.html"
     return render(request, template, ctx)
 
 
@@ -349,7 +349,7 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
         )
         + "t/",
     )
-    template = "ingest/_turns_table.html" if request.htmx else "ingest/timeline.html"
+    template = "ingest/_turns_table.html" if is_htmx(request) else "ingest/timeline.html"
     return render(request, template, ctx)
 
 
@@ -502,7 +502,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     )
     for name, value in extension_context.items():
         ctx.setdefault(name, value)  # the page's own names win
-    if request.htmx and request.GET.get("part") == "diff":
+    if is_htmx(request) and request.GET.get("part") == "diff":
         return render(request, "ingest/_turn_diff.html", ctx)
     return render(request, "ingest/turn.html", ctx)
 
@@ -522,7 +522,7 @@ def block_content(
         raise Http404("no such block")
     msgs, _ = _present_messages(block["messages"], full=True)
     ctx = _page(request, project, membership, session=session, snapshot=snapshot, block=block, shown=msgs)
-    template = "ingest/_block_messages.html" if request.htmx else "ingest/block.html"
+    template = "ingest/_block_messages.html" if is_htmx(request) else "ingest/block.html"
     return render(request, template, ctx)
 
 

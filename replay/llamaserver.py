@@ -49,7 +49,7 @@ def main() -> None:
 
     create_app = server_app.create_app
     # Replaced before the server's entry module imports it by name.
-    server_app.create_app = lambda *a, **kw: ChatShapes(create_app(*a, **kw))  # type: ignore[assignment]
+    server_app.create_app = lambda *a, **kw: ChatShapes(create_app(*a, **kw))
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import QuerySet
 
@@ -156,7 +156,7 @@ def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
         height=360,
         showlegend=False,
     )
-    return fig.to_plotly_json()
+    return cast(dict[str, Any], fig.to_plotly_json())
 
 
 def run_compare(*, job: ReplayJob, run: ReplayRun) -> RunComparison:

@@ -16,7 +16,7 @@ REPLAY_QUEUE = "replay"
 
 
 @shared_task(name="replay.run_execute", bind=True, max_retries=None, acks_late=True, ignore_result=True)
-def run_execute(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
+def run_execute(self, run_id: int) -> str:
     """Execute one run; safe to deliver twice. Transient provider errors come back later
     (the bound on attempts lives in the service)."""
     outcome = services.replay_run_execute(run_id=run_id)

@@ -50,10 +50,11 @@ def _store(*, project: Project, snapshots: list[dict[str, Any]]) -> OtlpResult:
     reasons = []
     for r in result.results:
         if r["status"] == "rejected":
-            first = (r.get("errors") or [{}])[0]
-            loc = ".".join(str(x) for x in first.get("loc", [])[2:])
+            errors = r.get("errors") or []
+            loc = ".".join(str(x) for x in errors[0]["loc"][2:]) if errors else ""
+            msg = errors[0]["msg"] if errors else ""
             span = snapshots[r["index"]]["tags"].get(mapping.TAG_SPAN, "?")
-            reasons.append(f"span {span}: {loc} {first.get('msg', '')}".strip())
+            reasons.append(f"span {span}: {loc} {msg}".strip())
     message = "; ".join(reasons[:5]) + (f"; and {len(reasons) - 5} more" if len(reasons) > 5 else "")
     return OtlpResult(result.created, result.duplicate, result.rejected, message)
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def _wait_http(url: str, timeout: float) -> bool:
     return False
 
 
-def _secret_file(path: Path, make: Any) -> str:
+def _secret_file(path: Path, make: Callable[[], str]) -> str:
     """A local secret for the demo (key, password) kept 0600 under CTXOBS_HOME, reused on rerun."""
     if path.exists():
         return path.read_text().strip()
@@ -146,7 +147,11 @@ class Command(BaseCommand):
                 demo_thread.join(timeout=900)
             self._stop()
             return
-        signal.signal(signal.SIGTERM, lambda *_: (self._stop(), sys.exit(0)))
+        def _terminate(*_: object) -> None:
+            self._stop()
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             while True:
                 for p in self.procs:

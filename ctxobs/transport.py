@@ -52,6 +52,22 @@ _ENCODE_FLOOR_S = 0.0001
 _SEND_GUESS_S = 0.001
 # close() returns at most this long after its timeout (the last spool write in progress).
 EXIT_MARGIN_S = 0.5
+# The sender's pause after encoding each snapshot (see Transport._prepare_batch).
+_YIELD_S = 0.0001
+# Snapshots pushed out of the full queue wait for the sender to free them, up to this many.
+_EVICTED_MAX = 1024
+
+# Fork count, raised in the child: a Transport compares it with the count it last saw, which
+# costs less on every enqueue than os.getpid() (a system call).
+_forks = [0]
+
+
+def _after_fork() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class CtxobsDeliveryError(Exception):
@@ -211,7 +227,11 @@ class Transport:
 
         self._stats = Stats()
         self._queue: deque[tuple[int, Any]] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._idle = False  # the sender waits on _cond for work
+        self._running = False  # a sender thread is started and has not ended
+        self._evicted: list[tuple[int, Any]] = []  # pushed out of the full queue, not yet freed
         self._stop = threading.Event()
         self._interrupt = threading.Event()  # closing: retry sleeps end at once
         self._inflight: list[_Item] = []
@@ -227,7 +247,7 @@ class Transport:
         self._encode_s = _ENCODE_GUESS_S
         self._send_s = _SEND_GUESS_S
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        self._forks = _forks[0]
         self._http: httpx.Client | None = None
         if flush_at_exit and not self.disabled:
             atexit.register(self._at_exit)
@@ -250,21 +270,33 @@ class Transport:
         """
         if self.disabled:
             return False
+        # This runs on the agent's thread for every call: the plain lock (a C-level context
+        # manager; the Condition's own methods are Python) held for a few list operations; the
+        # sender is woken only when a batch is full and it is waiting for one; a snapshot pushed
+        # out of a full queue is handed to the sender to free, since freeing a reply's objects
+        # costs more than queueing one.
+        evicted = None
         try:
-            with self._cond:
-                if self._pid != os.getpid():
+            with self._lock:
+                if self._forks != _forks[0]:
                     self._reset_after_fork()
-                if not self._queue:
+                queue = self._queue
+                if not queue:
                     self._oldest_ts = time.monotonic()
-                elif len(self._queue) >= self.max_queue:
-                    self._queue.popleft()
+                elif len(queue) >= self.max_queue:
+                    self._evicted.append(queue.popleft())
                     self._stats.dropped += 1
-                self._queue.append((time.time_ns(), snapshot))
+                queue.append((time.time_ns(), snapshot))
                 self._stats.enqueued += 1
-                if len(self._queue) >= self.batch_size:
+                if self._idle and len(queue) >= self.batch_size:
                     self._cond.notify_all()
-                alive = self._thread is not None and self._thread.is_alive()
-            if not alive:
+                running = self._running
+                if len(self._evicted) >= _EVICTED_MAX:
+                    # The sender is stuck in a request: free them here, in one go, rather than
+                    # let memory grow past the queue's bound.
+                    evicted, self._evicted = self._evicted, []
+            del evicted
+            if not running:
                 self._start()
             return True
         except Exception:  # noqa: BLE001 - the agent must never see our failure
@@ -391,13 +423,21 @@ class Transport:
             if self._stop.is_set() or (self._thread is not None and self._thread.is_alive()):
                 return
             self._thread = threading.Thread(target=self._run, name="ctxobs-transport", daemon=True)
-            self._thread.start()
+            self._running = True
+            try:
+                self._thread.start()
+            except BaseException:
+                self._running = False
+                raise
 
     def _reset_after_fork(self) -> None:
         # The parent's queue is the parent's to send; the child starts empty with its own thread.
         # The spool is shared: the child drains it too (file locks keep each file to one sender).
-        self._pid = os.getpid()
+        self._forks = _forks[0]
         self._queue.clear()
+        self._evicted = []
+        self._running = False
+        self._idle = False
         self._inflight = []
         self._taken = []
         self._busy = False
@@ -407,6 +447,13 @@ class Transport:
             self._spool.reset_after_fork()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                self._running = False
+
+    def _loop(self) -> None:
         if self._spool is not None:
             try:
                 found = bool(self._spool.files())
@@ -419,6 +466,9 @@ class Transport:
         while not self._stop.is_set():
             try:
                 action, batch = self._next_action()
+                with self._lock:
+                    evicted, self._evicted = self._evicted, []
+                del evicted  # freed here, outside the lock
                 if action == "send":
                     self._process(batch)
                 elif action == "spill":
@@ -464,11 +514,30 @@ class Transport:
                     if due <= 0:
                         return "drain", []
                     timeout = min(timeout, due)
-                self._cond.wait(max(0.001, timeout))
+                self._idle = True
+                try:
+                    self._cond.wait(max(0.001, timeout))
+                finally:
+                    self._idle = False
             return "stop", []
 
+    def _prepare_batch(self, batch: list[tuple[int, Any]]) -> list[_Item]:
+        """BATCH encoded, pausing between items: the agent's thread may be waiting for the GIL
+        (its model call just answered), and a thread that only asks for it waits up to the
+        interpreter's switch interval (5 ms) for a busy thread to let go. A short sleep after
+        each snapshot bounds that wait to one snapshot's encoding, for ~0.1 ms per snapshot
+        on this background thread."""
+        items: list[_Item] = []
+        for ts, snapshot in batch:
+            item = self._encode(snapshot, ts)
+            if item is not None:
+                items.append(item)
+            if not self._interrupt.is_set():  # closing: no time to spare
+                time.sleep(_YIELD_S)
+        return items
+
     def _process(self, batch: list[tuple[int, Any]]) -> None:
-        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
+        items = self._prepare_batch(batch)
         with self._cond:
             self._inflight = items
         if not items:
@@ -494,7 +563,7 @@ class Transport:
 
     def _spill(self, batch: list[tuple[int, Any]]) -> None:
         """Queue BATCH behind the spool's backlog: order is kept and memory stays flat."""
-        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
+        items = self._prepare_batch(batch)
         if items and not self._write_spool(items):
             # The disk refused: try the network after all rather than lose the batch.
             with self._cond:

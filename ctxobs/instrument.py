@@ -155,6 +155,7 @@ class _Call:
     __slots__ = (
         "_inst", "session_id", "turn", "agent", "model", "context_window", "tags", "messages",
         "tools", "request", "ts", "t0", "latency_ms", "response", "chunks", "error", "_snapshot_id",
+        "_output",
     )
 
     def __init__(
@@ -188,6 +189,7 @@ class _Call:
         self.chunks: list[Any] | None = None  # a stream's chunks, rebuilt on the sender thread
         self.error: str | None = None
         self._snapshot_id: str | None = None
+        self._output: Any = _UNREAD
         self.t0 = time.perf_counter()
 
     @property
@@ -197,18 +199,24 @@ class _Call:
             self._snapshot_id = str(uuid.uuid4())
         return self._snapshot_id
 
+    def digest(self) -> None:
+        """Read the reply now, on the transport's reader thread, and let go of it: a stream's
+        chunks and a reply are dozens of small objects each, and while they wait in the queue
+        for their batch (minutes, when the server is down) the garbage collector walks them
+        again and again on whichever thread allocates: mostly the agent's."""
+        if self._output is not _UNREAD:
+            return
+        output = _read_reply(self.chunks, self.response)
+        # Published before the reply is dropped: snapshot() reads them in the opposite order.
+        self._output = output
+        self.chunks = None
+        self.response = None
+
     def snapshot(self) -> dict[str, Any]:
-        output: dict[str, Any] | None
-        if self.chunks is not None:
-            acc = _StreamAccumulator()
-            for chunk in self.chunks:
-                try:
-                    acc.feed(chunk)
-                except Exception:  # noqa: BLE001 - an unexpected chunk shape must not lose the turn
-                    log.debug("ctxobs.instrument.chunk_unreadable")
-            output = acc.output()
-        else:
-            output = _safe_output(self.response) if self.response is not None else None
+        chunks, response = self.chunks, self.response
+        output = self._output
+        if output is _UNREAD:
+            output = _read_reply(chunks, response)
         if output is not None and self.latency_ms is not None:
             output["latency_ms"] = round(self.latency_ms, 3)
         turn = self._inst._turn(self)
@@ -217,6 +225,22 @@ class _Call:
             turn.tags.setdefault("error", self.error)
         turn._output = output
         return turn.snapshot()
+
+
+# Not read yet (None is a reply that could not be read, or no reply).
+_UNREAD: Any = object()
+
+
+def _read_reply(chunks: list[Any] | None, response: Any) -> dict[str, Any] | None:
+    if chunks is not None:
+        acc = _StreamAccumulator()
+        for chunk in chunks:
+            try:
+                acc.feed(chunk)
+            except Exception:  # noqa: BLE001 - an unexpected chunk shape must not lose the turn
+                log.debug("ctxobs.instrument.chunk_unreadable")
+        return acc.output()
+    return _safe_output(response) if response is not None else None
 
 
 # Models whose context window is remembered; the cache starts over past this many.
@@ -333,7 +357,7 @@ class _Instrumentation:
             call.chunks = chunks
             if error is not None:
                 call.error = type(error).__name__
-            self.obs.transport.enqueue(call)
+            self.obs.transport.enqueue(call, digest=call.digest)
         except Exception:  # noqa: BLE001
             log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
 

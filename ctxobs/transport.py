@@ -52,8 +52,8 @@ _ENCODE_FLOOR_S = 0.0001
 _SEND_GUESS_S = 0.001
 # close() returns at most this long after its timeout (the last spool write in progress).
 EXIT_MARGIN_S = 0.5
-# The sender's pause after encoding each snapshot (see Transport._prepare_batch).
-_YIELD_S = 0.0001
+# How often the reader thread runs the digests queued since its last run.
+_DIGEST_INTERVAL_S = 0.02
 # Snapshots pushed out of the full queue wait for the sender to free them, up to this many.
 _EVICTED_MAX = 1024
 
@@ -232,6 +232,10 @@ class Transport:
         self._idle = False  # the sender waits on _cond for work
         self._running = False  # a sender thread is started and has not ended
         self._evicted: list[tuple[int, Any]] = []  # pushed out of the full queue, not yet freed
+        # Digests waiting for the reader thread; bounded like the queue (an item whose digest
+        # falls out is read by the sender instead).
+        self._digests: deque[Callable[[], None]] = deque(maxlen=self.max_queue)
+        self._digesting = False  # the reader thread is started and has not ended
         self._stop = threading.Event()
         self._interrupt = threading.Event()  # closing: retry sleeps end at once
         self._inflight: list[_Item] = []
@@ -263,10 +267,12 @@ class Transport:
 
     # --- agent-facing -----------------------------------------------------------------
 
-    def enqueue(self, snapshot: Any) -> bool:
+    def enqueue(self, snapshot: Any, *, digest: Callable[[], None] | None = None) -> bool:
         """Queue one snapshot for delivery; O(1), never blocks, never raises. False if disabled.
 
         SNAPSHOT is a wire dict, or any object `prepare` turns into one on the sender thread.
+        DIGEST, if given, is called soon on a background reader thread (never the caller's), to
+        read what SNAPSHOT holds into a compact form before its batch is sent.
         """
         if self.disabled:
             return False
@@ -291,6 +297,10 @@ class Transport:
                 if self._idle and len(queue) >= self.batch_size:
                     self._cond.notify_all()
                 running = self._running
+                if digest is not None:
+                    self._digests.append(digest)
+                    if not self._digesting:
+                        self._start_reader()
                 if len(self._evicted) >= _EVICTED_MAX:
                     # The sender is stuck in a request: free them here, in one go, rather than
                     # let memory grow past the queue's bound.
@@ -438,6 +448,8 @@ class Transport:
         self._evicted = []
         self._running = False
         self._idle = False
+        self._digests.clear()
+        self._digesting = False
         self._inflight = []
         self._taken = []
         self._busy = False
@@ -445,6 +457,34 @@ class Transport:
         self._http = None
         if self._spool is not None:
             self._spool.reset_after_fork()
+
+    def _start_reader(self) -> None:
+        # Called with the lock held.
+        if self._stop.is_set():
+            return
+        self._digesting = True
+        try:
+            threading.Thread(target=self._read_loop, name="ctxobs-reader", daemon=True).start()
+        except BaseException:
+            self._digesting = False
+            raise
+
+    def _read_loop(self) -> None:
+        """Run the queued digests every _DIGEST_INTERVAL_S: woken by a timer rather than by
+        each enqueue, so the agent's thread never signals anything, and in short bursts."""
+        digests = self._digests
+        try:
+            while not self._stop.wait(_DIGEST_INTERVAL_S):
+                while digests:
+                    try:
+                        digests.popleft()()
+                    except IndexError:
+                        break
+                    except Exception:  # noqa: BLE001 - the sender reads the item itself then
+                        log.debug("ctxobs.transport.digest_failed")
+        finally:
+            with self._lock:
+                self._digesting = False
 
     def _run(self) -> None:
         try:
@@ -521,23 +561,8 @@ class Transport:
                     self._idle = False
             return "stop", []
 
-    def _prepare_batch(self, batch: list[tuple[int, Any]]) -> list[_Item]:
-        """BATCH encoded, pausing between items: the agent's thread may be waiting for the GIL
-        (its model call just answered), and a thread that only asks for it waits up to the
-        interpreter's switch interval (5 ms) for a busy thread to let go. A short sleep after
-        each snapshot bounds that wait to one snapshot's encoding, for ~0.1 ms per snapshot
-        on this background thread."""
-        items: list[_Item] = []
-        for ts, snapshot in batch:
-            item = self._encode(snapshot, ts)
-            if item is not None:
-                items.append(item)
-            if not self._interrupt.is_set():  # closing: no time to spare
-                time.sleep(_YIELD_S)
-        return items
-
     def _process(self, batch: list[tuple[int, Any]]) -> None:
-        items = self._prepare_batch(batch)
+        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
         with self._cond:
             self._inflight = items
         if not items:
@@ -563,7 +588,7 @@ class Transport:
 
     def _spill(self, batch: list[tuple[int, Any]]) -> None:
         """Queue BATCH behind the spool's backlog: order is kept and memory stays flat."""
-        items = self._prepare_batch(batch)
+        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
         if items and not self._write_spool(items):
             # The disk refused: try the network after all rather than lose the batch.
             with self._cond:
@@ -865,7 +890,7 @@ class Transport:
             return min(self.retry_after_max, retry_after) * random.uniform(1.0, 1.1)
         if self._down and attempt == 0:
             return self.backoff_max
-        base = min(self.backoff_max, self.backoff_base * (2 ** max(0, attempt - 1)))
+        base = min(self.backoff_max, self.backoff_base * (2.0 ** max(0, attempt - 1)))
         return base / 2 + random.uniform(0, base / 2)
 
     def _sleep(self, seconds: float, interruptible: bool) -> bool:

@@ -5,7 +5,9 @@ nothing here raises into the caller or waits for the network. Delivery happens o
 thread: bounded queue (when full the OLDEST item is dropped and counted), batches by size and
 interval, gzip, retries with exponential backoff and jitter on connection errors, 408/425/429
 and 5xx (Retry-After honoured), per-item results from the API. A rejected item is reported
-once through `on_error` and never retried.
+once through `on_error` and never retried. A second daemon thread, the reader, runs the
+`digest` given with an item (instrumented calls read their reply there) every few
+milliseconds, so what the item holds does not stay alive until its batch is sent.
 
 What the server does not take within the retry budget goes to the spool (ctxobs/spool.py, on by
 default): from then on new snapshots queue up behind it on disk, in order, and the same thread

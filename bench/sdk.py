@@ -20,6 +20,7 @@
    per-pair differences. Target: p50 <= 0.2 ms added per call.
 
     .venv/bin/python bench/sdk.py --instrumented [--calls N]   # only part 6
+    .venv/bin/python bench/sdk.py --calls N                    # all parts, N paired calls per case in 6
 """
 
 from __future__ import annotations
@@ -306,8 +307,8 @@ def print_instrumented(res: dict[str, Any]) -> None:
 def main() -> None:
     stable = stable_blocks()
     changing = [changing_blocks(i) for i in range(TURNS + WARMUP)]
+    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else INSTRUMENTED_CALLS
     if "--instrumented" in sys.argv:
-        calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else INSTRUMENTED_CALLS
         res = instrumented_overhead(stable, changing, calls)
         print_instrumented(res)
         print(json.dumps({"instrumented": res}))
@@ -433,7 +434,7 @@ def main() -> None:
     }
     httpd.shutdown()
     # 6. the instrument_openai path around real openai calls
-    inst = instrumented_overhead(stable, changing)
+    inst = instrumented_overhead(stable, changing, calls)
     result["instrumented"] = inst
     result["meets_instrumented_target"] = inst["meets_instrumented_target"]
     print_instrumented(inst)

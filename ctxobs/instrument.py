@@ -16,7 +16,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -127,9 +126,15 @@ def strip_request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     msgs = clean.get("messages")
     if isinstance(msgs, list):
         fields = _MESSAGE_FIELDS
-        # Inline rather than any(_has_tags(...)): this runs on every call, for every message.
+        # Inline rather than any(_has_tags(...)): this runs on every call, for every message. A
+        # {role, content} dict (most of them) is recognised by three probes, cheaper than the
+        # keys-view comparison that covers the others.
         for m in msgs:
-            if (m.__class__ is not dict or not m.keys() <= fields) and _has_tags(m):
+            if m.__class__ is dict and (
+                (len(m) == 2 and "role" in m and "content" in m) or m.keys() <= fields
+            ):
+                continue
+            if _has_tags(m):
                 clean["messages"] = [clean_message(m) if _has_tags(m) else m for m in msgs]
                 break
     return clean, opts
@@ -140,69 +145,106 @@ def _param_value(v: Any) -> bool:
     return type(v).__name__ not in ("NotGiven", "Omit")
 
 
-@dataclass
 class _Call:
-    """What the agent's thread captures of one call; the snapshot is made from it later."""
+    """One call as the agent's thread captured it, queued as it is: the sender thread makes its
+    snapshot (partitioning, reading the reply, counting), so the agent's thread pays only for
+    capturing the call. Slotted, and the queue item itself: the fewer objects a call keeps alive
+    until the sender takes it, the less the garbage collector has to walk on the agent's thread.
+    """
 
-    session_id: str
-    turn: int
-    agent: str
-    model: str
-    context_window: int
-    tags: dict[str, str]
-    messages: list[Any]
-    tools: list[Any] | None
-    request: dict[str, Any]  # the request as sent; its params are picked on the sender thread
-    ts: float  # time.time() at the call
-    t0: float = field(default_factory=time.perf_counter)
-    latency_ms: float | None = None
-    response: Any = None  # the reply object, read on the sender thread
-    chunks: list[Any] | None = None  # a stream's chunks, rebuilt into the reply on the sender thread
-    error: str | None = None
+    __slots__ = (
+        "_inst", "session_id", "turn", "agent", "model", "context_window", "tags", "messages",
+        "tools", "request", "ts", "t0", "latency_ms", "response", "chunks", "error", "_snapshot_id",
+        "_output",
+    )
 
-
-class _Recorded:
-    """A finished call queued as it is: the sender thread makes its snapshot (partitioning,
-    reading the reply, counting), so the agent's thread pays only for capturing the call."""
-
-    __slots__ = ("_call", "_inst", "_snapshot_id")
-
-    def __init__(self, inst: _Instrumentation, call: _Call) -> None:
+    def __init__(
+        self,
+        inst: _Instrumentation,
+        session_id: str,
+        turn: int,
+        agent: str,
+        model: str,
+        context_window: int,
+        tags: dict[str, str],
+        messages: list[Any],
+        tools: list[Any] | None,
+        request: dict[str, Any],
+    ) -> None:
         self._inst = inst
-        self._call = call
+        self.session_id = session_id
+        self.turn = turn
+        self.agent = agent
+        self.model = model
+        self.context_window = context_window
+        self.tags = tags
+        self.messages = messages
+        self.tools = tools
+        self.request = request  # the request as sent; its params are picked on the sender thread
+        # Both clocks are read here, each for ~50 ns: the wall clock stamps the snapshot, the
+        # monotonic one times the call.
+        self.ts = time.time()
+        self.latency_ms: float | None = None
+        self.response: Any = None  # the reply object, read on the sender thread
+        self.chunks: list[Any] | None = None  # a stream's chunks, rebuilt on the sender thread
+        self.error: str | None = None
         self._snapshot_id: str | None = None
-
-    @property
-    def session_id(self) -> str:
-        return self._call.session_id
+        self._output: Any = _UNREAD
+        self.t0 = time.perf_counter()
 
     @property
     def snapshot_id(self) -> str:
+        # Made when first asked for (on the sender thread): uuid4 reads os.urandom.
         if self._snapshot_id is None:
             self._snapshot_id = str(uuid.uuid4())
         return self._snapshot_id
 
+    def digest(self) -> None:
+        """Read the reply now, on the transport's reader thread, and let go of it: a stream's
+        chunks and a reply are dozens of small objects each, and while they wait in the queue
+        for their batch (minutes, when the server is down) the garbage collector walks them
+        again and again on whichever thread allocates: mostly the agent's."""
+        if self._output is not _UNREAD:
+            return
+        output = _read_reply(self.chunks, self.response)
+        # Published before the reply is dropped: snapshot() reads them in the opposite order.
+        self._output = output
+        self.chunks = None
+        self.response = None
+
     def snapshot(self) -> dict[str, Any]:
-        call = self._call
-        output: dict[str, Any] | None
-        if call.chunks is not None:
-            acc = _StreamAccumulator()
-            for chunk in call.chunks:
-                try:
-                    acc.feed(chunk)
-                except Exception:  # noqa: BLE001 - an unexpected chunk shape must not lose the turn
-                    log.debug("ctxobs.instrument.chunk_unreadable")
-            output = acc.output()
-        else:
-            output = _safe_output(call.response) if call.response is not None else None
-        if output is not None and call.latency_ms is not None:
-            output["latency_ms"] = round(call.latency_ms, 3)
-        turn = self._inst._turn(call)
+        chunks, response = self.chunks, self.response
+        output = self._output
+        if output is _UNREAD:
+            output = _read_reply(chunks, response)
+        if output is not None and self.latency_ms is not None:
+            output["latency_ms"] = round(self.latency_ms, 3)
+        turn = self._inst._turn(self)
         turn.snapshot_id = self.snapshot_id
-        if call.error is not None:
-            turn.tags.setdefault("error", call.error)
+        if self.error is not None:
+            turn.tags.setdefault("error", self.error)
         turn._output = output
         return turn.snapshot()
+
+
+# Not read yet (None is a reply that could not be read, or no reply).
+_UNREAD: Any = object()
+
+
+def _read_reply(chunks: list[Any] | None, response: Any) -> dict[str, Any] | None:
+    if chunks is not None:
+        acc = _StreamAccumulator()
+        for chunk in chunks:
+            try:
+                acc.feed(chunk)
+            except Exception:  # noqa: BLE001 - an unexpected chunk shape must not lose the turn
+                log.debug("ctxobs.instrument.chunk_unreadable")
+        return acc.output()
+    return _safe_output(response) if response is not None else None
+
+
+# Models whose context window is remembered; the cache starts over past this many.
+_WINDOW_CACHE = 256
 
 
 class _Instrumentation:
@@ -217,6 +259,7 @@ class _Instrumentation:
         self.partitioner = partitioner or default_partitioner
         self.context_window = context_window
         self.agent = agent
+        self._windows: dict[str, int | None] = {}
 
     @property
     def obs(self) -> Client:
@@ -233,7 +276,23 @@ class _Instrumentation:
             log.exception("ctxobs.instrument.begin_failed")
             return clean, None
 
+    def _window(self, model: str) -> int | None:
+        # context_window_for() tries every known prefix; an agent uses a handful of models.
+        try:
+            return self._windows[model]
+        except KeyError:
+            window = context_window_for(model)
+            if len(self._windows) >= _WINDOW_CACHE:
+                self._windows.clear()
+            self._windows[model] = window
+            return window
+
     def _call(self, clean: dict[str, Any], opts: dict[str, Any], messages: Any) -> _Call | None:
+        # What stays on the agent's thread, and why: the session and turn number (they follow
+        # call order and the caller's context variables), the options (stripped from the
+        # request above), and a copy of the message list and of each message dict (the agent
+        # appends to its list and may edit a message in place, trimming a tool output, for its
+        # next call while this one is still queued). Everything else waits for the sender.
         if not isinstance(messages, list):
             return None
         obs = self.obs
@@ -245,35 +304,40 @@ class _Instrumentation:
             obs.transport.count_sampled_out()
             return None
         model = str(clean.get("model") or "")
+        extra = opts.get("ctxobs_tags")
         tags = {
             **obs.tags,
             **(ctx.tags if ctx else {}),
-            **{k: str(v) for k, v in (opts.get("ctxobs_tags") or {}).items()},
+            **({k: str(v) for k, v in extra.items()} if extra else {}),
         }
-        window = opts.get("ctxobs_context_window") or self.context_window or context_window_for(model)
+        window = opts.get("ctxobs_context_window") or self.context_window or self._window(model)
         if not window:
             window = DEFAULT_CONTEXT_WINDOW
             tags.setdefault("ctxobs.window", "assumed")
         explicit_turn = opts.get("ctxobs_turn")
         tools = clean.get("tools") or clean.get("functions")
+        try:
+            # Shallow copies made in C; a message that is not a dict (a pydantic message) is
+            # kept as it is and dumped on the sender thread.
+            copies = list(map(dict.copy, messages))
+        except TypeError:
+            copies = [m.copy() if isinstance(m, dict) else m for m in messages]
         return _Call(
-            session_id=sid,
-            turn=obs.next_turn(sid, int(explicit_turn) if explicit_turn is not None else None),
-            agent=str(
+            self,
+            sid,
+            obs.next_turn(sid, int(explicit_turn) if explicit_turn is not None else None),
+            str(
                 opts.get("ctxobs_agent")
                 or (ctx.agent if ctx and ctx.agent else "")
                 or self.agent
                 or obs.agent
             ),
-            model=model,
-            context_window=int(window),
-            tags=tags,
-            # Copied now, each message too: the agent appends to its list and may edit a message
-            # in place (trimming a tool output) for its next call while this one is still queued.
-            messages=[m.copy() if m.__class__ is dict else m for m in messages],
-            tools=list(tools) if isinstance(tools, list | tuple) else None,
-            request=clean,
-            ts=time.time(),
+            model,
+            int(window),
+            tags,
+            copies,
+            list(tools) if isinstance(tools, list | tuple) else None,
+            clean,
         )
 
     def finish(
@@ -293,7 +357,7 @@ class _Instrumentation:
             call.chunks = chunks
             if error is not None:
                 call.error = type(error).__name__
-            self.obs.transport.enqueue(_Recorded(self, call))
+            self.obs.transport.enqueue(call, digest=call.digest)
         except Exception:  # noqa: BLE001
             log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
 
@@ -388,18 +452,20 @@ class _StreamAccumulator:
         }
 
 
+def _ignore(chunk: Any) -> None:
+    pass
+
+
 class _StreamBase:
     def __init__(self, stream: Any, inst: _Instrumentation, call: _Call | None) -> None:
         self._stream = stream
         self._inst = inst
         self._call = call
         # Chunks are kept, not read: rebuilding the reply from them is the sender thread's job.
+        # Per chunk the agent's thread pays one C-level list append.
         self._chunks: list[Any] = []
+        self._keep: Callable[[Any], None] = self._chunks.append if call is not None else _ignore
         self._done = False
-
-    def _feed(self, chunk: Any) -> None:
-        if self._call is not None:
-            self._chunks.append(chunk)
 
     def _finish(self, *, complete: bool, error: BaseException | None = None) -> None:
         if self._done:
@@ -428,7 +494,7 @@ class InstrumentedStream(_StreamBase):
         except BaseException as exc:
             self._finish(complete=False, error=exc)
             raise
-        self._feed(chunk)
+        self._keep(chunk)
         return chunk
 
     def __enter__(self) -> InstrumentedStream:
@@ -461,7 +527,7 @@ class AsyncInstrumentedStream(_StreamBase):
         except BaseException as exc:
             self._finish(complete=False, error=exc)
             raise
-        self._feed(chunk)
+        self._keep(chunk)
         return chunk
 
     async def __aenter__(self) -> AsyncInstrumentedStream:

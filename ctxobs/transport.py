@@ -5,7 +5,9 @@ nothing here raises into the caller or waits for the network. Delivery happens o
 thread: bounded queue (when full the OLDEST item is dropped and counted), batches by size and
 interval, gzip, retries with exponential backoff and jitter on connection errors, 408/425/429
 and 5xx (Retry-After honoured), per-item results from the API. A rejected item is reported
-once through `on_error` and never retried.
+once through `on_error` and never retried. A second daemon thread, the reader, runs the
+`digest` given with an item (instrumented calls read their reply there) every few
+milliseconds, so what the item holds does not stay alive until its batch is sent.
 
 What the server does not take within the retry budget goes to the spool (ctxobs/spool.py, on by
 default): from then on new snapshots queue up behind it on disk, in order, and the same thread
@@ -50,6 +52,22 @@ _ENCODE_FLOOR_S = 0.0001
 _SEND_GUESS_S = 0.001
 # close() returns at most this long after its timeout (the last spool write in progress).
 EXIT_MARGIN_S = 0.5
+# How often the reader thread runs the digests queued since its last run.
+_DIGEST_INTERVAL_S = 0.02
+# Snapshots pushed out of the full queue wait for the sender to free them, up to this many.
+_EVICTED_MAX = 1024
+
+# Fork count, raised in the child: a Transport compares it with the count it last saw, which
+# costs less on every enqueue than os.getpid() (a system call).
+_forks = [0]
+
+
+def _after_fork() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class CtxobsDeliveryError(Exception):
@@ -193,7 +211,15 @@ class Transport:
 
         self._stats = Stats()
         self._queue: deque[tuple[int, Any]] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._idle = False  # the sender waits on _cond for work
+        self._running = False  # a sender thread is started and has not ended
+        self._evicted: list[tuple[int, Any]] = []  # pushed out of the full queue, not yet freed
+        # Digests waiting for the reader thread; bounded like the queue (an item whose digest
+        # falls out is read by the sender instead).
+        self._digests: deque[Callable[[], None]] = deque(maxlen=self.max_queue)
+        self._digesting = False  # the reader thread is started and has not ended
         self._stop = threading.Event()
         self._interrupt = threading.Event()  # closing: retry sleeps end at once
         self._inflight: list[_Item] = []
@@ -209,7 +235,7 @@ class Transport:
         self._encode_s = _ENCODE_GUESS_S
         self._send_s = _SEND_GUESS_S
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        self._forks = _forks[0]
         self._http: httpx.Client | None = None
         if flush_at_exit and not self.disabled:
             atexit.register(self._at_exit)
@@ -225,28 +251,46 @@ class Transport:
 
     # --- agent-facing -----------------------------------------------------------------
 
-    def enqueue(self, snapshot: Any) -> bool:
+    def enqueue(self, snapshot: Any, *, digest: Callable[[], None] | None = None) -> bool:
         """Queue one snapshot for delivery; O(1), never blocks, never raises. False if disabled.
 
         SNAPSHOT is a wire dict, or any object `prepare` turns into one on the sender thread.
+        DIGEST, if given, is called soon on a background reader thread (never the caller's), to
+        read what SNAPSHOT holds into a compact form before its batch is sent.
         """
         if self.disabled:
             return False
+        # This runs on the agent's thread for every call: the plain lock (a C-level context
+        # manager; the Condition's own methods are Python) held for a few list operations; the
+        # sender is woken only when a batch is full and it is waiting for one; a snapshot pushed
+        # out of a full queue is handed to the sender to free, since freeing a reply's objects
+        # costs more than queueing one.
+        evicted = None
         try:
-            with self._cond:
-                if self._pid != os.getpid():
+            with self._lock:
+                if self._forks != _forks[0]:
                     self._reset_after_fork()
-                if not self._queue:
+                queue = self._queue
+                if not queue:
                     self._oldest_ts = time.monotonic()
-                elif len(self._queue) >= self.max_queue:
-                    self._queue.popleft()
+                elif len(queue) >= self.max_queue:
+                    self._evicted.append(queue.popleft())
                     self._stats.dropped += 1
-                self._queue.append((time.time_ns(), snapshot))
+                queue.append((time.time_ns(), snapshot))
                 self._stats.enqueued += 1
-                if len(self._queue) >= self.batch_size:
+                if self._idle and len(queue) >= self.batch_size:
                     self._cond.notify_all()
-                alive = self._thread is not None and self._thread.is_alive()
-            if not alive:
+                running = self._running
+                if digest is not None:
+                    self._digests.append(digest)
+                    if not self._digesting:
+                        self._start_reader()
+                if len(self._evicted) >= _EVICTED_MAX:
+                    # The sender is stuck in a request: free them here, in one go, rather than
+                    # let memory grow past the queue's bound.
+                    evicted, self._evicted = self._evicted, []
+            del evicted
+            if not running:
                 self._start()
             return True
         except Exception:  # noqa: BLE001 - the agent must never see our failure
@@ -373,13 +417,23 @@ class Transport:
             if self._stop.is_set() or (self._thread is not None and self._thread.is_alive()):
                 return
             self._thread = threading.Thread(target=self._run, name="ctxobs-transport", daemon=True)
-            self._thread.start()
+            self._running = True
+            try:
+                self._thread.start()
+            except BaseException:
+                self._running = False
+                raise
 
     def _reset_after_fork(self) -> None:
         # The parent's queue is the parent's to send; the child starts empty with its own thread.
         # The spool is shared: the child drains it too (file locks keep each file to one sender).
-        self._pid = os.getpid()
+        self._forks = _forks[0]
         self._queue.clear()
+        self._evicted = []
+        self._running = False
+        self._idle = False
+        self._digests.clear()
+        self._digesting = False
         self._inflight = []
         self._taken = []
         self._busy = False
@@ -388,7 +442,42 @@ class Transport:
         if self._spool is not None:
             self._spool.reset_after_fork()
 
+    def _start_reader(self) -> None:
+        # Called with the lock held.
+        if self._stop.is_set():
+            return
+        self._digesting = True
+        try:
+            threading.Thread(target=self._read_loop, name="ctxobs-reader", daemon=True).start()
+        except BaseException:
+            self._digesting = False
+            raise
+
+    def _read_loop(self) -> None:
+        """Run the queued digests every _DIGEST_INTERVAL_S: woken by a timer rather than by
+        each enqueue, so the agent's thread never signals anything, and in short bursts."""
+        digests = self._digests
+        try:
+            while not self._stop.wait(_DIGEST_INTERVAL_S):
+                while digests:
+                    try:
+                        digests.popleft()()
+                    except IndexError:
+                        break
+                    except Exception:  # noqa: BLE001 - the sender reads the item itself then
+                        log.debug("ctxobs.transport.digest_failed")
+        finally:
+            with self._lock:
+                self._digesting = False
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                self._running = False
+
+    def _loop(self) -> None:
         if self._spool is not None:
             try:
                 found = bool(self._spool.files())
@@ -401,6 +490,9 @@ class Transport:
         while not self._stop.is_set():
             try:
                 action, batch = self._next_action()
+                with self._lock:
+                    evicted, self._evicted = self._evicted, []
+                del evicted  # freed here, outside the lock
                 if action == "send":
                     self._process(batch)
                 elif action == "spill":
@@ -446,7 +538,11 @@ class Transport:
                     if due <= 0:
                         return "drain", []
                     timeout = min(timeout, due)
-                self._cond.wait(max(0.001, timeout))
+                self._idle = True
+                try:
+                    self._cond.wait(max(0.001, timeout))
+                finally:
+                    self._idle = False
             return "stop", []
 
     def _process(self, batch: list[tuple[int, Any]]) -> None:

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 import ctxobs
+from tests.waiting import wait_until
 
 SYSTEM = {"role": "system", "content": "You are a travel assistant. Answer briefly."}
 TOOLS = [
@@ -174,6 +175,25 @@ def test_reply_is_read_on_the_sender_thread_never_the_agents(ingest, make_client
     [snap] = snapshots_of(ingest, obs)
     assert snap["output"]["text"] == "ok"
     assert seen and threading.current_thread().name not in seen
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["reply", "stream"])
+def test_reply_is_read_and_released_before_its_batch_is_sent(ingest, make_client, stream: bool) -> None:
+    # The reply's objects must not wait in the queue for their batch (garbage-collector work on
+    # the agent's thread): the transport's reader thread reads them soon after the call.
+    obs = make_client(ingest.url, flush_interval=60)
+    seen: list[str] = []
+    client = SimpleNamespace(chat=SimpleNamespace(completions=_StandInCompletions(seen)))
+    llm = ctxobs.instrument_openai(client, obs)
+    resp = llm.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                       stream=stream)
+    if stream:
+        assert len(list(resp)) == 2
+    wait_until(lambda: seen, 10, "the reply to be read")
+    assert obs.stats()["queued"] == 1 and set(seen) == {"ctxobs-reader"}
+    [snap] = snapshots_of(ingest, obs)
+    assert snap["output"]["text"] == "ok"
+    assert set(seen) == {"ctxobs-reader"}
 
 
 def test_turns_auto_increment_per_session_from_the_context_variable(ingest, provider, make_client) -> None:

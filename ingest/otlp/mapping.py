@@ -1,6 +1,6 @@
 """Model-call spans as wire snapshots: the OTel GenAI, OpenInference and OpenLLMetry conventions.
 
-Pure: spans in, wire snapshot dicts out (for `ctxobs.wire.validate_snapshot` and the snapshot
+Pure: spans in, wire snapshot dicts out (for `ctxobs.validate.validate_snapshot` and the snapshot
 batch path). One model-call span is one snapshot; when a framework's span wraps a provider
 SDK's span, only the innermost one is kept, so a call's usage is counted once.
 

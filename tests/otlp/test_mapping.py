@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ctxobs.wire import validate_snapshot
+from ctxobs.validate import validate_snapshot
 from ingest.otlp.decode import Event, LogRecord, Span
 from ingest.otlp.mapping import (
     DETAILS_EVENT,

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from core.models import Project
 from replay import localmodel
 from tests.ctxobs.conftest import ApiServer
+from tests.processes import Processes, keep_logs_on_failure, process_env
 
 ARTIFACTS = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
 
@@ -36,28 +37,21 @@ def local_model() -> Iterator[localmodel.LocalModelServer]:
 
 
 @pytest.fixture
-def otlp_server(transactional_db: Any) -> Iterator[tuple[ApiServer, Project, str]]:
+def otlp_server(
+    request: pytest.FixtureRequest, transactional_db: Any, tmp_path: Path
+) -> Iterator[tuple[ApiServer, Project, str]]:
     """The real API (started) serving the OTLP endpoint, a project and its ingest key."""
-    from django.conf import settings
-
     from core.services import project_create
 
-    db = settings.DATABASES["default"]
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    host = str(db["HOST"])
-    if host.startswith("/"):
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
-    else:
-        port = f":{db['PORT']}" if db["PORT"] else ""
-        env["DATABASE_URL"] = f"postgresql://{db['USER']}:{db['PASSWORD']}@{host}{port}/{db['NAME']}"
-    env["REDIS_URL"] = settings.REDIS_URL
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     project, key = project_create(name="otlp")
-    server = ApiServer(env, ARTIFACTS / "otlp-api-server.log").start()
+    processes = Processes(process_env(), tmp_path / "logs")
+    server = ApiServer(processes).start()
     try:
         yield server, project, key
     finally:
         server.stop()
+        processes.close()
+        keep_logs_on_failure(request, tmp_path / "logs")
 
 
 @pytest.fixture

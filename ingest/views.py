@@ -4,6 +4,9 @@ project settings pages are in ingest.views_settings).
 Every page view resolves its project with core.access.project_access (404 for non-members,
 403 for a role too low) and reads through selectors, with a query count that does not depend
 on the number of sessions or turns shown.
+
+A little over the usual size: the session list, timeline, chart and turn pages share the
+project and session lookups and the redirect of legacy session links defined here.
 """
 
 from __future__ import annotations

@@ -462,8 +462,9 @@ def main() -> None:
     from core.models import Project
     from core.services import project_create
     from ingest import signals
-    from replay import localmodel, services
+    from replay import localmodel
     from replay.models import ReplayRun
+    from replay.services import model_endpoints
 
     started = time.monotonic()
     # Route replay tasks to the bench's own queue (the API call enqueues from this process).
@@ -489,7 +490,7 @@ def main() -> None:
         project, key = project_create(name="bench-replay", scopes=("ingest", "replay"))
         Project.objects.filter(pk=project.pk).update(allow_private_endpoints=True)
         project.refresh_from_db()
-        endpoint = services.local_endpoint_register(project=project, base_url=proxy.base_url)
+        endpoint = model_endpoints.local_endpoint_register(project=project, base_url=proxy.base_url)
 
         client = Client()
         wire = turn_wire()

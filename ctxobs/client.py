@@ -5,6 +5,10 @@ order they are sent; `Turn.messages()` is exactly the message list those blocks 
 snapshot records what the model was given. Leaving the `with` block records the snapshot:
 token counts are taken on the agent's thread (cached by content, so unchanged blocks cost a
 dict probe), redaction, encoding and delivery happen on the transport's thread.
+
+One module, over the usual size: `Client` makes `Turn`s and a `Turn` records through its
+`Client`, and the message helpers here (cleaning, usage, output, redaction) define what a
+turn's snapshot holds; ctxobs.instrument builds on all of them.
 """
 
 from __future__ import annotations

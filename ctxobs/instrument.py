@@ -6,6 +6,10 @@ ctxobs fields and `ctxobs_*` keyword arguments are stripped before the request r
 provider, and the snapshot is recorded after the reply — for a stream, after its last chunk,
 with the chunks passed through unchanged. The openai package is never imported here: the
 client is duck-typed, so the SDK keeps its dependencies.
+
+One module, over the usual size, for one wrapper: the request stripping, the call record
+(`_Call`) and the sync and async stream wrappers all feed the one `_Instrumentation`, which
+records a call once its reply has been read.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ default): from then on new snapshots queue up behind it on disk, in order, and t
 sends the spool's files oldest first as soon as the server answers again, probing with backoff
 (Retry-After honoured) meanwhile. A new Transport for the same spool sends what an earlier
 process left there. Resending is harmless: the server deduplicates by `snapshot_id`.
+
+One module, over the usual size, for one job: the sender thread's state machine. Enqueueing,
+batching, retries, the spool and the flush at exit all read and change the same queue under the
+same lock and condition; split apart, they would share that private state across modules.
 """
 
 from __future__ import annotations

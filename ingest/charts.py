@@ -3,6 +3,9 @@
 The one palette of the app lives here: a block kind and a tier have the same colour in the
 timeline chart, the tables, the turn page and the overview (CSS variables are generated from
 these dicts by the `palette_css` template tag).
+
+One module, a little over the usual size: every figure draws from the one palette and the
+shared layout helpers here (`_layout`, `typed_array`, `_day_axis`), which keeps the charts alike.
 """
 
 from __future__ import annotations

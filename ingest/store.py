@@ -4,6 +4,10 @@ Only ingest.services calls it. Snapshots and their child rows are COPYed (severa
 INSERT for this row shape); each COPY's column list is the field list of one row type below, so
 the columns and the values written to them cannot drift apart, and a test compares each list with
 the model's columns.
+
+One module, a little over the usual size: it is one write path (`_store_once`, one
+transaction), and the row types, their COPY column lists and the derived block changes exist
+only for it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from ingest import views
+from ingest import views, views_settings
 from ingest.routing import session_id_from_segment, session_id_segment
 
 
@@ -31,17 +31,21 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("p/<int:project_id>/", views.overview, name="overview"),
     path("p/<int:project_id>/sessions/", views.sessions, name="sessions"),
-    path("p/<int:project_id>/settings/", views.project_settings, name="settings"),
-    path("p/<int:project_id>/settings/keys/", views.key_create, name="key_create"),
-    path("p/<int:project_id>/settings/network/", views.project_network, name="network"),
-    path("p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
-    path("p/<int:project_id>/settings/members/", views.member_add, name="member_add"),
+    path("p/<int:project_id>/settings/", views_settings.project_settings, name="settings"),
+    path("p/<int:project_id>/settings/keys/", views_settings.key_create, name="key_create"),
+    path("p/<int:project_id>/settings/network/", views_settings.project_network, name="network"),
     path(
-        "p/<int:project_id>/settings/members/<int:membership_id>/role/", views.member_role, name="member_role"
+        "p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views_settings.key_revoke, name="key_revoke"
+    ),
+    path("p/<int:project_id>/settings/members/", views_settings.member_add, name="member_add"),
+    path(
+        "p/<int:project_id>/settings/members/<int:membership_id>/role/",
+        views_settings.member_role,
+        name="member_role",
     ),
     path(
         "p/<int:project_id>/settings/members/<int:membership_id>/remove/",
-        views.member_remove,
+        views_settings.member_remove,
         name="member_remove",
     ),
     path(

@@ -1,8 +1,12 @@
-"""Dashboard pages: projects, sessions, the session timeline, a turn, the overview and settings.
+"""Dashboard pages: projects, sessions, the session timeline, a turn and the overview (the
+project settings pages are in ingest.views_settings).
 
 Every page view resolves its project with core.access.project_access (404 for non-members,
 403 for a role too low) and reads through selectors, with a query count that does not depend
 on the number of sessions or turns shown.
+
+A little over the usual size: the session list, timeline, chart and turn pages share the
+project and session lookups and the redirect of legacy session links defined here.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from typing import Any, cast
 import plotly
 import redis
 from django.conf import settings
-from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.core.paginator import Paginator
@@ -29,17 +32,15 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import http_date
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
-from config.errors import ApplicationError
 from config.redis_client import redis_client
-from core import members, pgtext, registry, signin
+from core import pgtext, registry, signin
 from core.access import is_htmx, page_context, project_access, user_projects
-from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
-from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
+from core.models import Membership, Project
 from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
 from ingest import charts, dashboard, selectors
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, SessionFilterForm
+from ingest.forms import SessionFilterForm
 from ingest.models import AgentSession, Snapshot
 from ingest.routing import legacy_session_paths
 from ingest.types import Message, ShownBlock, ShownMessage, TurnTableRow, ValidationOutcomeRow
@@ -534,128 +535,3 @@ def session_legacy_link(request: HttpRequest, project_id: int, rest: str) -> Htt
     if resp is None:
         raise Http404("no such session")
     return resp
-
-
-# --- settings: ingest keys and members (admin) ----------------------------------------------
-def _settings_ctx(
-    request: HttpRequest, project: Project, membership: Membership, **extra: Any
-) -> dict[str, Any]:
-    keys = list(IngestKey.objects.filter(project=project).order_by("revoked_at", "-created_at"))
-    mships = list(
-        Membership.objects.filter(project=project).select_related("user").order_by("user__username")
-    )
-    return _page(
-        request,
-        project,
-        membership,
-        keys=keys,
-        members=mships,
-        key_form=KeyCreateForm(),
-        network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
-        member_form=MemberAddForm(),
-        roles=Membership.Role.choices,
-        **extra,
-    )
-
-
-@login_required
-def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
-    project, membership = project_access(request, project_id, "admin")
-    return render(request, "ingest/settings.html", _settings_ctx(request, project, membership))
-
-
-@login_required
-@require_POST
-def key_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project, membership = project_access(request, project_id, "admin")
-    form = KeyCreateForm(request.POST)
-    if not form.is_valid():
-        return render(
-            request, "ingest/settings.html", _settings_ctx(request, project, membership), status=400
-        )
-    scopes = (SCOPE_INGEST, SCOPE_REPLAY) if form.cleaned_data["replay"] else (SCOPE_INGEST,)
-    key, raw = ingest_key_create(project=project, name=form.cleaned_data["name"], scopes=scopes)
-    # The raw key is shown in this one response and never again; keep it out of every cache.
-    resp = render(
-        request,
-        "ingest/settings.html",
-        _settings_ctx(request, project, membership, new_key=key, new_raw_key=raw),
-    )
-    resp["Cache-Control"] = "no-store"
-    return resp
-
-
-@login_required
-@require_POST
-def project_network(request: HttpRequest, project_id: int) -> HttpResponse:
-    project, _ = project_access(request, project_id, "admin")
-    form = NetworkForm(request.POST)
-    allow = form.is_valid() and form.cleaned_data["allow_private"]
-    project_allow_private_set(project=project, allow=allow)
-    messages.success(
-        request,
-        "Loopback and private addresses are now allowed for model endpoints and webhooks."
-        if allow
-        else "Model endpoints and webhooks are limited to public addresses.",
-    )
-    return redirect("ingest:settings", project_id=project.pk)
-
-
-@login_required
-@require_POST
-def key_revoke(request: HttpRequest, project_id: int, key_id: int) -> HttpResponse:
-    project, _ = project_access(request, project_id, "admin")
-    key = IngestKey.objects.filter(project=project, pk=key_id, revoked_at__isnull=True).first()
-    if key is None:
-        raise Http404("no such active key")
-    ingest_key_revoke(prefix=key.prefix, project=project)
-    messages.success(request, f"Key {key.prefix}… revoked.")
-    return redirect("ingest:settings", project_id=project.pk)
-
-
-@login_required
-@require_POST
-def member_add(request: HttpRequest, project_id: int) -> HttpResponse:
-    project, _ = project_access(request, project_id, "admin")
-    form = MemberAddForm(request.POST)
-    if form.is_valid():
-        try:
-            m = members.membership_add(
-                project=project, username=form.cleaned_data["username"], role=form.cleaned_data["role"]
-            )
-            messages.success(request, f"{m.user.get_username()} added as {m.role}.")
-        except ApplicationError as e:
-            messages.error(request, e.detail)
-    else:
-        messages.error(request, "Give a username and a role.")
-    return redirect("ingest:settings", project_id=project.pk)
-
-
-@login_required
-@require_POST
-def member_role(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
-    project, _ = project_access(request, project_id, "admin")
-    form = MemberRoleForm(request.POST)
-    if form.is_valid():
-        try:
-            m = members.membership_set_role(
-                project=project, membership_id=membership_id, role=form.cleaned_data["role"]
-            )
-            messages.success(request, f"{m.user.get_username()} is now {m.role}.")
-        except ApplicationError as e:
-            messages.error(request, e.detail)
-    else:
-        messages.error(request, "Unknown role.")
-    return redirect("ingest:settings", project_id=project.pk)
-
-
-@login_required
-@require_POST
-def member_remove(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
-    project, _ = project_access(request, project_id, "admin")
-    try:
-        members.membership_remove(project=project, membership_id=membership_id)
-        messages.success(request, "Member removed.")
-    except ApplicationError as e:
-        messages.error(request, e.detail)
-    return redirect("ingest:settings", project_id=project.pk)

@@ -11,10 +11,11 @@ from ninja import Router, Status
 from core.auth import Caller, ProjectReadAuth
 from core.models import SCOPE_REPLAY
 from core.schemas import Detail
-from replay import selectors, services
+from replay import selectors
 from replay.errors import NotFound
 from replay.models import ReplayJob, ReplayRun
 from replay.schemas import JobOut, PreviewOut, ReplayIn
+from replay.services import jobs
 
 router = Router(tags=["replays"])
 
@@ -124,7 +125,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
 )
 def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
     caller = request.auth  # type: ignore[attr-defined]
-    plan = services.replay_job_plan(project=caller.project, spec=_spec(payload))
+    plan = jobs.replay_job_plan(project=caller.project, spec=_spec(payload))
     return {
         "kind": plan.kind,
         "title": plan.title,
@@ -154,7 +155,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
 )
 def replay_create(request: HttpRequest, payload: ReplayIn) -> Status:
     caller = request.auth  # type: ignore[attr-defined]
-    job = services.replay_job_create(
+    job = jobs.replay_job_create(
         project=caller.project,
         spec=_spec(payload),
         endpoint=_endpoint(caller, payload.endpoint_id),
@@ -188,4 +189,4 @@ def replay_cancel(request: HttpRequest, job_id: int) -> dict[str, Any]:
     job = selectors.job_get(project=caller.project, job_id=job_id)
     if job is None:
         raise NotFound("no such replay job")
-    return _job_out(services.replay_job_cancel(job=job), full=False)
+    return _job_out(jobs.replay_job_cancel(job=job), full=False)

@@ -15,7 +15,8 @@ TURN_ACTIONS = TurnPageExtension(name="replay.turn_actions", template="replay/_t
 def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
     """Start the embedded model server, wait until it answers and make it PROJECT's default
     endpoint (`manage.py ctxobs_up`)."""
-    from replay import localmodel, services
+    from replay import localmodel
+    from replay.services import model_endpoints
 
     try:
         server = localmodel.start(log_path=log_path)
@@ -26,5 +27,5 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
     except Exception as exc:
         localmodel.stop(server)
         raise StartupFailed(f"the local model server did not become ready: {exc}") from exc
-    services.local_endpoint_register(project=project, base_url=server.base_url)
+    model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
     return LocalModel(base_url=server.base_url, stop=lambda: localmodel.stop(server))

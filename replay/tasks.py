@@ -8,7 +8,7 @@ import logging
 from celery import current_app, shared_task
 from kombu.exceptions import ChannelError
 
-from replay import services
+from replay.services import runs
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ REPLAY_QUEUE = "replay"
 def run_execute(self, run_id: int) -> str:
     """Execute one run; safe to deliver twice. Transient provider errors come back later
     (the bound on attempts lives in the service)."""
-    outcome = services.replay_run_execute(run_id=run_id)
+    outcome = runs.replay_run_execute(run_id=run_id)
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.state
@@ -40,5 +40,5 @@ def replay_queue_depth() -> int | None:
 @shared_task(name="replay.runs_reclaim", acks_late=True, ignore_result=True)
 def runs_reclaim() -> int:
     """Re-queue the runs whose lease ran out (beat runs this every CTXOBS_REPLAY_RECLAIM_EVERY_S)."""
-    res = services.replay_runs_reclaim(replay_queue_depth=replay_queue_depth())
+    res = runs.replay_runs_reclaim(replay_queue_depth=replay_queue_depth())
     return len(res.requeued)

@@ -11,9 +11,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import page_context, project_access
-from replay import selectors, services
+from replay import selectors
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun
+from replay.services import jobs, model_endpoints
 
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
 
@@ -104,13 +105,13 @@ def replay_create(request: HttpRequest, project_id: int) -> HttpResponse:
         spec = _spec_from_post(request.POST)
         ctx["spec"] = spec
         ctx["spec_json"] = json.dumps(spec.get("operations")) if spec.get("operations") else ""
-        plan = services.replay_job_plan(project=project, spec=spec)
+        plan = jobs.replay_job_plan(project=project, spec=spec)
         ctx["plan"] = plan
         ctx["estimate"] = plan.estimate
         if endpoint is None:
             raise ReplayError("this project has no model endpoint yet; an admin can add one")
         if request.POST.get("confirm") == "1":
-            job = services.replay_job_create(project=project, spec=spec, endpoint=endpoint, user=request.user)
+            job = jobs.replay_job_create(project=project, spec=spec, endpoint=endpoint, user=request.user)
             return redirect("replay:detail", project_id=project.pk, job_id=job.pk)
     except ReplayError as exc:
         ctx["error"] = exc.detail
@@ -168,7 +169,7 @@ def replay_progress(request: HttpRequest, project_id: int, job_id: int) -> HttpR
 def replay_cancel(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
     project, _ = project_access(request, project_id, "editor")
     job = _job_or_404(project, job_id)
-    services.replay_job_cancel(job=job)
+    jobs.replay_job_cancel(job=job)
     return redirect("replay:detail", project_id=project.pk, job_id=job.pk)
 
 
@@ -208,7 +209,7 @@ def endpoint_list(request: HttpRequest, project_id: int) -> HttpResponse:
             params = json.loads(raw_params) if raw_params else {}
             if not isinstance(params, dict):
                 raise ReplayError("default parameters must be a JSON object")
-            services.endpoint_create(
+            model_endpoints.endpoint_create(
                 project=project,
                 name=data.get("name", ""),
                 base_url=data.get("base_url", ""),
@@ -242,7 +243,7 @@ def endpoint_test(request: HttpRequest, project_id: int, endpoint_id: int) -> Ht
     ep = selectors.endpoint_get(project=project, endpoint_id=endpoint_id)
     if ep is None:
         raise Http404("no such endpoint")
-    ok, detail = services.endpoint_test(endpoint=ep)
+    ok, detail = model_endpoints.endpoint_test(endpoint=ep)
     ep.refresh_from_db()
     if getattr(request, "htmx", False):
         return render(request, "replay/_endpoint_row.html", {"project": project, "ep": ep})
@@ -255,5 +256,5 @@ def endpoint_default(request: HttpRequest, project_id: int, endpoint_id: int) ->
     ep = selectors.endpoint_get(project=project, endpoint_id=endpoint_id)
     if ep is None:
         raise Http404("no such endpoint")
-    services.endpoint_set_default(endpoint=ep)
+    model_endpoints.endpoint_set_default(endpoint=ep)
     return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))

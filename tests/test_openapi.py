@@ -96,7 +96,7 @@ def wsgi_in_test_transaction(db: Any) -> Iterator[None]:
 @pytest.fixture
 def keyed_project(wsgi_in_test_transaction: None) -> tuple[Project, str]:
     from core.services import ingest_key_create
-    from replay.services import endpoint_create
+    from replay.services.model_endpoints import endpoint_create
 
     project, _ = project_create(name="schema")
     # Both scopes, so that the replay operations are exercised past their scope check.

@@ -33,7 +33,7 @@ def test_knobs_are_set_from_the_environment() -> None:
         "from alerts import channels\n"
         "from alerts.services.delivery import _backoff\n"
         "from alerts.services.evaluation import _lateness\n"
-        "from replay.services import _max_attempts, _retry_base_s\n"
+        "from replay.services.runs import _max_attempts, _retry_base_s\n"
         "print(json.dumps({'link': channels.base_url() + channels.turn_path(3, 'a/b', 4),"
         " 'replay': [_max_attempts(), _retry_base_s()], 'lateness': _lateness(),"
         " 'alert_backoff': _backoff(1, None), 'burst': s.CTXOBS_INGEST_RATE_BURST,"

@@ -13,6 +13,10 @@ Content is read from the first convention that carries it:
 3. OpenLLMetry: `gen_ai.prompt.N.*`, `gen_ai.completion.N.*`, `llm.request.functions.N.*`;
 4. the deprecated per-message events (`gen_ai.system.message`, `gen_ai.user.message`, ...,
    `gen_ai.choice`).
+
+One module, over the usual size, for one mapping: the readers of the four conventions all
+fill one `_Content`, and `span_to_snapshot` tries them in the order above, so the precedence
+between conventions is decided in one place.
 """
 
 from __future__ import annotations

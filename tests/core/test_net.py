@@ -21,7 +21,7 @@ from alerts.services import delivery as alert_delivery
 from core import net
 from core.models import Project
 from replay.errors import EndpointError
-from replay.services import endpoint_create, endpoint_test
+from replay.services.model_endpoints import endpoint_create, endpoint_test
 from tests.alerts.receiver import Receiver
 from tests.replay.conftest import StubServer
 
@@ -196,7 +196,8 @@ def test_a_model_endpoint_rebound_to_loopback_after_saving_is_not_called(
 def test_a_replay_run_against_a_rebound_endpoint_fails_at_once_without_calling_it(
     api: Any, project: Project, rebinding: dict[str, str]
 ) -> None:
-    from replay import services as replay_services
+    from replay.services.jobs import replay_job_create
+    from replay.services.runs import replay_run_execute
     from tests.replay.helpers import planted_fact_snapshot, post
 
     wire = planted_fact_snapshot()
@@ -209,11 +210,11 @@ def test_a_replay_run_against_a_rebound_endpoint_fails_at_once_without_calling_i
             mode="completions",
         )
         spec = {"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1}
-        job = replay_services.replay_job_create(project=project, endpoint=ep, spec=spec)
+        job = replay_job_create(project=project, endpoint=ep, spec=spec)
         rebinding["addr"] = "127.0.0.1"
         run = job.runs.get()
         # Refused, not retried: no later attempt can make the address acceptable.
-        assert replay_services.replay_run_execute(run_id=run.pk).state == "failed"
+        assert replay_run_execute(run_id=run.pk).state == "failed"
         assert stub.calls == []
     finally:
         stub.close()

@@ -19,7 +19,7 @@ from django.test import Client
 from core.models import Membership, Project
 from replay import localmodel
 from replay.models import ModelEndpoint, ReplayJob
-from replay.services import endpoint_create, local_endpoint_register
+from replay.services.model_endpoints import endpoint_create, local_endpoint_register
 
 ARTIFACTS = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
 

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from replay import services
 from replay.models import ReplayRun
 from replay.selectors import job_results
+from replay.services.jobs import replay_job_cancel, replay_job_create
 from replay.tasks import run_execute
 from tests import factories as f
 from tests.processes import celery_idle
@@ -34,7 +34,7 @@ def test_replaying_a_demo_turn_reproduces_an_answer_with_zero_noise_at_temperatu
 ) -> None:
     wire = f.snapshot(turn=3)
     post(api, wire)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=local_endpoint.project,
         endpoint=local_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 3, "params": FAST},
@@ -56,7 +56,7 @@ def test_without_memory_a_planted_fact_disappears_from_the_answer(
 ) -> None:
     wire = planted_fact_snapshot()
     post(api, wire)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=local_endpoint.project,
         endpoint=local_endpoint,
         spec={
@@ -95,7 +95,7 @@ def test_leave_one_out_over_a_snapshot_measures_every_block(
 ) -> None:
     wire = planted_fact_snapshot()
     post(api, wire)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=local_endpoint.project,
         endpoint=local_endpoint,
         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2, "params": FAST},
@@ -120,7 +120,7 @@ def test_429_and_500_are_retried_with_backoff_then_succeed(
     wire = planted_fact_snapshot()
     post(api, wire)
     stub_server.script = [(429, {"Retry-After": "1"}, 0.0), (500, {}, 0.0)]
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=stub_endpoint.project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
@@ -144,7 +144,7 @@ def test_retries_end_in_a_recorded_failure_shown_with_its_reason(
     wire = planted_fact_snapshot()
     post(api, wire)
     stub_server.script = [(503, {"Retry-After": "0"}, 0.0)] * 10
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=stub_endpoint.project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
@@ -167,7 +167,7 @@ def test_a_run_delivered_twice_to_the_worker_calls_the_model_once(
     wire = planted_fact_snapshot()
     post(api, wire)
     stub_server.delay = 0.5
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=stub_endpoint.project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
@@ -200,13 +200,13 @@ def test_cancelling_a_job_stops_its_model_calls(
     wire = planted_fact_snapshot()
     post(api, wire)
     stub_server.delay = 0.4
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=stub_endpoint.project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 10},
     )
     wait_until(lambda: job.runs.filter(status="done").exists(), 20, "a first run to be done")
-    services.replay_job_cancel(job=job)
+    replay_job_cancel(job=job)
     reclaims = reclaimer_runs(celery_worker_process)
     # Calls under way when the job was cancelled finish, and every queued run task is consumed.
     wait_until(lambda: not job.runs.filter(status="running").exists(), 30, "the runs under way to end")

@@ -13,7 +13,7 @@ from core.models import Project
 from replay import endpoints
 from replay.errors import EndpointError
 from replay.models import ModelEndpoint
-from replay.services import endpoint_create, endpoint_test, local_endpoint_register
+from replay.services.model_endpoints import endpoint_create, endpoint_test, local_endpoint_register
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from replay import ablation, endpoints
-from replay.services import LOCAL_MODEL_NAME
+from replay.services.model_endpoints import LOCAL_MODEL_NAME
 from tests import factories as f
 from tests.replay.helpers import PLANTED_MEMORY, PLANTED_QUESTION, PLANTED_SYSTEM
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from replay import services
 from replay.models import ReplayJob, ReplayRun
+from replay.services.jobs import replay_job_cancel, replay_job_create
+from replay.services.runs import replay_run_execute, replay_runs_reclaim
 from tests.replay.helpers import planted_fact_snapshot, post
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def job(api: Any, private_project: Any, stub_endpoint: Any) -> ReplayJob:
     wire = planted_fact_snapshot()
     post(api, wire)
-    return services.replay_job_create(
+    return replay_job_create(
         project=private_project, endpoint=stub_endpoint,
         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2},
     )
@@ -41,7 +42,7 @@ def test_new_runs_get_a_lease_and_a_claim_renews_it(job: ReplayJob, settings: An
     settings.CTXOBS_REPLAY_LEASE_S = 60
     run = job.runs.order_by("pk").first()
     assert run.lease_expires_at is not None and run.lease_expires_at > timezone.now() + timedelta(seconds=50)
-    assert services.replay_run_execute(run_id=run.pk).state == "done"
+    assert replay_run_execute(run_id=run.pk).state == "done"
     run.refresh_from_db()
     assert run.status == "done" and run.lease_expires_at is None
 
@@ -50,12 +51,12 @@ def test_a_running_run_whose_lease_ran_out_is_requeued_and_finished_runs_never_a
     job: ReplayJob, stub_server: Any
 ) -> None:
     done, lost, live, *rest = job.runs.order_by("pk")
-    assert services.replay_run_execute(run_id=done.pk).state == "done"
+    assert replay_run_execute(run_id=done.pk).state == "done"
     ReplayRun.objects.filter(pk=done.pk).update(lease_expires_at=_expired())  # even then
     _running(lost)
     _running(live, lease_expires_at=timezone.now() + timedelta(seconds=30))
 
-    res = services.replay_runs_reclaim(replay_queue_depth=len(rest))
+    res = replay_runs_reclaim(replay_queue_depth=len(rest))
     assert res.requeued == [lost.pk] and res.failed == [] and res.cancelled == []
     lost.refresh_from_db()
     assert lost.status == "pending" and lost.claim is None
@@ -65,10 +66,10 @@ def test_a_running_run_whose_lease_ran_out_is_requeued_and_finished_runs_never_a
     assert ReplayRun.objects.get(pk=done.pk).status == "done"
 
     # Run twice: nothing more comes back until the new lease runs out too.
-    assert services.replay_runs_reclaim(replay_queue_depth=len(rest)).requeued == []
+    assert replay_runs_reclaim(replay_queue_depth=len(rest)).requeued == []
     # The re-queued run is then called once more; the finished one is not.
-    assert services.replay_run_execute(run_id=lost.pk).state == "done"
-    assert services.replay_run_execute(run_id=done.pk).state == "already_done"
+    assert replay_run_execute(run_id=lost.pk).state == "done"
+    assert replay_run_execute(run_id=done.pk).state == "already_done"
     lost.refresh_from_db()
     assert lost.attempts == 2 and lost.model_calls == 2
     assert len(stub_server.completion_calls()) == 2
@@ -78,10 +79,10 @@ def test_a_queued_run_comes_back_only_once_the_replay_queue_is_empty(job: Replay
     run = job.runs.order_by("pk").first()
     ReplayRun.objects.filter(pk=run.pk).update(lease_expires_at=_expired())
     # Its message may still be waiting behind others, or the broker cannot say: leave it.
-    assert services.replay_runs_reclaim(replay_queue_depth=3).requeued == []
-    assert services.replay_runs_reclaim(replay_queue_depth=None).requeued == []
+    assert replay_runs_reclaim(replay_queue_depth=3).requeued == []
+    assert replay_runs_reclaim(replay_queue_depth=None).requeued == []
     # Nothing waits in the queue, yet the run was never claimed: its message was lost.
-    assert services.replay_runs_reclaim(replay_queue_depth=0).requeued == [run.pk]
+    assert replay_runs_reclaim(replay_queue_depth=0).requeued == [run.pk]
 
 
 def test_a_scheduled_retry_held_by_a_dead_worker_comes_back(job: ReplayJob) -> None:
@@ -89,7 +90,7 @@ def test_a_scheduled_retry_held_by_a_dead_worker_comes_back(job: ReplayJob) -> N
     ReplayRun.objects.filter(pk=run.pk).update(
         attempts=1, next_attempt_at=timezone.now() - timedelta(seconds=30), lease_expires_at=_expired()
     )
-    assert services.replay_runs_reclaim(replay_queue_depth=5).requeued == [run.pk]
+    assert replay_runs_reclaim(replay_queue_depth=5).requeued == [run.pk]
     run.refresh_from_db()
     assert run.status == "pending" and run.next_attempt_at is None
 
@@ -100,14 +101,14 @@ def test_a_run_whose_worker_died_at_every_attempt_fails_with_the_reason(
     settings.CTXOBS_REPLAY_MAX_ATTEMPTS = 3
     first, second, *_ = job.runs.order_by("pk")
     _running(first, attempts=3)
-    res = services.replay_runs_reclaim(replay_queue_depth=0)
+    res = replay_runs_reclaim(replay_queue_depth=0)
     assert first.pk in res.failed and first.pk not in res.requeued
     first.refresh_from_db()
     assert first.status == "failed"
     assert first.error == "the worker running it stopped during the model call (3 times)"
     # A redelivered message finds the same when it gets there first.
     _running(second, attempts=3)
-    assert services.replay_run_execute(run_id=second.pk).state == "failed"
+    assert replay_run_execute(run_id=second.pk).state == "failed"
     assert ReplayRun.objects.get(pk=second.pk).status == "failed"
     assert stub_server.completion_calls() == []
 
@@ -115,10 +116,10 @@ def test_a_run_whose_worker_died_at_every_attempt_fails_with_the_reason(
 def test_runs_a_dead_worker_held_in_a_cancelled_job_end_cancelled(job: ReplayJob) -> None:
     held = job.runs.order_by("pk").first()
     _running(held, lease_expires_at=timezone.now() + timedelta(seconds=30))
-    services.replay_job_cancel(job=job)
+    replay_job_cancel(job=job)
     assert ReplayRun.objects.get(pk=held.pk).status == "running"  # its worker was calling the model
     ReplayRun.objects.filter(pk=held.pk).update(lease_expires_at=_expired())  # ...and died
-    res = services.replay_runs_reclaim(replay_queue_depth=0)
+    res = replay_runs_reclaim(replay_queue_depth=0)
     assert res.cancelled == [held.pk] and res.requeued == []
     job.refresh_from_db()
     assert job.status == "cancelled" and job.n_cancelled == job.n_runs

@@ -10,9 +10,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ingest import selectors as ingest_selectors
-from replay import services
 from replay.errors import VariantError
 from replay.models import ReplayJob, ReplayRun
+from replay.services.jobs import replay_job_cancel, replay_job_create, replay_job_plan
+from replay.services.runs import replay_run_execute
 from replay.tasks import run_execute
 from tests import factories as f
 from tests.replay.helpers import planted_fact_snapshot, post
@@ -26,7 +27,7 @@ def planted(api: Any, private_project: Any) -> dict[str, Any]:
 
 
 def _job(project: Any, endpoint: Any, **spec: Any) -> ReplayJob:
-    return services.replay_job_create(project=project, endpoint=endpoint, spec=spec)
+    return replay_job_create(project=project, endpoint=endpoint, spec=spec)
 
 
 @pytest.mark.django_db
@@ -69,12 +70,12 @@ def test_a_run_another_worker_holds_is_not_called_again(
     ReplayRun.objects.filter(pk=run.pk).update(
         status="running", claimed_at=timezone.now(), lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
-    out = services.replay_run_execute(run_id=run.pk)
+    out = replay_run_execute(run_id=run.pk)
     assert out.state == "claimed_elsewhere" and out.retry_in and out.retry_in > 1
     assert stub_server.completion_calls() == []
     # A claim whose lease ran out (its worker died) is taken over.
     ReplayRun.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.replay_run_execute(run_id=run.pk).state == "done"
+    assert replay_run_execute(run_id=run.pk).state == "done"
     assert len(stub_server.completion_calls()) == 1
 
 
@@ -84,7 +85,7 @@ def test_a_client_error_fails_the_run_with_its_reason(
 ) -> None:
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=planted["snapshot_id"], samples=1)
     stub_server.script = [(400, {}, 0.0)]
-    assert services.replay_run_execute(run_id=job.runs.get().pk).state == "failed"
+    assert replay_run_execute(run_id=job.runs.get().pk).state == "failed"
     run = job.runs.get()
     assert run.status == "failed" and "HTTP 400" in run.error and "scripted 400" in run.error
     job.refresh_from_db()
@@ -104,11 +105,11 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=planted["snapshot_id"], samples=1)
     stub_server.script = [(503, {}, 0.0)] * 5
     rid = job.runs.get().pk
-    first = services.replay_run_execute(run_id=rid)
+    first = replay_run_execute(run_id=rid)
     assert first.state == "retry" and first.retry_in is not None and first.retry_in < 1
     assert ReplayRun.objects.get(pk=rid).error.startswith("retrying")
-    assert services.replay_run_execute(run_id=rid).state == "retry"
-    assert services.replay_run_execute(run_id=rid).state == "failed"
+    assert replay_run_execute(run_id=rid).state == "retry"
+    assert replay_run_execute(run_id=rid).state == "failed"
     run = ReplayRun.objects.get(pk=rid)
     assert run.status == "failed" and "gave up after 3 attempts" in run.error
     assert len(stub_server.completion_calls()) == 3
@@ -121,10 +122,10 @@ def test_retry_after_is_honoured(
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=planted["snapshot_id"], samples=1)
     stub_server.script = [(429, {"Retry-After": "7"}, 0.0)]
     rid = job.runs.get().pk
-    out = services.replay_run_execute(run_id=rid)
+    out = replay_run_execute(run_id=rid)
     assert out.state == "retry" and out.retry_in == 7.0
     # Delivered again before its time: nothing is called.
-    assert services.replay_run_execute(run_id=rid).state == "not_yet"
+    assert replay_run_execute(run_id=rid).state == "not_yet"
     assert len(stub_server.completion_calls()) == 1
 
 
@@ -134,10 +135,10 @@ def test_a_cancelled_job_calls_nothing_more(
 ) -> None:
     job = _job(private_project, stub_endpoint, kind="loo", snapshot_id=planted["snapshot_id"], samples=2)
     first = job.runs.order_by("pk").first()
-    services.replay_run_execute(run_id=first.pk)
-    services.replay_job_cancel(job=job)
+    replay_run_execute(run_id=first.pk)
+    replay_job_cancel(job=job)
     for r in job.runs.all():
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     job.refresh_from_db()
     assert job.status == "cancelled" and job.n_done == 1 and job.n_cancelled == job.n_runs - 1
     assert len(stub_server.completion_calls()) == 1
@@ -150,14 +151,14 @@ def test_a_batch_over_a_session_skips_turns_without_the_block(
     for turn in range(3):
         blocks = None if turn != 1 else [f.block("system", "system", "sys"), f.block("user", "user", "hi")]
         post(api, f.snapshot(session_id="batch-s", turn=turn, blocks=blocks))
-    plan = services.replay_job_plan(
+    plan = replay_job_plan(
         project=private_project,
         spec={"kind": "batch", "session_id": "batch-s", "block": "memory", "samples": 1},
     )
     assert [s.turn for s in plan.snapshots] == [0, 2]
     assert [s["turn"] for s in plan.skipped] == [1]
     assert plan.estimate["model_calls"] == 4
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "batch", "session_id": "batch-s", "block": "memory", "samples": 1},
@@ -199,7 +200,7 @@ def test_the_request_sent_for_a_removed_block_lacks_exactly_that_block(
         params={"max_tokens": 8},
     )
     for r in job.runs.order_by("variant__position"):
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     base, variant = (c["body"] for c in stub_server.completion_calls())
     assert "Memory: the user's destination city is Guangzhou." in base["prompt"]
     assert (
@@ -221,7 +222,7 @@ def test_a_replay_sends_content_holding_nul_and_broken_text_as_it_was_sent(
     wire["params"] = {"stop": ["\x00"]}
     post(api, wire)
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=wire["snapshot_id"], samples=1)
-    assert services.replay_run_execute(run_id=job.runs.get().pk).state == "done"
+    assert replay_run_execute(run_id=job.runs.get().pk).state == "done"
     [call] = stub_server.completion_calls()
     assert question in call["body"]["prompt"]
     assert call["body"]["stop"] == ["\x00"]
@@ -236,7 +237,7 @@ def test_an_answer_holding_nul_and_broken_text_is_stored_and_read_back_as_the_mo
     stub_server.text = "bytes: \x00\x01 then \udcff end"
     job = _job(private_project, stub_endpoint, kind="plain", snapshot_id=wire["snapshot_id"], samples=1)
     run = job.runs.get()
-    assert services.replay_run_execute(run_id=run.pk).state == "done"
+    assert replay_run_execute(run_id=run.pk).state == "done"
     run.refresh_from_db()
     assert run.status == "done"
     assert run.output_text == "bytes: \x00\x01 then \udcff end"

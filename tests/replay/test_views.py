@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from replay import services
 from replay.models import ReplayJob
+from replay.services.jobs import replay_job_create
+from replay.services.runs import replay_run_execute
 from tests import factories as f
 from tests.replay.helpers import planted_fact_snapshot, post
 
@@ -24,7 +25,7 @@ def planted(api: Any, private_project: Any) -> dict[str, Any]:
 
 def _run_all(job: ReplayJob) -> None:
     for r in job.runs.order_by("pk"):
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
 
 
 def test_the_first_post_shows_the_cost_and_the_confirm_starts_the_job(
@@ -63,7 +64,7 @@ def test_a_non_member_gets_404(private_project: Any, planted: dict[str, Any], st
 
     other, _ = project_create(name="elsewhere")
     outsider = member_client(other, "admin", username="outsider")
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": planted["snapshot_id"]},
@@ -105,7 +106,7 @@ def test_the_side_by_side_page_escapes_model_output(
     stub_server: Any,
 ) -> None:
     stub_server.text = "<script>alert('x')</script> & <b>Paris</b>"
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "memory", "samples": 1},
@@ -129,7 +130,7 @@ def test_the_results_show_changed_and_within_noise_verdicts(
     stub_endpoint: Any,
     stub_server: Any,
 ) -> None:
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 2},
@@ -138,7 +139,7 @@ def test_the_results_show_changed_and_within_noise_verdicts(
     for r in runs:
         key = r.variant.target_key
         stub_server.text = "I do not know." if key == "memory" else "Guangzhou."
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
     assert page.count('class="verdict changed"') == 1
     assert page.count('class="verdict same"') == 2
@@ -152,7 +153,7 @@ def test_the_progress_partial_polls_until_the_job_ends_then_reloads(
     planted: dict[str, Any],
     stub_endpoint: Any,
 ) -> None:
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 2},
@@ -175,7 +176,7 @@ def test_a_batch_shows_in_how_many_turns_the_answer_changed(
 ) -> None:
     for turn in range(4):
         post(api, f.snapshot(session_id="many", turn=turn))
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "batch", "session_id": "many", "block": "memory", "samples": 1},
@@ -183,7 +184,7 @@ def test_a_batch_shows_in_how_many_turns_the_answer_changed(
     for r in job.runs.order_by("variant__position"):
         changed_turn = r.variant.turn in (1, 3) and not r.variant.is_baseline
         stub_server.text = "something else entirely" if changed_turn else "Guangzhou window seat"
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
     assert 'id="batch-summary"' in page
     assert re.search(r'data-testid="changed-count">2</b> of 4', page)
@@ -201,7 +202,7 @@ def test_query_count_does_not_grow_with_the_rows_shown(
     def make(n_blocks: int) -> ReplayJob:
         wire = f.snapshot(blocks=[f.block(f"b{i}", "other", f"text {i}") for i in range(n_blocks)])
         post(api, wire)
-        job = services.replay_job_create(
+        job = replay_job_create(
             project=private_project,
             endpoint=stub_endpoint,
             spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2},
@@ -237,7 +238,7 @@ def test_embedding_similarity_is_shown_where_an_embeddings_endpoint_is_configure
     from replay.models import ModelEndpoint
 
     ModelEndpoint.objects.filter(pk=stub_endpoint.pk).update(embeddings_model=embeddings_model)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
         spec={"kind": "without", "snapshot_id": planted["snapshot_id"], "block": "memory", "samples": 1},
@@ -245,7 +246,7 @@ def test_embedding_similarity_is_shown_where_an_embeddings_endpoint_is_configure
     texts = {True: "Guangzhou.", False: "I do not know where you are flying."}
     for r in job.runs.order_by("variant__position"):
         stub_server.text = texts[r.variant.is_baseline]
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     embed_calls = [c for c in stub_server.calls if c["path"].endswith("/embeddings")]
     variant_run = job.runs.get(variant__is_baseline=False)
     page = editor_client.get(
@@ -269,7 +270,7 @@ def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_bl
     from replay import diff, selectors
 
     spec = {"kind": "loo", "snapshot_id": planted["snapshot_id"]}
-    job = services.replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec)
+    job = replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec)
     baseline_texts = [
         "You fly to Guangzhou.",
         "You fly to Guangzhou today, I think.",
@@ -285,7 +286,7 @@ def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_bl
     for r in runs:
         v = r.variant
         stub_server.text = baseline_texts[r.sample] if v.is_baseline else answers[v.target_key]
-        services.replay_run_execute(run_id=r.pk)
+        replay_run_execute(run_id=r.pk)
     (turn,) = selectors.job_results(job=job)["turns"]
     fig = selectors.loo_figure(turn=turn)
     assert fig is not None
@@ -310,7 +311,7 @@ def test_the_side_by_side_page_shows_an_original_answer_holding_nul_and_broken_t
     wire = planted_fact_snapshot(session_id="binary")
     wire["output"]["text"] = "Guang\x00zhou \udcff."
     post(api, wire)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project, endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
     )

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from replay import services
 from replay.models import ReplayJob, ReplayRun
+from replay.services.jobs import replay_job_create
+from replay.services.model_endpoints import endpoint_create
 from tests import factories as f
 from tests.conftest import TEST_WORKER_ENV
 from tests.replay.conftest import wait_job
@@ -44,7 +45,7 @@ def test_a_leave_one_out_job_finishes_after_its_worker_is_killed_mid_call(
     endpoint, proxy = counted_local_endpoint
     wire = five_block_snapshot()
     post(api, wire)
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=endpoint.project,
         endpoint=endpoint,
         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2, "params": {"max_tokens": 48}},
@@ -89,7 +90,7 @@ def test_a_replay_over_the_time_limit_fails_with_its_reason(
     wire = five_block_snapshot()
     post(api, wire)
     stub_server.delay = 5.0
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=stub_endpoint.project,
         endpoint=stub_endpoint,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},
@@ -110,13 +111,13 @@ def test_an_alert_is_delivered_promptly_while_a_long_replay_occupies_the_replay_
 
     wire = five_block_snapshot()
     post(api, wire)
-    slow = services.endpoint_create(
+    slow = endpoint_create(
         project=private_project, name="slow", base_url=stub_server.base_url, model="stub-model",
         mode="completions", timeout_s=30.0,
     )
     # Each model call takes 8 s: 4 samples keep both replay pool processes busy for 16 s.
     stub_server.delay = 8.0
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=slow,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 4},
@@ -146,13 +147,13 @@ def test_a_model_call_longer_than_the_lease_keeps_it_and_is_made_once(
 ) -> None:
     wire = five_block_snapshot()
     post(api, wire)
-    slow = services.endpoint_create(
+    slow = endpoint_create(
         project=private_project, name="slow", base_url=stub_server.base_url, model="stub-model",
         mode="completions", timeout_s=60.0,
     )
     # The answer takes well over the lease: only its renewal keeps the reclaimer away.
     stub_server.delay = LEASE_S * 2
-    job = services.replay_job_create(
+    job = replay_job_create(
         project=private_project,
         endpoint=slow,
         spec={"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1},

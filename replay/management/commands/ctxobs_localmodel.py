@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.models import Project
 from replay import localmodel
 from replay.errors import ReplayError
-from replay.services import local_endpoint_register
+from replay.services.model_endpoints import local_endpoint_register
 
 
 class Command(BaseCommand):

@@ -15,15 +15,14 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from isal import isal_zlib
 from ninja import Router
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from core.auth import IngestKeyAuth
 from core.schemas import Detail
-from ctxobs.wire import LIMITS
-from ingest.errors import IngestError, LimitExceeded, RateLimited
+from ingest.api import read_body
+from ingest.errors import IngestError, RateLimited
 from ingest.otlp import decode, services
 from ingest.otlp.services import OtlpResult
 from ingest.ratelimit import retry_after_seconds, take_token
@@ -84,32 +83,6 @@ def _encoding(request: HttpRequest) -> str:
     )
 
 
-def _read_body(request: HttpRequest) -> bytes:
-    """The body, gunzipped when sent gzip-encoded; max_body_bytes applies before and after."""
-    limit = LIMITS.max_body_bytes
-    declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise LimitExceeded(f"body of {declared} bytes exceeds the limit max_body_bytes={limit}")
-    body = request.read(limit + 1)
-    if len(body) > limit:
-        raise LimitExceeded(f"body exceeds the limit max_body_bytes={limit}")
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding != "gzip":
-        raise OtlpUnsupported(f"unsupported Content-Encoding {encoding!r}: send gzip or none")
-    d = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, limit + 1)
-    except isal_zlib.error as exc:  # type: ignore[misc]  # IsalError, an Exception subclass
-        raise OtlpBadRequest(f"body is not valid gzip: {exc}") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
-    if not d.eof:
-        raise OtlpBadRequest("body is not valid gzip: not a gzip stream, or truncated")
-    return out
-
-
 def _export(
     request: HttpRequest,
     *,
@@ -131,7 +104,7 @@ def _export(
                 f"retry in {wait:.2f} s",
                 headers={"Retry-After": str(retry_after_seconds(wait))},
             )
-        body = _read_body(request)
+        body = read_body(request, unsupported=OtlpUnsupported, bad_request=OtlpBadRequest)
         try:
             decoded = (decoders[0] if encoding == PROTOBUF else decoders[1])(body)
         except decode.MalformedExport as exc:

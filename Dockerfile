@@ -6,6 +6,7 @@ COPY ctxobs ctxobs
 COPY core core
 COPY config config
 COPY ingest ingest
+COPY insights insights
 COPY replay replay
 COPY alerts alerts
 COPY templates templates

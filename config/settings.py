@@ -50,7 +50,7 @@ INSTALLED_APPS = [
     "core",
     "ingest",
 ]
-for optional_app in ("replay", "alerts"):
+for optional_app in ("insights", "replay", "alerts"):
     if (BASE_DIR / optional_app / "apps.py").exists():
         INSTALLED_APPS.append(optional_app)
 

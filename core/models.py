@@ -50,6 +50,12 @@ class EscapedTextField(models.TextField):  # type: ignore[type-arg]
         return name, "django.db.models.TextField", args, kwargs
 
 
+# Project-level limits, documented in README (settings) and docs/scale.md.
+RETENTION_DAYS_DEFAULT = 30
+RETENTION_DAYS_MAX = 3650
+TRIAGE_DAILY_CALLS_DEFAULT = 200
+
+
 class Project(models.Model):
     name = models.CharField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -60,6 +66,16 @@ class Project(models.Model):
     tier_break = models.FloatField(default=0.95)
     # Replays may target loopback/private model servers only when this is on.
     allow_private_endpoints = models.BooleanField(default=False)
+    # Days a turn is kept; expiry removes older turns (see docs/scale.md). Bounds in core.limits.
+    retention_days = models.PositiveIntegerField(default=RETENTION_DAYS_DEFAULT)
+    # Context windows by model name, over the built-in registry: {"my-model": 32768}.
+    model_windows = models.JSONField(default=dict, blank=True)
+    # Prices per million tokens by model name, over the built-in table:
+    # {"gpt-4o": {"input": 2.5, "cached_input": 1.25, "output": 10.0}}.
+    price_table = models.JSONField(default=dict, blank=True)
+    # Auto-triage: attribution runs on alerted or validation-failed turns, within a daily budget.
+    triage_enabled = models.BooleanField(default=False)
+    triage_daily_calls = models.PositiveIntegerField(default=TRIAGE_DAILY_CALLS_DEFAULT)
 
     class Meta:
         db_table = "ingest_project"

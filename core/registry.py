@@ -99,3 +99,24 @@ def session_markers(*, project_id: int, session_ref: int) -> list[Mapping[str, o
     for provider in _session_markers.values():
         out.extend(provider(project_id=project_id, session_ref=session_ref))
     return out
+
+
+# Tables of derived rows that belong to a turn (another app's per-turn findings or figures). Retention
+# removes a project's rows older than its cutoff from each registered table together with the turns
+# they belong to: TIME_COLUMN holds the turn's received time, PROJECT_COLUMN its project.
+@dataclass(frozen=True)
+class ExpiringTable:
+    table: str
+    time_column: str
+    project_column: str = "project_id"
+
+
+_expiring: dict[str, ExpiringTable] = {}
+
+
+def expiring_table_add(table: ExpiringTable) -> None:
+    _expiring[table.table] = table
+
+
+def expiring_tables() -> list[ExpiringTable]:
+    return list(_expiring.values())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_PACKAGES = ("config", "core", "ingest", "replay", "alerts")
+SERVER_PACKAGES = ("config", "core", "ingest", "insights", "replay", "alerts")
 OWN = {"ctxobs", *SERVER_PACKAGES}
 # Modules that only ever run as their own process with another extra installed (never imported by
 # the web or worker processes).

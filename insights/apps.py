@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class InsightsConfig(AppConfig):
+    """What ctxobs derives from stored turns after they commit: the prompt-cache lens, the
+    contamination lint and the token-count calibration. Reads ingest through its facade."""
+
+    name = "insights"
+    verbose_name = "Insights"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        pass

@@ -187,6 +187,7 @@ CELERY_TASK_ROUTES = {
     "replay.runs_reclaim": {"queue": "default"},
     "replay.*": {"queue": "replay"},
     "alerts.*": {"queue": "alerts"},
+    "insights.*": {"queue": "default"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -264,6 +265,12 @@ CELERY_BEAT_SCHEDULE["alerts.sweep"] = {
     "schedule": CTXOBS_ALERT_SWEEP_SECONDS,
     # A sweep queued while no worker ran is worthless once the next one is due.
     "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
+}
+
+CELERY_BEAT_SCHEDULE["insights.sweep"] = {
+    "task": "insights.sweep",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
 }
 
 # --- e-mail -----------------------------------------------------------------

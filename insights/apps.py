@@ -12,4 +12,7 @@ class InsightsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        pass
+        from ingest.signals import snapshots_stored
+        from insights import pipeline
+
+        snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")

@@ -61,6 +61,9 @@ ROLE_LABELS = {
 NOT_SENT = ("stream", "stream_options", "n", "extra_headers", "extra_query", "extra_body", "timeout")
 # Parameters that exist only with tool definitions: they go when the definitions go.
 TOOL_PARAMS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+# Endpoint defaults that never fill in: a seed would fix every sample (the noise floor is then
+# zero) and a stop list changes where answers end. Either is a job's explicit override.
+NOT_FILLED_IN = ("seed", "stop")
 # Overrides a job may choose on top of the saved parameters.
 OVERRIDE_PARAMS = ("temperature", "top_p", "max_tokens", "seed")
 
@@ -273,7 +276,7 @@ def _content_text(content: Any) -> str:
 def _call_text(call: Any) -> str:
     if not isinstance(call, dict):
         return f"[tool call: {call}]"
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
     args = fn.get("arguments", "")
     if not isinstance(args, str):
         args = json.dumps(args, ensure_ascii=False, sort_keys=True)
@@ -381,12 +384,17 @@ def build_call(
     """The call that replays REQUEST (a saved turn's request, perhaps changed by a variant).
 
     Parameters: the saved ones exactly; the endpoint's defaults only for those the turn did
-    not save; then the job's overrides. RESAMPLE (a baseline sample after the first) leaves a
-    saved seed out, unless the job fixes one. Chat mode sends every saved parameter but those
-    no single JSON answer can honour (NOT_SENT) and the messages as saved; completions mode
-    sends the transcript with the parameters that API takes, its stops added to any saved."""
+    not save (never a seed or a stop list); then the job's overrides. RESAMPLE (a baseline
+    sample after the first) leaves a saved seed out, unless the job fixes one. Chat mode sends
+    every saved parameter but those no single JSON answer can honour (NOT_SENT) and the
+    messages as saved; completions mode sends the transcript with the parameters that API
+    takes, its stops added to any saved."""
     saved = {k: copy.deepcopy(v) for k, v in request.items() if k != "messages"}
-    defaults = {k: v for k, v in (endpoint_params or {}).items() if k not in saved and v is not None}
+    defaults = {
+        k: v
+        for k, v in (endpoint_params or {}).items()
+        if k not in saved and k not in NOT_FILLED_IN and v is not None
+    }
     merged: dict[str, Any] = {**saved, **defaults}
     if resample:
         merged.pop("seed", None)
@@ -482,7 +490,7 @@ def request_differences(
         elif k not in sent_params and k in TOOL_PARAMS and sent_path == "/chat/completions":
             why = "removed with the block holding the tool definitions"
         elif k not in sent_params and sent_path == "/completions":
-            why = "the tools are written into the transcript" if k == "tools" else "not a completions parameter"
+            why = "written into the transcript" if k == "tools" else "not a completions parameter"
         else:
             why = "changed"
         add(k, was if k in orig_params else "(not set)", sent if k in sent_params else "(not sent)", why)

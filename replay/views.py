@@ -113,7 +113,8 @@ def replay_create(request: HttpRequest, project_id: int) -> HttpResponse:
         plan = jobs.replay_job_plan(project=project, spec=spec, endpoint=endpoint)
         ctx["plan"] = plan
         ctx["estimate"] = plan.estimate
-        ctx["saved_params"] = selectors.params_shown(plan.snapshots[0].params) if len(plan.snapshots) == 1 else None
+        if len(plan.snapshots) == 1:
+            ctx["saved_params"] = selectors.params_shown(plan.snapshots[0].params)
         if endpoint is None:
             raise ReplayError("this project has no model endpoint yet; an admin can add one")
         if request.POST.get("confirm") == "1":

@@ -276,11 +276,11 @@ def replay_job_create(
     """Plan SPEC, store the job with its variants and one pending run per (variant, sample),
     and enqueue one task per run once the transaction commits."""
     endpoint = endpoint or ModelEndpoint.objects.filter(project=project, is_default=True).first()
-    if endpoint is None:
-        raise EndpointError("this project has no model endpoint; add one first")
-    if endpoint.project_id != project.pk:
+    if endpoint is not None and endpoint.project_id != project.pk:
         raise NotFound("no such endpoint in this project")
     plan = replay_job_plan(project=project, spec=spec, endpoint=endpoint)
+    if endpoint is None:
+        raise EndpointError("this project has no model endpoint; add one first")
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,

@@ -208,8 +208,13 @@ def test_the_saved_parameters_go_as_saved_defaults_fill_in_and_overrides_win() -
         mode="chat",
         endpoint_params={"seed": 42, "temperature": 0, "max_tokens": 64, "top_p": 0.5},
     )
+    _, unseeded = ablation.call_body(
+        request={"messages": req["messages"]}, model="m", mode="chat",
+        endpoint_params={"seed": 42, "stop": ["\n"], "max_tokens": 64},
+    )
+    assert unseeded == {"model": "m", "messages": req["messages"], "max_tokens": 64}
     assert path == "/chat/completions"
-    # The endpoint's defaults never replace a saved value; they fill in only top_p.
+    # The endpoint's defaults never replace a saved value; they fill in only top_p (never a seed).
     assert body == {
         "model": "m",
         "messages": req["messages"],
@@ -244,7 +249,9 @@ def test_the_transcript_is_used_only_where_the_endpoint_needs_it() -> None:
     # The saved stop stays, and every label of the transcript stops the answer.
     assert plan.body["stop"] == ["END", "\nSystem:", "\nUser:", "\nAssistant:"]
     # Without a later system message the chat template loses nothing: chat.
-    plan = ablation.build_call(request={**req, "messages": msgs[1:]}, model="m", mode="chat", drops_later_system=True)
+    plan = ablation.build_call(
+        request={**req, "messages": msgs[1:]}, model="m", mode="chat", drops_later_system=True
+    )
     assert plan.path == "/chat/completions"
     plan = ablation.build_call(request=req, model="m", mode="completions")
     assert plan.path == "/completions" and "set to the completions API" in plan.note
@@ -256,15 +263,20 @@ def test_removing_the_block_that_holds_the_tool_definitions_removes_them_from_th
         {"key": "tools", "kind": "tools", "tokens": 30, "messages": []},
         {"key": "user", "kind": "user", "tokens": 10, "messages": [{"role": "user", "content": "Q"}]},
     ]
-    params = {"temperature": 0, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    params = {"temperature": 0, "tools": tools, "tool_choice": "auto"}
     base = ablation.render_variant(blocks, [], params)
     without = ablation.render_variant(blocks, [{"op": "remove", "key": "tools"}], params)
     assert "tools" in base and "tools" not in without and "tool_choice" not in without
     assert without["temperature"] == 0 and without["messages"] == base["messages"]
     plans = ablation.plan_variants(kind="loo", blocks=blocks, samples=2, params=params)
-    assert [(p.target_key, p.no_change) for p in plans[1:]] == [("system", False), ("tools", False), ("user", False)]
+    assert [(p.target_key, p.no_change) for p in plans[1:]] == [
+        ("system", False), ("tools", False), ("user", False)
+    ]
     # Moving a block without messages changes nothing that is sent: detected, not run.
-    (_, moved) = ablation.plan_variants(kind="move", blocks=blocks, block_key="tools", to="end", params=params)
+    (_, moved) = ablation.plan_variants(
+        kind="move", blocks=blocks, block_key="tools", to="end", params=params
+    )
     assert moved.no_change and moved.samples == 0
     assert ablation.estimate([plans[0], moved], blocks)["model_calls"] == 2
 

@@ -27,8 +27,8 @@ entry point for start-up scripts.
 
 The agent talks to the model the way a replay does: chat completions, the messages the blocks
 make, and exactly the parameters it records on the turn (`t.request()`): temperature
-(`--temperature`, 0 by default), max_tokens, response_format, and a seed only when it samples
-(temperature > 0). "Replay as saved" of one of its turns on the same local server therefore
+(`--temperature`, 0 by default), max_tokens, response_format (`--no-json-mode` leaves it out),
+and a seed only when it samples (temperature > 0). "Replay as saved" of one of its turns on the same local server therefore
 sends the same request, and at temperature 0 gets the same answer.
 """
 
@@ -364,6 +364,7 @@ def user_turn(
     max_tokens: int,
     stats: dict[str, Any],
     temperature: float = 0.0,
+    json_mode: bool = True,
 ) -> None:
     counter = tokens.get_counter(model=model)
     update_constraints(s, text)
@@ -377,11 +378,9 @@ def user_turn(
     final: dict[str, Any] | None = None
     for attempt in range(1, 4):
         # Exactly what the call sends, recorded on the turn: a replay sends it again.
-        params: dict[str, Any] = {
-            "temperature": temperature,
-            "max_tokens": max_tokens,
-            "response_format": {"type": "json_object"},
-        }
+        params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if json_mode:
+            params["response_format"] = {"type": "json_object"}
         if temperature > 0:
             # Sampling: a seed per call, drawn apart from the world, so that it can be replayed.
             params["seed"] = s.model_rng.randint(0, 2**31 - 1)
@@ -488,6 +487,7 @@ def run(
     max_tokens: int = 64,
     spool_path: str | None = None,
     temperature: float = 0.0,
+    json_mode: bool = True,
 ) -> dict[str, Any]:
     """Run SESSIONS scripted conversations of TURNS user messages; returns counts and SDK stats.
 
@@ -521,6 +521,7 @@ def run(
                 max_tokens=max_tokens,
                 stats=stats,
                 temperature=temperature,
+                json_mode=json_mode,
             )
     obs.flush(timeout=30)
     stats["seconds"] = round(time.perf_counter() - started, 1)
@@ -543,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         "--temperature", type=float, default=0.0,
         help="sampling temperature (0: greedy, and a replay as saved reproduces each answer)",
     )
+    p.add_argument(
+        "--json-mode", action=argparse.BooleanOptionalAction, default=True,
+        help="ask for a JSON object (response_format); the server then constrains every token, "
+        "which is several times slower on a small CPU",
+    )
     p.add_argument("--spool", help="spool directory for snapshots the server cannot take yet")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -561,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             spool_path=args.spool,
             temperature=args.temperature,
+            json_mode=args.json_mode,
         )
     except ModelServerUnreachable as exc:
         print(f"agent_loop: {exc}", file=sys.stderr)

@@ -298,3 +298,67 @@ def test_the_api_takes_only_declared_overrides_and_names_the_field(
         **api.headers(),
     )
     assert 400 <= resp.status_code < 500 and field in resp.content.decode(), resp.content
+
+
+# --- the real local model -------------------------------------------------------------
+def test_baseline_resamples_at_the_saved_temperature_measure_a_real_noise_floor(
+    celery_worker_process: Any, api: Any, local_endpoint: ModelEndpoint,
+) -> None:
+    wire = f.snapshot(params={"temperature": 1.0, "max_tokens": 24}, blocks=[
+        f.block("system", "system", PLANTED_SYSTEM),
+        f.block("memory", "memory", PLANTED_MEMORY),
+        f.block("user", "user", "Tell me a short story about my trip."),
+    ])
+    post(api, wire)
+    job = wait_job(replay_job_create(project=local_endpoint.project, endpoint=local_endpoint, spec={
+        "kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 4}).pk, timeout=240)
+    assert job.status == "done" and job.n_done == 4
+    t = job_results(job=job)["turns"][0]
+    bodies = [r.request_body for r in t["baseline_runs"]]
+    assert all(b["temperature"] == 1.0 and "seed" not in b for b in bodies)
+    texts = [r.output_text for r in t["baseline_runs"]]
+    assert len(set(texts)) > 1, texts
+    assert t["noise"]["samples"] == 4 and t["noise"]["max"] > 0
+
+
+def test_replay_as_saved_of_a_demo_agent_turn_reproduces_its_answer(
+    celery_worker_process: Any, live_server: Any, project_and_key: tuple[Project, str],
+    local_endpoint: ModelEndpoint, local_model: Any,
+) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ingest.models import Snapshot
+
+    project, key = project_and_key
+    root = Path(__file__).resolve().parents[2]
+    # One user message, as the demo runs it; without JSON mode, whose per-token grammar makes
+    # every call several times slower on a shared CPU (the request is the same either way).
+    cmd = [
+        sys.executable, str(root / "examples" / "agent_loop.py"), "--base-url", local_model.base_url,
+        "--sessions", "1", "--turns", "1", "--max-tokens", "24", "--no-json-mode",
+    ]
+    env = dict(os.environ, CTXOBS_ENDPOINT=live_server.url, CTXOBS_API_KEY=key)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420, cwd=str(root))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["sdk"]["sent"] == result["calls"] >= 1
+    snap = Snapshot.objects.filter(project=project).order_by("turn", "ts").first()
+    assert snap is not None
+    from ingest.selectors import snapshot_full
+
+    saved = snapshot_full(snapshot=snap)
+    original = saved["output"]["text"]
+    assert original and saved["params"]["temperature"] == 0 and "seed" not in saved["params"]
+    job = wait_job(replay_job_create(project=project, endpoint=local_endpoint, spec={
+        "kind": "plain", "snapshot_id": str(snap.snapshot_id), "samples": 1}).pk, timeout=240)
+    assert job.status == "done", list(job.runs.values_list("error", flat=True))
+    run = ReplayRun.objects.get(job=job)
+    # The same API, messages and parameters as the agent's call: the same answer.
+    assert run.api_mode == "chat"
+    assert canon({k: v for k, v in run.request_body.items() if k not in ("messages", "model")}) == canon(
+        saved["params"]
+    )
+    assert run.output_text == original

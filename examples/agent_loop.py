@@ -28,8 +28,8 @@ entry point for start-up scripts.
 The agent talks to the model the way a replay does: chat completions, the messages the blocks
 make, and exactly the parameters it records on the turn (`t.request()`): temperature
 (`--temperature`, 0 by default), max_tokens, response_format (`--no-json-mode` leaves it out),
-and a seed only when it samples (temperature > 0). "Replay as saved" of one of its turns on the same local server therefore
-sends the same request, and at temperature 0 gets the same answer.
+and a seed only when it samples (temperature > 0). "Replay as saved" of one of its turns on the
+same local server therefore sends the same request, and at temperature 0 gets the same answer.
 """
 
 from __future__ import annotations

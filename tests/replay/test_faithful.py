@@ -353,7 +353,7 @@ def test_replay_as_saved_of_a_demo_agent_turn_reproduces_its_answer(
     original = saved["output"]["text"]
     assert original and saved["params"]["temperature"] == 0 and "seed" not in saved["params"]
     job = wait_job(replay_job_create(project=project, endpoint=local_endpoint, spec={
-        "kind": "plain", "snapshot_id": str(snap.snapshot_id), "samples": 1}).pk, timeout=240)
+        "kind": "plain", "snapshot_id": str(snap.snapshot_id), "samples": 1}).pk, timeout=900)
     assert job.status == "done", list(job.runs.values_list("error", flat=True))
     run = ReplayRun.objects.get(job=job)
     # The same API, messages and parameters as the agent's call: the same answer.

@@ -61,7 +61,6 @@ def _run_out(r: ReplayRun) -> dict[str, Any]:
         "api_mode": r.api_mode,
         "mode_note": r.mode_note,
         "request_path": r.request_path,
-        "request_body": r.request_body,
         "reused_from": r.reused_from_id,
     }
 

@@ -131,8 +131,7 @@ class RunOut(Schema):
     latency_ms: float | None
     api_mode: str = Field("", description="chat, or completions (transcript)")
     mode_note: str = Field("", description="why the API mode is not the turn's own")
-    request_path: str = ""
-    request_body: dict[str, Any] | None = Field(None, description="exactly what was sent")
+    request_path: str = Field("", description="the API path called; the body sent is on the run's page")
     reused_from: int | None = Field(None, description="the earlier run whose answer this sample reuses")
 
 

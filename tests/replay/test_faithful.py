@@ -133,6 +133,9 @@ def test_replay_as_saved_sends_the_agents_request_exactly_in_chat_mode(
     assert page.status_code == 200
     html = page.content.decode()
     assert 'id="request-identical"' in html and "chat completions, messages as saved" in html
+    # The original's prompt tokens (the agent's model) and the replay's are shown apart, labelled.
+    assert 'class="cmp-pt-a">120<' in html and "the agent&#x27;s model" in html and "the replay model" in html
+    assert 'id="request-body"' in html
 
 
 def test_an_override_is_explicit_recorded_and_listed_and_resamples_carry_no_seed(
@@ -352,6 +355,8 @@ def test_replay_as_saved_of_a_demo_agent_turn_reproduces_its_answer(
     saved = snapshot_full(snapshot=snap)
     original = saved["output"]["text"]
     assert original and saved["params"]["temperature"] == 0 and "seed" not in saved["params"]
+    # A 600-token prompt on a CPU shared with the rest of the suite can take minutes.
+    ModelEndpoint.objects.filter(pk=local_endpoint.pk).update(timeout_s=600.0)
     job = wait_job(replay_job_create(project=project, endpoint=local_endpoint, spec={
         "kind": "plain", "snapshot_id": str(snap.snapshot_id), "samples": 1}).pk, timeout=900)
     assert job.status == "done", list(job.runs.values_list("error", flat=True))

@@ -24,6 +24,12 @@ What it does per user message, one model call = one ctxobs turn (snapshot):
 The model is meant to be Gemma 3 270M, a tiny *base* model served by llama-cpp-python:
 its output is mostly junk, which the validators and the fallback absorb. `run()` is the
 entry point for start-up scripts.
+
+The agent talks to the model the way a replay does: chat completions, the messages the blocks
+make, and exactly the parameters it records on the turn (`t.request()`): temperature
+(`--temperature`, 0 by default), max_tokens, response_format (`--no-json-mode` leaves it out),
+and a seed only when it samples (temperature > 0). "Replay as saved" of one of its turns on the
+same local server therefore sends the same request, and at temperature 0 gets the same answer.
 """
 
 from __future__ import annotations
@@ -357,6 +363,8 @@ def user_turn(
     window: int,
     max_tokens: int,
     stats: dict[str, Any],
+    temperature: float = 0.0,
+    json_mode: bool = True,
 ) -> None:
     counter = tokens.get_counter(model=model)
     update_constraints(s, text)
@@ -369,12 +377,19 @@ def user_turn(
     feedback: list[dict[str, Any]] = []
     final: dict[str, Any] | None = None
     for attempt in range(1, 4):
+        # Exactly what the call sends, recorded on the turn: a replay sends it again.
+        params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if json_mode:
+            params["response_format"] = {"type": "json_object"}
+        if temperature > 0:
+            # Sampling: a seed per call, drawn apart from the world, so that it can be replayed.
+            params["seed"] = s.model_rng.randint(0, 2**31 - 1)
         with obs.turn(
             session_id=s.session_id,
             agent="tern-travel",
             model=model,
             context_window=window,
-            params={"temperature": 0.8, "max_tokens": max_tokens, "response_format": "json_object"},
+            params=params,
             tags={"example": "agent_loop"},
         ) as t:
             t.block("system", [{"role": "system", "content": SYSTEM_PROMPT}], pinned=True)
@@ -411,14 +426,7 @@ def user_turn(
                 stats["compressions"] += 1
             s.pending_compression = []
             try:
-                resp = llm.chat.completions.create(  # type: ignore[call-overload]  # plain message dicts
-                    model=model,
-                    messages=t.messages(),
-                    max_tokens=max_tokens,
-                    temperature=0.8,
-                    seed=s.model_rng.randint(0, 2**31 - 1),
-                    response_format={"type": "json_object"},
-                )
+                resp = llm.chat.completions.create(**t.request())
                 out_text = resp.choices[0].message.content
                 t.output(resp)
             except openai.APIError as exc:
@@ -478,6 +486,8 @@ def run(
     context_window: int = 1280,
     max_tokens: int = 64,
     spool_path: str | None = None,
+    temperature: float = 0.0,
+    json_mode: bool = True,
 ) -> dict[str, Any]:
     """Run SESSIONS scripted conversations of TURNS user messages; returns counts and SDK stats.
 
@@ -510,6 +520,8 @@ def run(
                 window=context_window,
                 max_tokens=max_tokens,
                 stats=stats,
+                temperature=temperature,
+                json_mode=json_mode,
             )
     obs.flush(timeout=30)
     stats["seconds"] = round(time.perf_counter() - started, 1)
@@ -528,6 +540,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--context-window", type=int, default=1280)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument(
+        "--temperature", type=float, default=0.0,
+        help="sampling temperature (0: greedy, and a replay as saved reproduces each answer)",
+    )
+    p.add_argument(
+        "--json-mode", action=argparse.BooleanOptionalAction, default=True,
+        help="ask for a JSON object (response_format); the server then constrains every token, "
+        "which is several times slower on a small CPU",
+    )
     p.add_argument("--spool", help="spool directory for snapshots the server cannot take yet")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -545,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
             context_window=args.context_window,
             max_tokens=args.max_tokens,
             spool_path=args.spool,
+            temperature=args.temperature,
+            json_mode=args.json_mode,
         )
     except ModelServerUnreachable as exc:
         print(f"agent_loop: {exc}", file=sys.stderr)

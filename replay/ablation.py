@@ -17,6 +17,7 @@ the same order, with the same roles, tool calls and parameters.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,23 +34,7 @@ ContextBlock = StoredBlock | VariantBlock
 OPS = ("remove", "move", "truncate", "replace", "keep_only")
 MOVE_TARGETS = ("front", "end", "middle", "before", "after")
 
-# Request parameters each API mode forwards; anything else in the saved params stays out of
-# the call (it is still part of the rendered original request).
-CHAT_PARAMS = (
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "tools",
-    "tool_choice",
-    "response_format",
-    "logit_bias",
-    "n",
-)
+# The parameters the completions API takes (a transcript fallback sends no others).
 COMPLETION_PARAMS = (
     "temperature",
     "top_p",
@@ -68,10 +53,19 @@ ROLE_LABELS = {
     "developer": "System",
     "user": "User",
     "assistant": "Assistant",
-    "tool": "Tool",
-    "function": "Tool",
+    "tool": "Tool result",
+    "function": "Tool result",
 }
-TRANSCRIPT_STOP = ["\nUser:", "\nSystem:", "\nTool:"]
+# Saved parameters a replay cannot send as they were: it reads one whole JSON answer (no
+# stream), one choice, and the openai client's own options never were part of the body.
+NOT_SENT = ("stream", "stream_options", "n", "extra_headers", "extra_query", "extra_body", "timeout")
+# Parameters that exist only with tool definitions: they go when the definitions go.
+TOOL_PARAMS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+# Endpoint defaults that never fill in: a seed would fix every sample (the noise floor is then
+# zero) and a stop list changes where answers end. Either is a job's explicit override.
+NOT_FILLED_IN = ("seed", "stop")
+# Overrides a job may choose on top of the saved parameters.
+OVERRIDE_PARAMS = ("temperature", "top_p", "max_tokens", "seed")
 
 
 # --- operations ---------------------------------------------------------------
@@ -220,9 +214,45 @@ def render_messages(blocks: Sequence[ContextBlock]) -> list[Message]:
     return [copy.deepcopy(m) for b in blocks for m in (b.get("messages") or [])]
 
 
+def _holds_definitions(block: ContextBlock) -> bool:
+    # The SDK's `t.tools()`: a tools block without messages, the definitions in params.tools.
+    return block.get("kind") == "tools" and not block.get("messages")
+
+
+def variant_params(
+    original: Sequence[ContextBlock], variant: Sequence[ContextBlock], params: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The saved PARAMS as the VARIANT blocks send them: when the block that holds the tool
+    definitions (`params.tools`) was removed, the definitions and the parameters that only
+    exist with them go too."""
+    out = copy.deepcopy(params or {})
+    if any(_holds_definitions(b) for b in original) and not any(_holds_definitions(b) for b in variant):
+        for k in TOOL_PARAMS:
+            out.pop(k, None)
+    return out
+
+
 def render_request(blocks: Sequence[ContextBlock], params: dict[str, Any] | None) -> ChatRequest:
     """The chat request the blocks make with the saved PARAMS: {**params, "messages": [...]}."""
     return cast(ChatRequest, {**copy.deepcopy(params or {}), "messages": render_messages(blocks)})
+
+
+def render_variant(
+    blocks: Sequence[ContextBlock], operations: Sequence[Operation], params: dict[str, Any] | None
+) -> ChatRequest:
+    """The chat request of the saved BLOCKS after OPERATIONS, with the saved PARAMS that still
+    apply (see variant_params)."""
+    changed = apply_operations(blocks, operations)
+    return render_request(changed, variant_params(blocks, changed, params))
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling of a JSON value (sorted keys, no spaces), for equality and hashing."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def request_hash(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _content_text(content: Any) -> str:
@@ -243,29 +273,146 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
+def _call_text(call: Any) -> str:
+    if not isinstance(call, dict):
+        return f"[tool call: {call}]"
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
+    args = fn.get("arguments", "")
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    cid = call.get("id")
+    return f"[tool call{' ' + str(cid) if cid else ''}: {fn.get('name') or '?'}({args})]"
+
+
+def _label(m: Message) -> str:
+    role = str(m.get("role") or "user")
+    label = ROLE_LABELS.get(role, role.capitalize())
+    if role == "tool":
+        ref = m.get("tool_call_id") or m.get("name")
+        return f"{label} ({ref})" if ref else label
+    if m.get("name"):
+        return f"{label} ({m['name']})"
+    return label
+
+
+def transcript_labels(messages: list[Message], tools: list[Any] | None = None) -> list[str]:
+    """Every role label the transcript of MESSAGES writes at a line start, in first-use order,
+    "Assistant" included (the label its answer starts after)."""
+    labels = (["System"] if tools else []) + [_label(m) for m in messages] + ["Assistant"]
+    return list(dict.fromkeys(labels))
+
+
+def transcript_stop(messages: list[Message], tools: list[Any] | None = None) -> list[str]:
+    """The stop sequences of the transcript: a new line starting with any label it writes
+    (a label with a reference, "Tool result (call_1)", by its stem "Tool result (", so that a
+    result the model would invent for another call stops it too), and "Assistant:", where a
+    new assistant turn would start."""
+    stops: list[str] = []
+    for label in transcript_labels(messages, tools):
+        stem, sep, _ = label.partition(" (")
+        stop = f"\n{stem} (" if sep else f"\n{label}:"
+        if stop not in stops:
+            stops.append(stop)
+    return stops
+
+
 def render_transcript(messages: list[Message], tools: list[Any] | None = None) -> str:
     """A completion-style transcript of MESSAGES: one labelled paragraph per message, tool calls
-    and results included, ending with the assistant's turn. Unlike a chat template it keeps
-    every message (several system messages included), so each block reaches the model."""
+    (with their ids) and results (with the id of the call they answer) included, ending with the
+    assistant's turn. Unlike a chat template it keeps every message (several system messages
+    included), so each block reaches the model."""
     lines: list[str] = []
     if tools:
         lines.append("System: Tools available: " + json.dumps(tools, ensure_ascii=False, sort_keys=True))
     for m in messages:
-        role = str(m.get("role") or "user")
-        label = ROLE_LABELS.get(role, role.capitalize())
         text = _content_text(m.get("content"))
-        if role in ("tool", "function"):
-            ref = m.get("name") or m.get("tool_call_id")
-            label = f"Tool result ({ref})" if ref else "Tool result"
-        elif m.get("name"):
-            label = f"{label} ({m['name']})"
         calls = m.get("tool_calls") or []
         for c in calls:
-            fn = (c or {}).get("function") or {}
-            text = (text + "\n" if text else "") + f"[calls {fn.get('name', '?')} {fn.get('arguments', '')}]"
-        lines.append(f"{label}: {text}")
+            text = (text + "\n" if text else "") + _call_text(c)
+        if isinstance(m.get("function_call"), dict):
+            text = (text + "\n" if text else "") + _call_text(m["function_call"])
+        lines.append(f"{_label(m)}: {text}")
     lines.append("Assistant:")
     return "\n".join(lines)
+
+
+def later_system_messages(messages: list[Message]) -> int:
+    """How many system (or developer) messages come after the first message: the ones a chat
+    template that keeps only a leading system message would drop."""
+    return sum(1 for m in messages[1:] if m.get("role") in ("system", "developer"))
+
+
+@dataclass
+class CallPlan:
+    """One model call as it is sent: the API path, the JSON body, the API mode and, when the
+    mode is not the turn's own (chat), why."""
+
+    path: str
+    body: dict[str, Any]
+    mode: str
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return request_hash({"path": self.path, "body": self.body})
+
+
+def api_mode(*, endpoint_mode: str, drops_later_system: bool, messages: list[Message]) -> tuple[str, str]:
+    """(mode, note): chat, the turn's own API, unless the endpoint only takes completions or its
+    chat template would drop system messages that this request has after its first message."""
+    if endpoint_mode == "completions":
+        return "completions", "the endpoint is set to the completions API: the messages went as a transcript"
+    n = later_system_messages(messages)
+    if drops_later_system and n:
+        return "completions", (
+            f"the endpoint's chat template drops system messages after the first ({n} here): "
+            "the messages went as a transcript so that every block reaches the model"
+        )
+    return "chat", ""
+
+
+def build_call(
+    *,
+    request: ChatRequest,
+    model: str,
+    mode: str,
+    endpoint_params: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    drops_later_system: bool = False,
+    resample: bool = False,
+) -> CallPlan:
+    """The call that replays REQUEST (a saved turn's request, perhaps changed by a variant).
+
+    Parameters: the saved ones exactly; the endpoint's defaults only for those the turn did
+    not save (never a seed or a stop list); then the job's overrides. RESAMPLE (a baseline
+    sample after the first) leaves a saved seed out, unless the job fixes one. Chat mode sends
+    every saved parameter but those no single JSON answer can honour (NOT_SENT) and the
+    messages as saved; completions mode sends the transcript with the parameters that API
+    takes, its stops added to any saved."""
+    saved = {k: copy.deepcopy(v) for k, v in request.items() if k != "messages"}
+    defaults = {
+        k: v
+        for k, v in (endpoint_params or {}).items()
+        if k not in saved and k not in NOT_FILLED_IN and v is not None
+    }
+    merged: dict[str, Any] = {**saved, **defaults}
+    if resample:
+        merged.pop("seed", None)
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for k in NOT_SENT:
+        merged.pop(k, None)
+    messages = request.get("messages") or []
+    used, note = api_mode(endpoint_mode=mode, drops_later_system=drops_later_system, messages=messages)
+    if used == "completions":
+        tools = merged.get("tools")
+        body: dict[str, Any] = {"model": model, "prompt": render_transcript(messages, tools)}
+        body.update({k: merged[k] for k in COMPLETION_PARAMS if k in merged})
+        own = merged.get("stop")
+        own_list = [own] if isinstance(own, str) else list(own or [])
+        body["stop"] = own_list + [s for s in transcript_stop(messages, tools) if s not in own_list]
+        return CallPlan("/completions", body, used, note)
+    body = {"model": model, "messages": copy.deepcopy(messages), **merged}
+    return CallPlan("/chat/completions", body, used, note)
 
 
 def call_body(
@@ -275,24 +422,79 @@ def call_body(
     mode: str,
     endpoint_params: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    drops_later_system: bool = False,
+    resample: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """The API path ("/chat/completions" or "/completions") and body for one model call.
+    """The API path ("/chat/completions" or "/completions") and body of build_call."""
+    plan = build_call(
+        request=request, model=model, mode=mode, endpoint_params=endpoint_params, overrides=overrides,
+        drops_later_system=drops_later_system, resample=resample,
+    )
+    return plan.path, plan.body
 
-    Parameters: the saved ones, then the endpoint's defaults, then the job's overrides; only
-    those the API mode understands are sent."""
-    saved = {k: v for k, v in request.items() if k != "messages"}
-    merged = {**saved, **(endpoint_params or {}), **(overrides or {})}
-    merged = {k: v for k, v in merged.items() if v is not None}
-    if mode == "completions":
-        body = {k: merged[k] for k in COMPLETION_PARAMS if k in merged}
-        body.setdefault("stop", list(TRANSCRIPT_STOP))
-        body["prompt"] = render_transcript(request["messages"], merged.get("tools"))
-        body["model"] = model
-        return "/completions", body
-    body = {k: merged[k] for k in CHAT_PARAMS if k in merged}
-    body["messages"] = request["messages"]
-    body["model"] = model
-    return "/chat/completions", body
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else canonical_json(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def request_differences(
+    *,
+    original: ChatRequest,
+    sent_path: str,
+    sent_body: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    endpoint_params: dict[str, Any] | None = None,
+    operations: Sequence[Operation] | None = None,
+    mode_note: str = "",
+) -> list[dict[str, str]]:
+    """Every difference between the ORIGINAL request (as the agent sent it) and the body a run
+    sent: API mode, messages, each parameter; each with what it was, what was sent and why."""
+    out: list[dict[str, str]] = []
+
+    def add(what: str, was: Any, sent: Any, why: str) -> None:
+        out.append({"what": what, "original": _short(was), "sent": _short(sent), "why": why})
+
+    overrides = overrides or {}
+    endpoint_params = endpoint_params or {}
+    messages = original.get("messages") or []
+    if sent_path == "/completions":
+        add("API mode", "chat completions", "completions (transcript)", mode_note or "the endpoint's mode")
+        add("messages", f"{len(messages)} messages", "one prompt", "rendered as a labelled transcript")
+    else:
+        sent_msgs = sent_body.get("messages") or []
+        if canonical_json(sent_msgs) != canonical_json(messages):
+            same = sum(1 for m in sent_msgs if any(canonical_json(m) == canonical_json(o) for o in messages))
+            add(
+                "messages",
+                f"{len(messages)} messages",
+                f"{len(sent_msgs)} messages ({len(sent_msgs) - same} changed or new)",
+                describe(list(operations or [])) if operations else "changed",
+            )
+    orig_params = {k: v for k, v in original.items() if k != "messages"}
+    sent_params = {k: v for k, v in sent_body.items() if k not in ("messages", "prompt", "model")}
+    for k in sorted(set(orig_params) | set(sent_params)):
+        was, sent = orig_params.get(k, None), sent_params.get(k, None)
+        if k in orig_params and k in sent_params and canonical_json(was) == canonical_json(sent):
+            continue
+        if k in overrides and k in sent_params:
+            why = "override chosen for this job"
+        elif k not in orig_params and k in endpoint_params:
+            why = "the endpoint's default (the turn saved none)"
+        elif k == "stop" and sent_path == "/completions":
+            why = "the transcript's role labels stop the answer"
+        elif k not in sent_params and k == "seed":
+            why = "a baseline resample: no fixed seed, so that the spread measures sampling noise"
+        elif k not in sent_params and k in NOT_SENT:
+            why = "a replay reads one whole answer"
+        elif k not in sent_params and k in TOOL_PARAMS and sent_path == "/chat/completions":
+            why = "removed with the block holding the tool definitions"
+        elif k not in sent_params and sent_path == "/completions":
+            why = "written into the transcript" if k == "tools" else "not a completions parameter"
+        else:
+            why = "changed"
+        add(k, was if k in orig_params else "(not set)", sent if k in sent_params else "(not sent)", why)
+    return out
 
 
 # --- estimates and planning -----------------------------------------------------
@@ -315,6 +517,8 @@ class VariantPlan:
     is_baseline: bool = False
     target_key: str = ""
     samples: int = 1
+    # The variant's request is byte for byte the baseline's: it is not run.
+    no_change: bool = False
 
 
 def plan_variants(
@@ -326,9 +530,34 @@ def plan_variants(
     to: str | None = None,
     anchor: str | None = None,
     operations: Sequence[Operation] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> list[VariantPlan]:
     """The variants a job of KIND makes for one snapshot: the baseline (unchanged context,
-    SAMPLES times, the noise floor) first, then one variant per effect to measure."""
+    SAMPLES times, the noise floor) first, then one variant per effect to measure. A variant
+    whose request (with the saved PARAMS) equals the baseline's is marked `no_change` and
+    makes no call."""
+    plans = _plan_variants(
+        kind=kind, blocks=blocks, samples=samples, block_key=block_key, to=to, anchor=anchor,
+        operations=operations,
+    )
+    base = canonical_json(render_variant(blocks, [], params))
+    for p in plans[1:]:
+        if canonical_json(render_variant(blocks, p.operations, params)) == base:
+            p.no_change = True
+            p.samples = 0
+    return plans
+
+
+def _plan_variants(
+    *,
+    kind: str,
+    blocks: Sequence[ContextBlock],
+    samples: int,
+    block_key: str | None,
+    to: str | None,
+    anchor: str | None,
+    operations: Sequence[Operation] | None,
+) -> list[VariantPlan]:
     if samples < 1:
         raise VariantError("samples must be at least 1")
     keys = [b.get("key") for b in blocks]
@@ -367,6 +596,8 @@ def estimate(plans: list[VariantPlan], blocks: Sequence[ContextBlock]) -> dict[s
     calls = 0
     tokens = 0
     for p in plans:
+        if not p.samples:
+            continue
         calls += p.samples
         tokens += p.samples * context_tokens(apply_operations(blocks, p.operations))
     return {"model_calls": calls, "prompt_tokens": tokens}

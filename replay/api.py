@@ -31,6 +31,8 @@ def _spec(payload: ReplayIn) -> dict[str, Any]:
         spec["operations"] = [{k: v for k, v in op.items() if v is not None} for op in spec["operations"]]
     if "filter" in spec:
         spec["filter"] = {k: v for k, v in spec["filter"].items() if v is not None}
+    if "params" in spec:
+        spec["params"] = {k: v for k, v in spec["params"].items() if v is not None}
     return spec
 
 
@@ -56,6 +58,10 @@ def _run_out(r: ReplayRun) -> dict[str, Any]:
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
         "latency_ms": r.latency_ms,
+        "api_mode": r.api_mode,
+        "mode_note": r.mode_note,
+        "request_path": r.request_path,
+        "reused_from": r.reused_from_id,
     }
 
 
@@ -101,6 +107,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
                         "changed": e.get("changed"),
                         "tool_calls_match": e.get("tool_calls_match"),
                         "prompt_tokens_delta": e.get("prompt_tokens_delta"),
+                        "no_change": bool(e.get("no_change")),
                     }
                 )
             turns.append(
@@ -125,7 +132,8 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
 )
 def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
     caller = request.auth  # type: ignore[attr-defined]
-    plan = jobs.replay_job_plan(project=caller.project, spec=_spec(payload))
+    endpoint = _endpoint(caller, payload.endpoint_id) or selectors.endpoint_default(project=caller.project)
+    plan = jobs.replay_job_plan(project=caller.project, spec=_spec(payload), endpoint=endpoint)
     return {
         "kind": plan.kind,
         "title": plan.title,
@@ -140,6 +148,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
                 "operations": p.operations,
                 "is_baseline": p.is_baseline,
                 "samples": p.samples,
+                "no_change": p.no_change,
             }
             for s in plan.snapshots
             for p in s.plans

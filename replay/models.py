@@ -18,7 +18,8 @@ class ModelEndpoint(models.Model):
 
     class Mode(models.TextChoices):
         # The completions API with a transcript we render ourselves: every message reaches the
-        # model, whatever chat template the server would otherwise apply.
+        # model, whatever chat template the server would otherwise apply. For servers without
+        # a chat API; chat with chat_drops_later_system falls back to it only where needed.
         COMPLETIONS = "completions", "completions (transcript rendered by ctxobs)"
         CHAT = "chat", "chat completions (messages sent as saved)"
 
@@ -34,6 +35,10 @@ class ModelEndpoint(models.Model):
     timeout_s = models.FloatField(default=60.0)
     is_default = models.BooleanField(default=False)
     is_local = models.BooleanField(default=False)
+    # Chat mode only: the server's chat template keeps a leading system message and drops later
+    # ones (llama.cpp's plain templates). A request with such a message then goes to the
+    # completions API as a transcript, which keeps every message.
+    chat_drops_later_system = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     last_test_at = models.DateTimeField(null=True, blank=True)
@@ -121,6 +126,8 @@ class ReplayVariant(models.Model):
     target_key = models.CharField(max_length=128, blank=True, default="")  # the block acted on, if one
     samples = models.PositiveSmallIntegerField(default=1)
     prompt_tokens_est = models.IntegerField(default=0)
+    # Its request equals the baseline's (e.g. moving a block without messages): not run.
+    no_change = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["job", "position"]
@@ -164,6 +171,18 @@ class ReplayRun(models.Model):
     latency_ms = models.FloatField(null=True, blank=True)  # the model's own time (HTTP round trip)
     work_ms = models.FloatField(null=True, blank=True)  # the whole unit: render, call, store
     embedding = models.JSONField(null=True, blank=True)
+    # Exactly what was sent: the API path and JSON body (stored escaped like the answer), the
+    # API mode used and, when it is not the turn's own, why.
+    request_path = models.CharField(max_length=40, blank=True, default="")
+    request_body = EscapedJSONField(null=True, blank=True)
+    api_mode = models.CharField(max_length=20, blank=True, default="")
+    mode_note = models.CharField(max_length=300, blank=True, default="")
+    # sha256 of (endpoint, model, path, canonical body): a done run with the same key is the same
+    # call, whose answer a baseline sample of a later job may reuse (reused_from) without a call.
+    request_key = models.CharField(max_length=64, blank=True, default="")
+    reused_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reused_by"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -178,6 +197,11 @@ class ReplayRun(models.Model):
                 fields=["lease_expires_at"],
                 name="replay_run_lease_idx",
                 condition=models.Q(status__in=["pending", "running"]),
+            ),
+            models.Index(
+                fields=["request_key"],
+                name="replay_run_reuse_idx",
+                condition=models.Q(status="done", reused_from__isnull=True),
             ),
         ]
 

@@ -31,6 +31,19 @@ class TurnFilter(Schema):
     turn_to: int | None = None
 
 
+class Overrides(Schema):
+    """Parameters sent instead of the turn's saved ones, on every call of the job (recorded on
+    it). Leave a field out to send the saved value; without `seed`, baseline resamples after
+    the first carry no seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: FiniteFloat | None = Field(None, ge=0, le=2)
+    top_p: FiniteFloat | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1, le=100_000)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
+
+
 class ReplayIn(Schema):
     """A replay job. Name the turns (snapshot_id, or session_id / filter for many turns) and
     what to do: kind plain | without | move | loo | batch | custom.
@@ -60,8 +73,8 @@ class ReplayIn(Schema):
     anchor: str | None = None
     operations: list[Operation] | None = None
     samples: int = Field(3, description="baseline replays (the noise floor)", ge=1, le=10)
-    params: dict[str, Any] | None = Field(
-        None, description="sampling overrides, e.g. max_tokens, temperature"
+    params: Overrides | None = Field(
+        None, description="overrides of the saved parameters; by default every call sends them as saved"
     )
     endpoint_id: Id | None = None
     title: str | None = None
@@ -81,6 +94,8 @@ class EstimateOut(Schema):
     snapshots: int
     variants: int
     skipped: int
+    reused: int = Field(0, description="baseline samples answered by earlier runs of the same request")
+    no_change: int = Field(0, description="variants whose request equals the baseline's (not run)")
 
 
 class PreviewVariant(Schema):
@@ -91,6 +106,7 @@ class PreviewVariant(Schema):
     operations: list[dict[str, Any]]
     is_baseline: bool
     samples: int
+    no_change: bool = Field(False, description="no change to the request: the variant is not run")
 
 
 class PreviewOut(Schema):
@@ -113,6 +129,10 @@ class RunOut(Schema):
     prompt_tokens: int | None
     completion_tokens: int | None
     latency_ms: float | None
+    api_mode: str = Field("", description="chat, or completions (transcript)")
+    mode_note: str = Field("", description="why the API mode is not the turn's own")
+    request_path: str = Field("", description="the API path called; the body sent is on the run's page")
+    reused_from: int | None = Field(None, description="the earlier run whose answer this sample reuses")
 
 
 class EffectOut(Schema):
@@ -134,11 +154,14 @@ class VariantOut(Schema):
     effect: EffectOut | None = None
     changed: bool | None = None
     tool_calls_match: bool | None = None
-    prompt_tokens_delta: int | None = None
+    prompt_tokens_delta: int | None = Field(
+        None, description="the replay model's prompt tokens: this variant minus the baseline"
+    )
+    no_change: bool = Field(False, description="no change to the request: not run")
 
 
 class NoiseOut(Schema):
-    samples: int
+    samples: int = Field(description="baseline samples the spread is measured on")
     max: float
     mean: float
     exact_all: bool

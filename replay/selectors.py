@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 
 from core.models import Project
 from ingest import selectors as ingest_selectors
-from replay import diff
+from ingest.types import SnapshotRef
+from replay import ablation, diff
 from replay.models import ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.types import JobResults, RunComparison, TurnResult, VariantResult, VariantSummary
 
@@ -36,6 +37,15 @@ def jobs_list(*, project: Project, limit: int = 100) -> QuerySet[ReplayJob]:
 
 def job_get(*, project: Project, job_id: int) -> ReplayJob | None:
     return ReplayJob.objects.select_related("endpoint").filter(project=project, pk=job_id).first()
+
+
+def params_shown(params: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A turn's saved parameters as (name, compact JSON) rows for a page (escaped there)."""
+    rows = []
+    for k, v in sorted((params or {}).items()):
+        text = ablation.canonical_json(v)
+        rows.append((k, text if len(text) <= 300 else text[:299] + "…"))
+    return rows
 
 
 def _usage(run: ReplayRun | None) -> dict[str, Any]:
@@ -84,11 +94,19 @@ def job_results(*, job: ReplayJob) -> JobResults:
         for e in t["variants"]:
             done = [r for r in e["runs"] if r.status == ReplayRun.Status.DONE]
             e["run"] = done[0] if done else (e["runs"][0] if e["runs"] else None)
-            if done and base_runs:
+            e["no_change"] = e["variant"].no_change
+            if e["no_change"]:
+                # Its request is the baseline's: nothing was sent, nothing can have changed.
+                e["effect"] = None
+                e["changed"] = False
+                e["tool_calls_match"] = None
+                e["prompt_tokens_delta"] = None
+            elif done and base_runs:
                 effect = e["effect"] = diff.effect(done[0].output_text, texts, t["noise"])
                 match = diff.tool_calls_match(done[0].tool_calls, base_runs[0].tool_calls)
                 e["tool_calls_match"] = match
                 e["changed"] = not effect["within_noise"] or not match
+                # Like with like: both counts are the replay model's (its usage for each call).
                 e["prompt_tokens_delta"] = (
                     None
                     if done[0].prompt_tokens is None or base_runs[0].prompt_tokens is None
@@ -177,6 +195,9 @@ def run_compare(*, job: ReplayJob, run: ReplayRun) -> RunComparison:
         .first()
     )
     orig_usage = {**(original.get("usage") or {}), "latency_ms": original.get("latency_ms")}
+    # The original's prompt tokens are the agent's model's count, the replay's the replay
+    # model's: different tokenizers, so the two counts are shown apart, never subtracted.
+    orig_prompt_tokens = orig_usage.pop("prompt_tokens", None)
     vs_original = (
         diff.compare(
             a_text=original.get("text"),
@@ -189,6 +210,10 @@ def run_compare(*, job: ReplayJob, run: ReplayRun) -> RunComparison:
         if original
         else None
     )
+    if vs_original is not None:
+        vs_original["prompt_tokens_a"] = orig_prompt_tokens
+        vs_original["prompt_tokens_b"] = run.prompt_tokens
+        vs_original["prompt_tokens_whose"] = ("the agent's model", "the replay model")
     vs_baseline = None
     if baseline is not None and baseline.pk != run.pk:
         vs_baseline = diff.compare(
@@ -208,4 +233,25 @@ def run_compare(*, job: ReplayJob, run: ReplayRun) -> RunComparison:
         "vs_original": vs_original,
         "vs_baseline": vs_baseline,
         "variant": variant,
+        "request_differences": request_differences(job=job, run=run, snapshot=snap),
     }
+
+
+def request_differences(
+    *, job: ReplayJob, run: ReplayRun, snapshot: SnapshotRef | None
+) -> list[dict[str, str]] | None:
+    """Every difference between the request RUN sent (stored on it) and the one the agent
+    sent for the turn; None when the run has not sent one (yet)."""
+    if snapshot is None or run.request_body is None:
+        return None
+    blocks = ingest_selectors.snapshot_blocks(project_id=job.project_id, snapshot_ref=snapshot.ref)
+    original = ablation.render_request(blocks, snapshot.params)
+    return ablation.request_differences(
+        original=original,
+        sent_path=run.request_path,
+        sent_body=run.request_body,
+        overrides=job.params,
+        endpoint_params=job.endpoint.default_params,
+        operations=run.variant.operations,
+        mode_note=run.mode_note,
+    )

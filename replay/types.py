@@ -60,6 +60,8 @@ class PlanEstimate(TypedDict):
     snapshots: int
     variants: int
     skipped: int
+    reused: int  # baseline samples answered by earlier runs of the same call
+    no_change: int  # variants whose request equals the baseline's (not run)
 
 
 class VariantResult(TypedDict):
@@ -71,7 +73,8 @@ class VariantResult(TypedDict):
     effect: NotRequired[dict[str, Any] | None]  # replay.diff.effect
     tool_calls_match: NotRequired[bool | None]
     changed: NotRequired[bool | None]
-    prompt_tokens_delta: NotRequired[int | None]
+    prompt_tokens_delta: NotRequired[int | None]  # replay model's count: variant - baseline
+    no_change: NotRequired[bool]  # its request equals the baseline's: not run
 
 
 class TurnResult(TypedDict):
@@ -115,3 +118,4 @@ class RunComparison(TypedDict):
     vs_original: dict[str, Any] | None  # replay.diff.compare
     vs_baseline: dict[str, Any] | None
     variant: ReplayVariant
+    request_differences: list[dict[str, str]] | None  # replay.ablation.request_differences

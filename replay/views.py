@@ -17,6 +17,13 @@ from replay.models import ModelEndpoint, ReplayRun
 from replay.services import jobs, model_endpoints
 
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
+# The overrides the confirm page offers: (field, type, label). Empty means "as saved".
+OVERRIDE_FIELDS: tuple[tuple[str, Any, str], ...] = (
+    ("temperature", float, "temperature"),
+    ("top_p", float, "top p"),
+    ("max_tokens", int, "max tokens"),
+    ("seed", int, "seed"),
+)
 
 
 _page = page_context
@@ -30,16 +37,14 @@ def _spec_from_post(data: Any) -> dict[str, Any]:
     except ValueError:
         raise ReplayError("samples must be a whole number") from None
     params: dict[str, Any] = {}
-    if data.get("max_tokens"):
+    for name, cast, label in OVERRIDE_FIELDS:
+        raw = (data.get(name) or "").strip()
+        if not raw:
+            continue
         try:
-            params["max_tokens"] = int(data["max_tokens"])
+            params[name] = cast(raw)
         except ValueError:
-            raise ReplayError("max tokens must be a whole number") from None
-    if data.get("temperature"):
-        try:
-            params["temperature"] = float(data["temperature"])
-        except ValueError:
-            raise ReplayError("temperature must be a number") from None
+            raise ReplayError(f"{label} must be {'a whole number' if cast is int else 'a number'}") from None
     if params:
         spec["params"] = params
     flt = {
@@ -105,9 +110,11 @@ def replay_create(request: HttpRequest, project_id: int) -> HttpResponse:
         spec = _spec_from_post(request.POST)
         ctx["spec"] = spec
         ctx["spec_json"] = json.dumps(spec.get("operations")) if spec.get("operations") else ""
-        plan = jobs.replay_job_plan(project=project, spec=spec)
+        plan = jobs.replay_job_plan(project=project, spec=spec, endpoint=endpoint)
         ctx["plan"] = plan
         ctx["estimate"] = plan.estimate
+        if len(plan.snapshots) == 1:
+            ctx["saved_params"] = selectors.params_shown(plan.snapshots[0].params)
         if endpoint is None:
             raise ReplayError("this project has no model endpoint yet; an admin can add one")
         if request.POST.get("confirm") == "1":
@@ -190,6 +197,9 @@ def replay_compare(request: HttpRequest, project_id: int, job_id: int, run_id: i
             membership,
             job=job,
             run=run,
+            request_body_json=json.dumps(run.request_body, indent=1, ensure_ascii=False)[:200_000]
+            if run.request_body is not None
+            else "",
             **cmp,
         ),
     )
@@ -220,6 +230,7 @@ def endpoint_list(request: HttpRequest, project_id: int) -> HttpResponse:
                 embeddings_model=data.get("embeddings_model", ""),
                 timeout_s=float(data.get("timeout_s") or 60),
                 is_default=data.get("is_default") == "on",
+                chat_drops_later_system=data.get("chat_drops_later_system") == "on",
             )
             return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))
         except ValueError:
@@ -231,7 +242,10 @@ def endpoint_list(request: HttpRequest, project_id: int) -> HttpResponse:
         # Everything typed comes back except the key.
         ctx["form"] = {
             k: data.get(k, "")
-            for k in ("name", "base_url", "model", "mode", "default_params", "embeddings_model", "timeout_s")
+            for k in (
+                "name", "base_url", "model", "mode", "default_params", "embeddings_model", "timeout_s",
+                "chat_drops_later_system",
+            )
         }
     ctx["endpoints"] = selectors.endpoints_list(project=project)
     return render(request, "replay/endpoints.html", ctx, status=status)

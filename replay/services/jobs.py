@@ -4,8 +4,9 @@ written), create it with its variants and runs, and cancel it."""
 from __future__ import annotations
 
 import logging
+import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -17,7 +18,7 @@ from ingest.types import StoredBlock, TimelineRow
 from replay import ablation
 from replay.errors import EndpointError, NotFound, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
-from replay.services.runs import _enqueue, _job_refresh, _lease
+from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
 from replay.types import PlanEstimate, SkippedTurn
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,10 @@ class PlannedSnapshot:
     turn: int
     blocks: list[StoredBlock]
     plans: list[ablation.VariantPlan]
+    params: dict[str, Any] = field(default_factory=dict)  # the turn's saved parameters
+    # Per baseline sample: the id of an earlier run of the same call whose answer it takes
+    # instead of calling the model (None: it calls).
+    reuse: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -49,18 +54,81 @@ class JobPlan:
 
     @property
     def estimate(self) -> PlanEstimate:
-        calls = tokens = 0
+        calls = tokens = reused = 0
         for s in self.snapshots:
             e = ablation.estimate(s.plans, s.blocks)
-            calls += e["model_calls"]
-            tokens += e["prompt_tokens"]
+            n = sum(1 for r in s.reuse if r is not None)
+            base_tokens = ablation.context_tokens(s.blocks)
+            calls += e["model_calls"] - n
+            tokens += e["prompt_tokens"] - n * base_tokens
+            reused += n
         return {
             "model_calls": calls,
             "prompt_tokens": tokens,
             "snapshots": len(self.snapshots),
             "variants": sum(len(s.plans) for s in self.snapshots),
             "skipped": len(self.skipped),
+            "reused": reused,
+            "no_change": sum(1 for s in self.snapshots for p in s.plans if p.no_change),
         }
+
+
+def _overrides(params: Any) -> dict[str, Any]:
+    """The job's parameter overrides, checked field by field (VariantError names the field)."""
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise VariantError("params must be an object")
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if v is None:
+            continue
+        if k not in ablation.OVERRIDE_PARAMS:
+            raise VariantError(f"params.{k}: not an override; one of {', '.join(ablation.OVERRIDE_PARAMS)}")
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        if k == "temperature" and not (number and 0 <= v <= 2):
+            raise VariantError("params.temperature must be a number from 0 to 2")
+        if k == "top_p" and not (number and 0 < v <= 1):
+            raise VariantError("params.top_p must be a number above 0, at most 1")
+        if k == "max_tokens" and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000):
+            raise VariantError("params.max_tokens must be a whole number from 1 to 100000")
+        if k == "seed" and not (isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63):
+            raise VariantError("params.seed must be a whole number")
+        out[k] = v
+    return out
+
+
+def _reusable(
+    *, project: Project, endpoint: ModelEndpoint, planned: list[PlannedSnapshot], overrides: dict[str, Any]
+) -> None:
+    """Per baseline sample of each planned turn, an earlier done run of the same call (same
+    endpoint, model and request body) to take the answer of, each earlier run at most once per
+    job; fills PlannedSnapshot.reuse."""
+    keys_by_snapshot: list[list[str]] = []
+    for s in planned:
+        request = ablation.render_variant(s.blocks, [], s.params)
+        keys = []
+        for i in range(s.plans[0].samples):
+            call = run_call_plan(
+                request=request, overrides=overrides, endpoint=endpoint, is_baseline=True, sample=i
+            )
+            keys.append(reuse_key(endpoint=endpoint, call=call))
+        keys_by_snapshot.append(keys)
+    wanted = {k for keys in keys_by_snapshot for k in keys}
+    available: dict[str, list[int]] = {}
+    for run_id, key in (
+        ReplayRun.objects.filter(
+            job__project=project,
+            request_key__in=wanted,
+            status=ReplayRun.Status.DONE,
+            reused_from__isnull=True,
+        )
+        .order_by("id")
+        .values_list("id", "request_key")
+    ):
+        available.setdefault(key, []).append(run_id)
+    for s, keys in zip(planned, keys_by_snapshot, strict=True):
+        s.reuse = [available[k].pop(0) if available.get(k) else None for k in keys]
 
 
 def _turn_matches(row: TimelineRow, flt: dict[str, Any]) -> bool:
@@ -118,10 +186,13 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
     return out
 
 
-def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
+def replay_job_plan(
+    *, project: Project, spec: dict[str, Any], endpoint: ModelEndpoint | None = None
+) -> JobPlan:
     """What a job for SPEC would run, without writing anything: per turn, the variants and
     their samples (see ablation.plan_variants), and the turns skipped because the variant
-    does not apply to them (e.g. they have no such block)."""
+    does not apply to them (e.g. they have no such block). With ENDPOINT, the baseline samples
+    that earlier runs of the same call answer already (PlannedSnapshot.reuse)."""
     if not isinstance(spec, dict):
         raise VariantError("the job spec must be an object")
     kind = spec.get("kind") or "plain"
@@ -130,9 +201,7 @@ def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
     samples = spec.get("samples", 3)
     if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= MAX_SAMPLES:
         raise VariantError(f"samples must be an integer from 1 to {MAX_SAMPLES}")
-    params = spec.get("params") or {}
-    if not isinstance(params, dict):
-        raise VariantError("params must be an object")
+    params = _overrides(spec.get("params"))
     operations = spec.get("operations")
     if operations is not None and not isinstance(operations, list):
         raise VariantError("operations must be a list")
@@ -151,6 +220,8 @@ def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
     skipped: list[SkippedTurn] = []
     for ref, sid, session_id, turn in targets:
         blocks = blocks_by_ref.get(ref) or []
+        snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=sid)
+        saved_params = dict(snap.params or {}) if snap is not None else {}
         vkind = "custom" if kind == "batch" else kind
         if vkind == "custom" and not operations and block_key:
             operations = [{"op": "remove", "key": block_key}]
@@ -163,6 +234,7 @@ def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
                 to=spec.get("to"),
                 anchor=spec.get("anchor"),
                 operations=operations,
+                params=saved_params,
             )
         except VariantError as exc:
             if len(targets) == 1:
@@ -171,9 +243,11 @@ def replay_job_plan(*, project: Project, spec: dict[str, Any]) -> JobPlan:
                 {"snapshot_id": str(sid), "session_id": session_id, "turn": turn, "reason": exc.detail}
             )
             continue
-        planned.append(PlannedSnapshot(ref, sid, session_id, turn, blocks, plans))
+        planned.append(PlannedSnapshot(ref, sid, session_id, turn, blocks, plans, saved_params))
     if not planned:
         raise VariantError("the variant applies to none of the selected turns")
+    if endpoint is not None:
+        _reusable(project=project, endpoint=endpoint, planned=planned, overrides=params)
     runs = sum(p.samples for s in planned for p in s.plans)
     if runs > MAX_RUNS_PER_JOB:
         raise VariantError(f"this job would make {runs} model calls; at most {MAX_RUNS_PER_JOB} per job")
@@ -201,12 +275,12 @@ def replay_job_create(
 ) -> ReplayJob:
     """Plan SPEC, store the job with its variants and one pending run per (variant, sample),
     and enqueue one task per run once the transaction commits."""
-    plan = replay_job_plan(project=project, spec=spec)
     endpoint = endpoint or ModelEndpoint.objects.filter(project=project, is_default=True).first()
+    if endpoint is not None and endpoint.project_id != project.pk:
+        raise NotFound("no such endpoint in this project")
+    plan = replay_job_plan(project=project, spec=spec, endpoint=endpoint)
     if endpoint is None:
         raise EndpointError("this project has no model endpoint; add one first")
-    if endpoint.project_id != project.pk:
-        raise NotFound("no such endpoint in this project")
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,
@@ -235,6 +309,7 @@ def replay_job_create(
                     is_baseline=p.is_baseline,
                     target_key=p.target_key[:128],
                     samples=p.samples,
+                    no_change=p.no_change,
                     prompt_tokens_est=ablation.context_tokens(
                         ablation.apply_operations(s.blocks, p.operations)
                     ),
@@ -244,17 +319,45 @@ def replay_job_create(
         ReplayVariant.objects.bulk_create(variants)
         # Queued messages wait safely in Redis, however long the queue; the lease only says when
         # the reclaimer may start asking whether this run's message was lost (see replay_runs_reclaim).
-        lease_end = timezone.now() + _lease()
-        runs = ReplayRun.objects.bulk_create(
-            [
-                ReplayRun(job=job, variant=v, sample=i, lease_expires_at=lease_end)
-                for v in variants
-                for i in range(v.samples)
-            ]
-        )
+        now = timezone.now()
+        lease_end = now + _lease()
+        reuse = {s.snapshot_ref: s.reuse for s in plan.snapshots}
+        sources = {
+            r.pk: r
+            for r in ReplayRun.objects.filter(
+                pk__in=[i for ids in reuse.values() for i in ids if i is not None],
+                status=ReplayRun.Status.DONE,
+            )
+        }
+        new_runs: list[ReplayRun] = []
+        for v in variants:
+            for i in range(v.samples):
+                src_id = reuse.get(v.snapshot_ref, [])[i] if v.is_baseline and i < len(
+                    reuse.get(v.snapshot_ref, [])
+                ) else None
+                src = sources.get(src_id) if src_id is not None else None
+                if src is None:
+                    new_runs.append(ReplayRun(job=job, variant=v, sample=i, lease_expires_at=lease_end))
+                    continue
+                # The same call answered already: its answer, no model call.
+                new_runs.append(
+                    ReplayRun(
+                        job=job, variant=v, sample=i, status=ReplayRun.Status.DONE, reused_from=src,
+                        output_text=src.output_text, tool_calls=src.tool_calls,
+                        finish_reason=src.finish_reason, prompt_tokens=src.prompt_tokens,
+                        completion_tokens=src.completion_tokens, latency_ms=src.latency_ms,
+                        embedding=src.embedding, request_path=src.request_path,
+                        request_body=src.request_body, api_mode=src.api_mode, mode_note=src.mode_note,
+                        request_key=src.request_key, finished_at=now, work_ms=0.0,
+                    )
+                )
+        runs = ReplayRun.objects.bulk_create(new_runs)
         job.n_runs = len(runs)
         job.save(update_fields=["n_runs"])
-        run_ids = [r.pk for r in runs]
+        run_ids = [r.pk for r in runs if r.status == ReplayRun.Status.PENDING]
+        if len(run_ids) < len(runs):
+            # Reused samples are done already; a job with nothing left to call ends here.
+            transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
         transaction.on_commit(lambda: _enqueue(run_ids))
     logger.info(
         "replay.job_created job_id=%s project_id=%s kind=%s runs=%s",

@@ -19,7 +19,11 @@ logger = logging.getLogger(__name__)
 
 LOCAL_ENDPOINT_NAME = "local gemma-3-270m"
 LOCAL_MODEL_NAME = "gemma-3-270m"
-LOCAL_DEFAULT_PARAMS: dict[str, Any] = {"temperature": 0, "seed": 42, "max_tokens": 64}
+# Defaults fill in only what a turn did not save: a bound on the answer's length, for a turn
+# saved without one. The local server is reached in chat mode, the agents' own API: its
+# chat-shape middleware (replay.localmodel.ChatShapes) keeps every message, later system
+# messages included, so it needs no transcript fallback.
+LOCAL_DEFAULT_PARAMS: dict[str, Any] = {"max_tokens": 64}
 
 
 def endpoint_create(
@@ -35,6 +39,7 @@ def endpoint_create(
     timeout_s: float = 60.0,
     is_default: bool = False,
     is_local: bool = False,
+    chat_drops_later_system: bool = False,
 ) -> ModelEndpoint:
     """A new endpoint of PROJECT; the base URL is checked against the project's address policy
     and the API key is stored encrypted."""
@@ -67,6 +72,7 @@ def endpoint_create(
             timeout_s=float(timeout_s),
             is_default=is_default or first,
             is_local=is_local,
+            chat_drops_later_system=chat_drops_later_system,
         )
         if ep.is_default:
             ModelEndpoint.objects.filter(project=project, is_default=True).exclude(pk=ep.pk).update(
@@ -97,7 +103,7 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
                 name=LOCAL_ENDPOINT_NAME,
                 base_url=url,
                 model=LOCAL_MODEL_NAME,
-                mode=ModelEndpoint.Mode.COMPLETIONS,
+                mode=ModelEndpoint.Mode.CHAT,
                 default_params=dict(LOCAL_DEFAULT_PARAMS),
                 timeout_s=60.0,
                 is_default=True,
@@ -106,7 +112,14 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
         else:
             ep.base_url = url
             ep.is_local = True
-            ep.save(update_fields=["base_url", "is_local", "updated_at"])
+            ep.mode = ModelEndpoint.Mode.CHAT
+            ep.chat_drops_later_system = False
+            ep.default_params = dict(LOCAL_DEFAULT_PARAMS)
+            ep.save(
+                update_fields=[
+                    "base_url", "is_local", "mode", "chat_drops_later_system", "default_params", "updated_at"
+                ]
+            )
         if not ModelEndpoint.objects.filter(project=project, is_default=True).exclude(pk=ep.pk).exists():
             ModelEndpoint.objects.filter(pk=ep.pk).update(is_default=True)
             ep.is_default = True

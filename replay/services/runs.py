@@ -10,6 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -215,34 +216,71 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
 
 
 def replay_run_request(*, project: Project, variant: ReplayVariant) -> ChatRequest:
-    """The request VARIANT sends: the saved blocks with its operations, the saved parameters."""
+    """The request VARIANT sends: the saved blocks with its operations, the saved parameters
+    that still apply (removing the tool definitions' block removes `tools`)."""
     snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=variant.snapshot_uuid)
     if snap is None:
         raise VariantError("the snapshot of this variant is gone")
     blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snap.ref)
-    return ablation.render_request(ablation.apply_operations(blocks, variant.operations), snap.params)
+    return ablation.render_variant(blocks, variant.operations, snap.params)
+
+
+def run_call_plan(
+    *,
+    request: ChatRequest,
+    overrides: dict[str, Any],
+    endpoint: ModelEndpoint,
+    is_baseline: bool,
+    sample: int,
+) -> ablation.CallPlan:
+    """The call a run makes for REQUEST: the saved parameters, the job's OVERRIDES, and for a
+    baseline sample after the first no saved seed (the noise floor's resamples)."""
+    return ablation.build_call(
+        request=request,
+        model=endpoint.model,
+        mode=endpoint.mode,
+        endpoint_params=endpoint.default_params,
+        overrides=overrides,
+        drops_later_system=endpoint.chat_drops_later_system,
+        resample=is_baseline and sample > 0,
+    )
+
+
+def reuse_key(*, endpoint: ModelEndpoint, call: ablation.CallPlan) -> str:
+    """What makes two calls the same call: endpoint, model, API path and canonical body."""
+    return ablation.request_hash(
+        {"endpoint": endpoint.pk, "model": endpoint.model, "path": call.path, "body": call.body}
+    )
 
 
 def _run_call(
     *, run: ReplayRun, job: ReplayJob, endpoint: ModelEndpoint, project: Project
 ) -> tuple[endpoints.CallResult, list[float] | None]:
     """The network part of a run, outside any transaction: the completion, then its embedding
-    when the endpoint has an embeddings model (a failed embedding only loses the embedding)."""
+    when the endpoint has an embeddings model (a failed embedding only loses the embedding).
+    The body is stored on the run before it is sent."""
     # Shape only: the address is checked where the connection is opened (core.net).
     url = endpoints.validate_base_url(
         endpoint.base_url, allow_private=project.allow_private_endpoints, resolve=False
     )
     request = replay_run_request(project=project, variant=run.variant)
-    path, body = ablation.call_body(
+    call = run_call_plan(
         request=request,
-        model=endpoint.model,
-        mode=endpoint.mode,
-        endpoint_params=endpoint.default_params,
         overrides=job.params,
+        endpoint=endpoint,
+        is_baseline=run.variant.is_baseline,
+        sample=run.sample,
+    )
+    ReplayRun.objects.filter(pk=run.pk).update(
+        request_path=call.path,
+        request_body=call.body,
+        api_mode=call.mode,
+        mode_note=call.note[:300],
+        request_key=reuse_key(endpoint=endpoint, call=call),
     )
     api_key = _api_key(endpoint)
     result = endpoints.complete(
-        base_url=url, path=path, body=body, api_key=api_key, timeout=endpoint.timeout_s,
+        base_url=url, path=call.path, body=call.body, api_key=api_key, timeout=endpoint.timeout_s,
         allow_private=project.allow_private_endpoints,
     )
     embedding: list[float] | None = None

@@ -52,7 +52,7 @@ def local_endpoint(private_project: Project, local_model: localmodel.LocalModelS
 class StubServer:
     """A real HTTP server on loopback answering /v1/completions and /v1/chat/completions.
     `script` is consumed one entry per call: (status, headers, delay_s); when it is empty the
-    call succeeds with `text`. Every request body is recorded."""
+    call succeeds with `text`. Every request body is recorded, parsed and as the bytes received."""
 
     def __init__(self) -> None:
         self.script: list[tuple[int, dict[str, str], float]] = []
@@ -68,9 +68,10 @@ class StubServer:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.loads(raw or b"{}")
                 with stub.lock:
-                    stub.calls.append({"path": self.path, "body": body})
+                    stub.calls.append({"path": self.path, "body": body, "raw": raw})
                     stub.call_times.append(time.monotonic())
                     step = stub.script.pop(0) if stub.script else None
                 delay = step[2] if step else stub.delay

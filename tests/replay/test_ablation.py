@@ -179,38 +179,106 @@ def test_the_transcript_keeps_every_system_message_and_tool_call() -> None:
     text = ablation.render_transcript(msgs)
     assert "System: You are terse." in text
     assert "System: Memory: destination Guangzhou" in text
-    assert '[calls search_flights {"day":"fri"}]' in text
+    # The call keeps its id, and its result names the call it answers.
+    assert '[tool call c1: search_flights({"day":"fri"})]' in text
     assert "Tool result (c1): timeout" in text
     assert text.endswith("User: Where to?\nAssistant:")
+    # Every label the transcript writes at a line start stops the answer, "Assistant:" too.
+    stop = ablation.transcript_stop(msgs)
+    labels = {line.split(":", 1)[0] for line in text.split("\n") if ":" in line}
+    assert labels == {"System", "Assistant", "Tool result (c1)", "User"}
+    for label in labels:
+        assert any(("\n" + label + ":").startswith(s) for s in stop), (label, stop)
+    assert "\nAssistant:" in stop and "\nTool result (" in stop
 
 
-def test_call_body_layers_saved_endpoint_and_job_parameters() -> None:
+def test_the_saved_parameters_go_as_saved_defaults_fill_in_and_overrides_win() -> None:
     req = {
-        "temperature": 0.7,
+        "temperature": 0.2,
         "max_tokens": 256,
+        "stop": ["END"],
         "tools": [{"x": 1}],
+        "seed": 7,
+        "stream": True,
         "messages": [{"role": "user", "content": "hi"}],
     }
     path, body = ablation.call_body(
         request=req,
         model="m",
         mode="chat",
-        endpoint_params={"seed": 42, "max_tokens": 64},
-        overrides={"max_tokens": 16},
+        endpoint_params={"seed": 42, "temperature": 0, "max_tokens": 64, "top_p": 0.5},
     )
+    _, unseeded = ablation.call_body(
+        request={"messages": req["messages"]}, model="m", mode="chat",
+        endpoint_params={"seed": 42, "stop": ["\n"], "max_tokens": 64},
+    )
+    assert unseeded == {"model": "m", "messages": req["messages"], "max_tokens": 64}
     assert path == "/chat/completions"
+    # The endpoint's defaults never replace a saved value; they fill in only top_p (never a seed).
     assert body == {
-        "temperature": 0.7,
-        "max_tokens": 16,
-        "seed": 42,
-        "tools": [{"x": 1}],
-        "messages": req["messages"],
         "model": "m",
+        "messages": req["messages"],
+        "temperature": 0.2,
+        "max_tokens": 256,
+        "stop": ["END"],
+        "tools": [{"x": 1}],
+        "seed": 7,
+        "top_p": 0.5,
     }
-    path, body = ablation.call_body(request=req, model="m", mode="completions", endpoint_params={"seed": 42})
-    assert path == "/completions"
-    assert "tools" not in body and body["prompt"].startswith("System: Tools available:")
-    assert body["stop"] == ablation.TRANSCRIPT_STOP
+    _, body = ablation.call_body(request=req, model="m", mode="chat", overrides={"max_tokens": 16})
+    assert body["max_tokens"] == 16 and body["temperature"] == 0.2
+    # A baseline resample leaves the saved seed out unless the job fixes one.
+    _, body = ablation.call_body(request=req, model="m", mode="chat", resample=True)
+    assert "seed" not in body and body["temperature"] == 0.2
+    _, body = ablation.call_body(request=req, model="m", mode="chat", resample=True, overrides={"seed": 3})
+    assert body["seed"] == 3
+
+
+def test_the_transcript_is_used_only_where_the_endpoint_needs_it() -> None:
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "system", "content": "Memory: M"},
+        {"role": "user", "content": "Q"},
+    ]
+    req = {"temperature": 0, "stop": ["END"], "tools": [{"x": 1}], "messages": msgs}
+    plan = ablation.build_call(request=req, model="m", mode="chat")
+    assert plan.path == "/chat/completions" and plan.mode == "chat" and not plan.note
+    plan = ablation.build_call(request=req, model="m", mode="chat", drops_later_system=True)
+    assert plan.path == "/completions" and "drops system messages after the first" in plan.note
+    assert "tools" not in plan.body and plan.body["prompt"].startswith("System: Tools available:")
+    # The saved stop stays, and every label of the transcript stops the answer.
+    assert plan.body["stop"] == ["END", "\nSystem:", "\nUser:", "\nAssistant:"]
+    # Without a later system message the chat template loses nothing: chat.
+    plan = ablation.build_call(
+        request={**req, "messages": msgs[1:]}, model="m", mode="chat", drops_later_system=True
+    )
+    assert plan.path == "/chat/completions"
+    plan = ablation.build_call(request=req, model="m", mode="completions")
+    assert plan.path == "/completions" and "set to the completions API" in plan.note
+
+
+def test_removing_the_block_that_holds_the_tool_definitions_removes_them_from_the_request() -> None:
+    blocks = [
+        {"key": "system", "kind": "system", "tokens": 10, "messages": [{"role": "system", "content": "S"}]},
+        {"key": "tools", "kind": "tools", "tokens": 30, "messages": []},
+        {"key": "user", "kind": "user", "tokens": 10, "messages": [{"role": "user", "content": "Q"}]},
+    ]
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    params = {"temperature": 0, "tools": tools, "tool_choice": "auto"}
+    base = ablation.render_variant(blocks, [], params)
+    without = ablation.render_variant(blocks, [{"op": "remove", "key": "tools"}], params)
+    assert "tools" in base and "tools" not in without and "tool_choice" not in without
+    assert without["temperature"] == 0 and without["messages"] == base["messages"]
+    plans = ablation.plan_variants(kind="loo", blocks=blocks, samples=2, params=params)
+    assert [(p.target_key, p.no_change) for p in plans[1:]] == [
+        ("system", False), ("tools", False), ("user", False)
+    ]
+    # Moving a block without messages changes nothing that is sent: detected, not run.
+    (_, moved) = ablation.plan_variants(
+        kind="move", blocks=blocks, block_key="tools", to="end", params=params
+    )
+    assert moved.no_change and moved.samples == 0
+    assert ablation.estimate([plans[0], moved], blocks)["model_calls"] == 2
 
 
 def test_leave_one_out_plans_one_variant_per_block_plus_the_baseline_samples() -> None:

@@ -79,7 +79,8 @@ def test_without_memory_a_planted_fact_disappears_from_the_answer(
         len(
             httpx.post(
                 local_model.base_url.removesuffix("/v1") + "/extras/tokenize",
-                json={"input": f"System: {PLANTED_MEMORY}\n"},
+                # Chat mode: the server joins the memory block into the system message.
+                json={"input": f"\n\n{PLANTED_MEMORY}"},
             ).json()["tokens"]
         )
         - 1

@@ -99,7 +99,8 @@ def test_a_project_without_the_private_flag_cannot_register_a_loopback_endpoint(
 def test_local_endpoint_register_is_idempotent_and_repoints(private_project: Project) -> None:
     a = local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8011/v1")
     b = local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8012/v1")
-    assert a.pk == b.pk and b.is_default and b.mode == "completions"
+    assert a.pk == b.pk and b.is_default and b.mode == "chat" and not b.chat_drops_later_system
+    assert "seed" not in b.default_params and "temperature" not in b.default_params
     assert ModelEndpoint.objects.get(pk=a.pk).base_url == "http://127.0.0.1:8012/v1"
 
 

@@ -62,7 +62,7 @@ def test_a_second_system_message_reaches_the_model_in_chat_and_in_the_rendered_t
 
 
 def _answer(base_url: str, blocks: list[dict[str, Any]]) -> str:
-    request = ablation.render_request(blocks, {"temperature": 0, "seed": 42, "max_tokens": 24})
+    request = ablation.render_request(blocks, {"temperature": 0, "max_tokens": 24})
     path, body = ablation.call_body(request=request, model=LOCAL_MODEL_NAME, mode="completions")
     return endpoints.complete(
         base_url=base_url, path=path, body=body, api_key="", timeout=60.0, allow_private=True

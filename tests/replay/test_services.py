@@ -225,7 +225,10 @@ def test_a_replay_sends_content_holding_nul_and_broken_text_as_it_was_sent(
     assert replay_run_execute(run_id=job.runs.get().pk).state == "done"
     [call] = stub_server.completion_calls()
     assert question in call["body"]["prompt"]
-    assert call["body"]["stop"] == ["\x00"]
+    # The saved stop first, then the transcript's role labels.
+    assert call["body"]["stop"][0] == "\x00" and "\nAssistant:" in call["body"]["stop"]
+    # The run keeps the body it sent, NUL and broken text included.
+    assert job.runs.get().request_body == call["body"]
 
 
 @pytest.mark.django_db

@@ -409,7 +409,11 @@ def plan_attribution(
             f"sentence-level attribution takes at most {attribution.MAX_SENTENCES}"
         )
     if len(sources) < 2:
-        what = f"sentences in block {block_key[:128]!r}" if block_key else "blocks besides the system prompt and the question"
+        what = (
+            f"sentences in block {block_key[:128]!r}"
+            if block_key
+            else "blocks besides the system prompt and the question"
+        )
         raise VariantError(f"attribution needs at least two {what}")
     out = []
     for n, mask in enumerate(attribution.masks(len(sources), ablations, seed)):

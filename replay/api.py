@@ -64,7 +64,10 @@ def _attribution_out(att: Any) -> dict[str, Any] | None:
         return None
     fit = att["fit"] or {}
     return {
-        **{k: att[k] for k in ("level", "block", "planned", "measured", "samples", "noise", "top", "top_alone")},
+        **{
+            k: att[k]
+            for k in ("level", "block", "planned", "measured", "samples", "noise", "top", "top_alone")
+        },
         "r2_holdout": fit.get("r2_holdout"),
         "r2_train": fit.get("r2_train"),
         "sources": att["sources"],

@@ -95,7 +95,9 @@ def masks(n_sources: int, n_ablations: int, seed: int) -> list[list[bool]]:
     return [[rng.random() < KEEP_P for _ in range(n_sources)] for _ in range(n_ablations)]
 
 
-def mask_operations(sources: Sequence[str], mask: Sequence[bool], block_key: str | None) -> list[dict[str, Any]]:
+def mask_operations(
+    sources: Sequence[str], mask: Sequence[bool], block_key: str | None
+) -> list[dict[str, Any]]:
     """The operations of one ablation: remove each dropped block, or (sentence level) keep the
     kept sentences of BLOCK_KEY."""
     if block_key:

@@ -97,7 +97,7 @@ def _canonical_calls(tool_calls: Sequence[Any] | None) -> list[str]:
     out = []
     for c in tool_calls or []:
         c = c if isinstance(c, dict) else {}
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else c
         name = str(fn.get("name") or "")
         args = fn.get("arguments", "")
         if isinstance(args, str):
@@ -106,7 +106,9 @@ def _canonical_calls(tool_calls: Sequence[Any] | None) -> list[str]:
             except ValueError:
                 out.append(f"call {name} {args}")
                 continue
-        out.append(f"call {name} " + json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+        out.append(
+            f"call {name} " + json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        )
     return out
 
 
@@ -297,7 +299,7 @@ def _within(eff: dict[str, Any], noise: dict[str, Any]) -> bool:
 
 
 def verdict(eff: dict[str, Any], noise: dict[str, Any]) -> str:
-    """"needs more samples" under MIN_SAMPLES baseline samples, else "within noise" or "changed"."""
+    """ "needs more samples" under MIN_SAMPLES baseline samples, else "within noise" or "changed"."""
     if eff.get("distance") is None or noise.get("samples", 0) < MIN_SAMPLES:
         return NEEDS_SAMPLES
     return WITHIN_NOISE if eff.get("within_noise") else CHANGED

@@ -70,7 +70,9 @@ class ReplayIn(Schema):
     params: dict[str, Any] | None = Field(
         None, description="sampling overrides, e.g. max_tokens, temperature"
     )
-    ablations: int | None = Field(None, description="attribution: random ablations (default 32)", ge=8, le=128)
+    ablations: int | None = Field(
+        None, description="attribution: random ablations (default 32)", ge=8, le=128
+    )
     seed: int | None = Field(None, description="attribution: the ablations' random seed", ge=0, le=2**31 - 1)
     endpoint_id: Id | None = None
     title: str | None = None
@@ -125,12 +127,16 @@ class RunOut(Schema):
 
 
 class EffectOut(Schema):
-    distance: float | None = Field(None, description="edit distance (characters and words), mean over the baseline samples")
+    distance: float | None = Field(
+        None, description="edit distance (characters and words), mean over the baseline samples"
+    )
     word_distance: float | None = None
     task_distance: float | None = Field(
         None, description="share of the baseline's tool calls, JSON fields and key facts lost"
     )
-    semantic_distance: float | None = Field(None, description="1 - cosine of embeddings, when the endpoint has them")
+    semantic_distance: float | None = Field(
+        None, description="1 - cosine of embeddings, when the endpoint has them"
+    )
     within_noise: bool | None
     exact_baseline: bool | None
     verdict: str | None = Field(None, description="within noise | changed | needs more samples")

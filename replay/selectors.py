@@ -243,7 +243,6 @@ def attribution_figure(*, turn: TurnResult, turn_url: str = "") -> dict[str, Any
     if not att or not att["sources"]:
         return None
     import plotly.graph_objects as go
-
     from django.utils.html import escape
 
     band = att["noise"]
@@ -272,10 +271,11 @@ def attribution_figure(*, turn: TurnResult, turn_url: str = "") -> dict[str, Any
     )
     fit = att["fit"] or {}
     r2 = fit.get("r2_holdout")
+    r2_text = "–" if r2 is None else f"{r2:.2f}"
     fig.update_layout(
         xaxis={"title": "score: how much keeping the source keeps the answer (0-1)"},
         yaxis={"autorange": "reversed"},
-        title={"text": f"fit R² on held-out ablations: {'–' if r2 is None else f'{r2:.2f}'}", "font": {"size": 12}},
+        title={"text": f"fit R² on held-out ablations: {r2_text}", "font": {"size": 12}},
         margin={"l": 220, "r": 20, "t": 40, "b": 50},
         height=max(240, 28 * len(shown) + 100),
         showlegend=False,
@@ -288,7 +288,7 @@ def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
     baseline's own spread as a band; None until something is measured."""
     effects = [e for e in turn["variants"] if e.get("effect")]
     effects.sort(key=lambda e: measures.rank_key(e.get("effect")), reverse=True)
-    bars = [(e["variant"].target_key, e["effect"]["distance"]) for e in effects]
+    bars = [(e["variant"].target_key, float((e.get("effect") or {})["distance"])) for e in effects]
     if not bars:
         return None
     import plotly.graph_objects as go

@@ -53,12 +53,21 @@ def test_masks_are_seeded_and_keep_about_half() -> None:
 
 def test_sentences_are_split_and_kept_without_touching_roles_or_tool_ids() -> None:
     msgs = [
-        {"role": "tool", "tool_call_id": "c1", "content": "Doc 1: Paris is big. Doc 2: Rome is old!\nDoc 3: Oslo."},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "Doc 1: Paris is big. Doc 2: Rome is old!\nDoc 3: Oslo.",
+        },
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c2"}]},
         {"role": "tool", "tool_call_id": "c2", "content": "Nothing found."},
     ]
     units = attribution.sentence_units(msgs)
-    assert [u["text"] for u in units] == ["Doc 1: Paris is big.", "Doc 2: Rome is old!", "Doc 3: Oslo.", "Nothing found."]
+    assert [u["text"] for u in units] == [
+        "Doc 1: Paris is big.",
+        "Doc 2: Rome is old!",
+        "Doc 3: Oslo.",
+        "Nothing found.",
+    ]
     kept = attribution.keep_sentences(msgs, [1, 3])
     assert kept[0] == {"role": "tool", "tool_call_id": "c1", "content": "Doc 2: Rome is old!"}
     assert kept[1] == msgs[1] and kept[2]["content"] == "Nothing found."
@@ -73,7 +82,12 @@ def _blocks() -> list[dict[str, object]]:
         b("memory", "memory", "The code is 4417."),
         b("history", "history", "We talked about the weather. It was sunny."),
         b("retrieval", "retrieval", "Doc A is about cats. Doc B is about dogs. Doc C is about fish."),
-        {"key": "user", "kind": "user", "messages": [{"role": "user", "content": "What is my code?"}], "tokens": 5},
+        {
+            "key": "user",
+            "kind": "user",
+            "messages": [{"role": "user", "content": "What is my code?"}],
+            "tokens": 5,
+        },
     ]
 
 
@@ -86,7 +100,11 @@ def test_an_attribution_plan_ablates_every_block_but_the_system_prompt_and_the_q
     for p in plans[1:]:
         mask = attribution.mask_of(p.operations, ["memory", "history", "retrieval"], None)
         kept = [b["key"] for b in ablation.apply_operations(blocks, p.operations)]
-        assert kept == ["system", *[k for k, m in zip(["memory", "history", "retrieval"], mask, strict=True) if m], "user"]
+        assert kept == [
+            "system",
+            *[k for k, m in zip(["memory", "history", "retrieval"], mask, strict=True) if m],
+            "user",
+        ]
     again = ablation.plan_variants(kind="attribution", blocks=blocks, samples=3, ablations=16, seed=4)
     assert [p.operations for p in again] == [p.operations for p in plans]
 
@@ -99,7 +117,9 @@ def test_a_sentence_level_plan_keeps_sentences_of_one_block() -> None:
         assert op["op"] == "keep_sentences" and op["key"] == "retrieval"
         out = ablation.apply_operations(blocks, p.operations)
         text = out[3]["messages"][0]["content"]
-        assert text == " ".join(["Doc A is about cats.", "Doc B is about dogs.", "Doc C is about fish."][i] for i in op["keep"])
+        assert text == " ".join(
+            ["Doc A is about cats.", "Doc B is about dogs.", "Doc C is about fish."][i] for i in op["keep"]
+        )
         assert [b["key"] for b in out] == [b["key"] for b in blocks]
 
 

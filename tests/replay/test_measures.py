@@ -39,9 +39,19 @@ def test_the_edit_distance_is_zero_for_the_same_text_and_one_for_nothing_shared(
         ('{"order_id": 12, "refund": 30.5}', "order 12, refund 30.5", 1.0),
         ("Sure, I can help with that.", "No.", None),
     ],
-    ids=["fact-kept", "fact-lost", "one-of-three-lost", "same-json", "json-field-changed", "json-lost", "no-facts"],
+    ids=[
+        "fact-kept",
+        "fact-lost",
+        "one-of-three-lost",
+        "same-json",
+        "json-field-changed",
+        "json-lost",
+        "no-facts",
+    ],
 )
-def test_the_task_distance_counts_the_key_facts_lost(reference: str, answer: str, expected: float | None) -> None:
+def test_the_task_distance_counts_the_key_facts_lost(
+    reference: str, answer: str, expected: float | None
+) -> None:
     got = m.task_distance(reference, answer)
     if expected is None:
         assert got is None

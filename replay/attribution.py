@@ -7,7 +7,7 @@ reproducible) and removes the others. The answer of each ablated context is scor
 baseline answers (`response`: 1 = the baseline's answer, 0 = nothing in common), and a sparse
 linear surrogate (`lasso`) is fitted: response ~ intercept + sum(weight_j * kept_j). A source's
 weight is how much keeping it brings the answer back towards the baseline. The fit's quality is
-its R² on ablations held out of the fit.
+its R² on ablations held out of the fit (cross-validated).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MAX_SENTENCES = 48
 # Kinds that stay in every ablation: the instructions and the question are not sources.
 FIXED_KINDS = ("system", "user")
 LASSO_ALPHA = 0.01
-HOLDOUT_SHARE = 0.25
+FOLDS = 4
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 
@@ -185,26 +185,32 @@ class Fit(TypedDict):
     weights: list[float]
     r2_holdout: float | None
     r2_train: float | None
-    n_train: int
-    n_holdout: int
+    n: int
+    folds: int
 
 
 def fit(masks_: Sequence[Sequence[bool]], responses: Sequence[float], *, alpha: float = LASSO_ALPHA) -> Fit:
-    """The surrogate on all ablations, and its R² on the last HOLDOUT_SHARE of them when fitted
-    on the others (the ablations are random, so the split is too)."""
+    """The surrogate on all ablations, and its R² on held-out ablations: each ablation predicted
+    by the surrogate fitted on the other folds (FOLDS-fold cross-validation; none under
+    MIN_ABLATIONS ablations)."""
     x = [[1.0 if k else 0.0 for k in m] for m in masks_]
     y = list(responses)
-    n_hold = int(len(y) * HOLDOUT_SHARE) if len(y) >= 8 else 0
+    folds = FOLDS if len(y) >= MIN_ABLATIONS else 0
     r2_holdout = None
-    if n_hold:
-        b0, w0 = lasso(x[:-n_hold], y[:-n_hold], alpha=alpha)
-        r2_holdout = r_squared(y[-n_hold:], [predict(b0, w0, row) for row in x[-n_hold:]])
+    if folds:
+        predicted = [0.0] * len(y)
+        for f in range(folds):
+            train = [i for i in range(len(y)) if i % folds != f]
+            b0, w0 = lasso([x[i] for i in train], [y[i] for i in train], alpha=alpha)
+            for i in range(f, len(y), folds):
+                predicted[i] = predict(b0, w0, x[i])
+        r2_holdout = r_squared(y, predicted)
     b, w = lasso(x, y, alpha=alpha)
     return {
         "intercept": b,
         "weights": w,
         "r2_holdout": r2_holdout,
         "r2_train": r_squared(y, [predict(b, w, row) for row in x]),
-        "n_train": len(y) - n_hold,
-        "n_holdout": n_hold,
+        "n": len(y),
+        "folds": folds,
     }

@@ -27,7 +27,7 @@ def test_the_surrogate_recovers_a_known_sparse_truth_and_reports_a_high_held_out
     assert w[1] == pytest.approx(0.7, abs=0.08) and w[4] == pytest.approx(0.15, abs=0.08)
     # Sparse: the sources that do nothing get (almost) nothing.
     assert all(abs(w[j]) < 0.05 for j in (0, 2, 3, 5, 6, 7))
-    assert fit["n_holdout"] == 8 and fit["r2_holdout"] is not None and fit["r2_holdout"] > 0.9
+    assert fit["folds"] == 4 and fit["n"] == 32 and fit["r2_holdout"] is not None and fit["r2_holdout"] > 0.9
 
 
 def test_a_surrogate_fitted_on_pure_noise_has_a_poor_held_out_r2() -> None:

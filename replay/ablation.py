@@ -9,6 +9,7 @@ An operation (`replay.types.Operation`) is a small dict:
     {"op": "truncate", "key": "retrieval", "tokens": 50}
     {"op": "replace", "key": "memory", "text": "..."}
     {"op": "keep_only", "keys": ["system", "user"]}
+    {"op": "keep_sentences", "key": "retrieval", "keep": [0, 2, 3]}   # attribution's ablations
 
 Rendering the empty operation list reproduces the original request: the same messages, in
 the same order, with the same roles, tool calls and parameters.
@@ -26,12 +27,13 @@ from typing import Any, cast
 
 from ctxobs import tokens as tok
 from ingest.types import Message, StoredBlock
+from replay import attribution
 from replay.errors import VariantError
 from replay.types import ChatRequest, Operation, VariantBlock
 
 ContextBlock = StoredBlock | VariantBlock
 
-OPS = ("remove", "move", "truncate", "replace", "keep_only")
+OPS = ("remove", "move", "truncate", "replace", "keep_only", "keep_sentences")
 MOVE_TARGETS = ("front", "end", "middle", "before", "after")
 
 # The parameters the completions API takes (a transcript fallback sends no others).
@@ -91,6 +93,8 @@ def validate_operation(op: Any) -> Operation:
         raise VariantError(f"{kind} needs 'key': the block to act on")
     if kind == "remove":
         return {"op": kind, "key": key}
+    if kind == "keep_sentences":
+        return _validate_keep_sentences(key, op.get("keep"))
     if kind == "move":
         to = op.get("to")
         if to not in MOVE_TARGETS:
@@ -113,6 +117,14 @@ def validate_operation(op: Any) -> Operation:
     if not isinstance(text, str):
         raise VariantError("replace needs 'text': the block's new content")
     return {"op": kind, "key": key, "text": text}
+
+
+def _validate_keep_sentences(key: str, keep: Any) -> Operation:
+    if not isinstance(keep, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in keep
+    ):
+        raise VariantError("keep_sentences needs 'keep': a list of sentence numbers (>= 0)")
+    return {"op": "keep_sentences", "key": key, "keep": sorted(set(keep))}
 
 
 @lru_cache(maxsize=1)
@@ -177,6 +189,11 @@ def apply_operations(blocks: Sequence[ContextBlock], operations: Sequence[Operat
             b["messages"] = _truncate_messages(b.get("messages") or [], op["tokens"])
             b["tokens"] = None
             b["modified"] = True
+        elif kind == "keep_sentences":
+            b = out[i]
+            b["messages"] = attribution.keep_sentences(b.get("messages") or [], op["keep"])
+            b["tokens"] = None
+            b["modified"] = True
         elif kind == "replace":
             b = out[i]
             msgs = b.get("messages") or []
@@ -205,6 +222,8 @@ def describe(operations: Sequence[Operation]) -> str:
             parts.append(f"{op['key']} replaced")
         elif kind == "keep_only":
             parts.append("only " + ", ".join(op["keys"]))
+        elif kind == "keep_sentences":
+            parts.append(f"{len(op['keep'])} sentences of {op['key']}")
     return "; ".join(parts)
 
 
@@ -531,6 +550,8 @@ def plan_variants(
     anchor: str | None = None,
     operations: Sequence[Operation] | None = None,
     params: dict[str, Any] | None = None,
+    ablations: int = attribution.DEFAULT_ABLATIONS,
+    seed: int = 0,
 ) -> list[VariantPlan]:
     """The variants a job of KIND makes for one snapshot: the baseline (unchanged context,
     SAMPLES times, the noise floor) first, then one variant per effect to measure. A variant
@@ -538,7 +559,7 @@ def plan_variants(
     makes no call."""
     plans = _plan_variants(
         kind=kind, blocks=blocks, samples=samples, block_key=block_key, to=to, anchor=anchor,
-        operations=operations,
+        operations=operations, ablations=ablations, seed=seed,
     )
     base = canonical_json(render_variant(blocks, [], params))
     for p in plans[1:]:
@@ -557,6 +578,8 @@ def _plan_variants(
     to: str | None,
     anchor: str | None,
     operations: Sequence[Operation] | None,
+    ablations: int,
+    seed: int,
 ) -> list[VariantPlan]:
     if samples < 1:
         raise VariantError("samples must be at least 1")
@@ -564,6 +587,8 @@ def _plan_variants(
     plans = [VariantPlan(label="baseline (unchanged)", is_baseline=True, samples=samples)]
     if kind == "plain":
         return plans
+    if kind == "attribution":
+        return plans + plan_attribution(blocks=blocks, block_key=block_key, ablations=ablations, seed=seed)
     if kind == "loo":
         seen: set[str] = set()
         for key in keys:
@@ -589,6 +614,49 @@ def _plan_variants(
     target = valid[0].get("key", "") if len(valid) == 1 else ""
     plans.append(VariantPlan(label=describe(valid), operations=valid, target_key=target or ""))
     return plans
+
+
+def attribution_sources(blocks: Sequence[ContextBlock], block_key: str | None) -> list[str]:
+    """What an attribution ablates: the blocks (attribution.block_sources), or with BLOCK_KEY
+    that block's sentences (as their texts)."""
+    if not block_key:
+        return attribution.block_sources(blocks)
+    block = blocks[_index(blocks, block_key)]
+    return [u["text"] for u in attribution.sentence_units(block.get("messages") or [])]
+
+
+def plan_attribution(
+    *, blocks: Sequence[ContextBlock], block_key: str | None, ablations: int, seed: int
+) -> list[VariantPlan]:
+    """ABLATIONS random ablations of the attribution's sources (attribution.masks), one variant each."""
+    if not attribution.MIN_ABLATIONS <= ablations <= attribution.MAX_ABLATIONS:
+        raise VariantError(
+            f"ablations must be from {attribution.MIN_ABLATIONS} to {attribution.MAX_ABLATIONS}"
+        )
+    sources = attribution_sources(blocks, block_key)
+    if block_key and len(sources) > attribution.MAX_SENTENCES:
+        raise VariantError(
+            f"block {block_key[:128]!r} has {len(sources)} sentences; "
+            f"sentence-level attribution takes at most {attribution.MAX_SENTENCES}"
+        )
+    if len(sources) < 2:
+        what = (
+            f"sentences in block {block_key[:128]!r}"
+            if block_key
+            else "blocks besides the system prompt and the question"
+        )
+        raise VariantError(f"attribution needs at least two {what}")
+    out = []
+    for n, mask in enumerate(attribution.masks(len(sources), ablations, seed)):
+        ops = [validate_operation(o) for o in attribution.mask_operations(sources, mask, block_key)]
+        out.append(
+            VariantPlan(
+                label=f"ablation {n + 1}: {attribution.describe_mask(sources, mask, block_key)}",
+                operations=ops,
+                target_key=block_key or "",
+            )
+        )
+    return out
 
 
 def estimate(plans: list[VariantPlan], blocks: Sequence[ContextBlock]) -> dict[str, int]:

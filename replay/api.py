@@ -65,6 +65,21 @@ def _run_out(r: ReplayRun) -> dict[str, Any]:
     }
 
 
+def _attribution_out(att: Any) -> dict[str, Any] | None:
+    if not att:
+        return None
+    fit = att["fit"] or {}
+    return {
+        **{
+            k: att[k]
+            for k in ("level", "block", "planned", "measured", "samples", "noise", "top", "top_alone")
+        },
+        "r2_holdout": fit.get("r2_holdout"),
+        "r2_train": fit.get("r2_train"),
+        "sources": att["sources"],
+    }
+
+
 def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": job.pk,
@@ -105,6 +120,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
                         "runs": [_run_out(r) for r in e["runs"]],
                         "effect": e.get("effect"),
                         "changed": e.get("changed"),
+                        "verdict": e.get("verdict"),
                         "tool_calls_match": e.get("tool_calls_match"),
                         "prompt_tokens_delta": e.get("prompt_tokens_delta"),
                         "no_change": bool(e.get("no_change")),
@@ -116,6 +132,8 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
                     "session_id": t["session_id"],
                     "turn": t["turn"],
                     "noise": t["noise"],
+                    "ranking": t.get("ranking", []),
+                    "attribution": _attribution_out(t.get("attribution")),
                     "variants": variants,
                 }
             )

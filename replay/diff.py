@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from difflib import SequenceMatcher
-from itertools import combinations
 from typing import Any
 
 from core import textdiff
+from replay import measures
 
 _WORDS = re.compile(r"\S+")
-# Distances are floats; an effect equal to the baseline's largest spread is still noise.
-NOISE_EPS = 1e-9
+NOISE_EPS = measures.NOISE_EPS
 
 
 def words(text: str | None) -> list[str]:
@@ -59,42 +57,10 @@ def tool_calls_match(a: list[Any] | None, b: list[Any] | None) -> bool:
     return canonical_tool_calls(a) == canonical_tool_calls(b)
 
 
-def cosine(a: list[float] | None, b: list[float] | None) -> float | None:
-    if not a or not b or len(a) != len(b):
-        return None
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    if na == 0 or nb == 0:
-        return None
-    return dot / (na * nb)
-
-
-def noise_floor(texts: list[str]) -> dict[str, Any]:
-    """The spread of the baseline samples: pairwise word distances, their max and mean
-    (0 with fewer than two samples or identical samples)."""
-    pairs = [distance(a, b) for a, b in combinations(texts, 2)]
-    return {
-        "samples": len(texts),
-        "pairwise": pairs,
-        "max": max(pairs) if pairs else 0.0,
-        "mean": sum(pairs) / len(pairs) if pairs else 0.0,
-        "exact_all": len(set(texts)) <= 1,
-    }
-
-
-def effect(text: str, baseline_texts: list[str], noise: dict[str, Any]) -> dict[str, Any]:
-    """How far TEXT is from the baseline samples, against their own spread."""
-    if not baseline_texts:
-        return {"distance": None, "min_distance": None, "within_noise": None, "exact_baseline": None}
-    dists = [distance(text, b) for b in baseline_texts]
-    mean = sum(dists) / len(dists)
-    return {
-        "distance": mean,
-        "min_distance": min(dists),
-        "within_noise": mean <= noise["max"] + NOISE_EPS,
-        "exact_baseline": any(text == b for b in baseline_texts),
-    }
+cosine = measures.cosine
+# The noise floor and a variant's effect against it: replay.measures.
+noise_floor = measures.noise_floor
+effect = measures.effect
 
 
 def compare(
@@ -119,6 +85,10 @@ def compare(
         "exact": (a_text or "") == (b_text or "") and tool_calls_match(a_tool_calls, b_tool_calls),
         "text_exact": (a_text or "") == (b_text or ""),
         "similarity": similarity(a_text, b_text),
+        "edit_distance": measures.edit_distance(a_text, b_text),
+        "task_distance": measures.task_distance(
+            a_text, b_text, reference_tool_calls=a_tool_calls, tool_calls=b_tool_calls
+        ),
         "embedding_similarity": cosine(a_embedding, b_embedding),
         "tool_calls_match": tool_calls_match(a_tool_calls, b_tool_calls),
         "a_tool_calls": canonical_tool_calls(a_tool_calls),

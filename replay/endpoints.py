@@ -190,9 +190,12 @@ def embed(
     )
     try:
         vec = data["data"][0]["embedding"]
-    except (KeyError, IndexError, TypeError):
+        if vec and isinstance(vec[0], list):
+            # A server without pooling (llama.cpp's) answers one vector per token: their mean.
+            vec = [sum(float(x) for x in col) / len(vec) for col in zip(*vec, strict=True)]
+        return [float(x) for x in vec]
+    except (KeyError, IndexError, TypeError, ValueError):
         raise CallError("the embeddings answer has no vector", transient=False) from None
-    return [float(x) for x in vec]
 
 
 def connection_check(

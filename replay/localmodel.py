@@ -99,10 +99,13 @@ def start(
     n_threads: int = DEFAULT_THREADS,
     log_path: Path | str | None = None,
     extra_args: list[str] | None = None,
+    embeddings: bool = True,
 ) -> LocalModelServer:
     """Spawn llama-cpp-python's server (through replay.llamaserver) on HOST:PORT (a free port
     when PORT is None) with the Gemma 3 270M model; returns at once (use wait_ready). Its output
-    goes to LOG_PATH (or is discarded)."""
+    goes to LOG_PATH (or is discarded). With EMBEDDINGS the same server also answers
+    /v1/embeddings (one vector per token, which replay.endpoints.embed averages): the offline
+    semantic measure of replays. Completions are the same with or without it."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the package is a declared dependency
@@ -129,6 +132,7 @@ def start(
         str(n_threads),
         "--model_alias",
         "gemma-3-270m",
+        *(["--embedding", "true"] if embeddings else []),
         *(extra_args or []),
     ]
     log: IO[bytes] | None = None

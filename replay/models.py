@@ -76,11 +76,12 @@ class ReplayJob(models.Model):
         LEAVE_ONE_OUT = "loo", "leave-one-out"
         BATCH = "batch", "one variant over many turns"
         CUSTOM = "custom", "custom variant"
+        ATTRIBUTION = "attribution", "attribution (random ablations)"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="replay_jobs")
     endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="jobs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
-    kind = models.CharField(max_length=10, choices=Kind.choices)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
     title = models.CharField(max_length=300, blank=True, default="")
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.PENDING)
     spec = models.JSONField(default=dict)  # what was asked: snapshots, operations, filter

@@ -12,13 +12,14 @@ from config.params import FiniteFloat, Id
 
 
 class Operation(Schema):
-    op: Literal["remove", "move", "truncate", "replace", "keep_only"]
+    op: Literal["remove", "move", "truncate", "replace", "keep_only", "keep_sentences"]
     key: str | None = None
     to: Literal["front", "end", "middle", "before", "after"] | None = None
     anchor: str | None = None
     tokens: int | None = None
     text: str | None = None
     keys: list[str] | None = None
+    keep: list[int] | None = Field(None, description="keep_sentences: the sentence numbers kept")
 
 
 class TurnFilter(Schema):
@@ -46,7 +47,11 @@ class Overrides(Schema):
 
 class ReplayIn(Schema):
     """A replay job. Name the turns (snapshot_id, or session_id / filter for many turns) and
-    what to do: kind plain | without | move | loo | batch | custom.
+    what to do: kind plain | without | move | loo | batch | custom | attribution.
+
+    An attribution job makes `ablations` random ablations (each source kept with probability
+    1/2, seeded by `seed`) of the turn's blocks other than the system prompt and the question,
+    or, with `block`, of that block's sentences, and fits a sparse linear surrogate to them.
 
     With both snapshot_id and session_id, the snapshot is the turn and must be of that session.
     A filter without conditions selects every session (up to the per-job bound)."""
@@ -64,11 +69,13 @@ class ReplayIn(Schema):
         ],
     })
 
-    kind: Literal["plain", "without", "move", "loo", "batch", "custom"] = "plain"
+    kind: Literal["plain", "without", "move", "loo", "batch", "custom", "attribution"] = "plain"
     snapshot_id: str | None = Field(None, min_length=1)
     session_id: str | None = Field(None, min_length=1)
     filter: TurnFilter | None = None
-    block: str | None = Field(None, description="the block key for without / move / batch")
+    block: str | None = Field(
+        None, description="the block key for without / move / batch; attribution: over its sentences"
+    )
     to: Literal["front", "end", "middle", "before", "after"] | None = None
     anchor: str | None = None
     operations: list[Operation] | None = None
@@ -76,6 +83,10 @@ class ReplayIn(Schema):
     params: Overrides | None = Field(
         None, description="overrides of the saved parameters; by default every call sends them as saved"
     )
+    ablations: int | None = Field(
+        None, description="attribution: random ablations (default 32)", ge=8, le=128
+    )
+    seed: int | None = Field(None, description="attribution: the ablations' random seed", ge=0, le=2**31 - 1)
     endpoint_id: Id | None = None
     title: str | None = None
 
@@ -136,9 +147,20 @@ class RunOut(Schema):
 
 
 class EffectOut(Schema):
-    distance: float | None
+    distance: float | None = Field(
+        None, description="edit distance (characters and words), mean over the baseline samples"
+    )
+    word_distance: float | None = None
+    task_distance: float | None = Field(
+        None, description="share of the baseline's tool calls, JSON fields and key facts lost"
+    )
+    semantic_distance: float | None = Field(
+        None, description="1 - cosine of embeddings, when the endpoint has them"
+    )
     within_noise: bool | None
     exact_baseline: bool | None
+    verdict: str | None = Field(None, description="within noise | changed | needs more samples")
+    samples: int | None = Field(None, description="baseline samples the verdict rests on")
 
 
 class VariantOut(Schema):
@@ -153,6 +175,7 @@ class VariantOut(Schema):
     runs: list[RunOut]
     effect: EffectOut | None = None
     changed: bool | None = None
+    verdict: str | None = Field(None, description="within noise | changed | needs more samples")
     tool_calls_match: bool | None = None
     prompt_tokens_delta: int | None = Field(
         None, description="the replay model's prompt tokens: this variant minus the baseline"
@@ -165,6 +188,30 @@ class NoiseOut(Schema):
     max: float
     mean: float
     exact_all: bool
+    enough: bool = Field(False, description="whether there are enough samples (3) for a verdict")
+    measures: dict[str, Any] | None = Field(None, description="the spread under each measure")
+
+
+class AttributionSourceOut(Schema):
+    rank: int
+    key: str
+    text: str
+    score: float
+    within_noise: bool
+
+
+class AttributionOut(Schema):
+    level: str
+    block: str | None
+    planned: int
+    measured: int
+    samples: int
+    noise: float
+    r2_holdout: float | None
+    r2_train: float | None
+    top: str | None
+    top_alone: bool | None
+    sources: list[AttributionSourceOut]
 
 
 class TurnOut(Schema):
@@ -172,6 +219,8 @@ class TurnOut(Schema):
     session_id: str
     turn: int
     noise: NoiseOut
+    ranking: list[str] = Field(default_factory=list, description="variants by effect, largest first")
+    attribution: AttributionOut | None = None
     variants: list[VariantOut]
 
 

@@ -10,9 +10,18 @@ from django.db.models import QuerySet
 from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import SnapshotRef
-from replay import ablation, diff
+from replay import ablation, attribution, diff, measures
+from replay.errors import VariantError
 from replay.models import ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
-from replay.types import JobResults, RunComparison, TurnResult, VariantResult, VariantSummary
+from replay.types import (
+    AttributionResult,
+    AttributionSource,
+    JobResults,
+    RunComparison,
+    TurnResult,
+    VariantResult,
+    VariantSummary,
+)
 
 
 def endpoints_list(*, project: Project) -> list[ModelEndpoint]:
@@ -85,38 +94,7 @@ def job_results(*, job: ReplayJob) -> JobResults:
         else:
             t["variants"].append(entry)
     for t in turns.values():
-        baseline = t["baseline"]
-        base_runs = [r for r in (baseline["runs"] if baseline else []) if r.status == ReplayRun.Status.DONE]
-        texts = [r.output_text for r in base_runs]
-        t["noise"] = diff.noise_floor(texts)
-        t["baseline_done"] = len(base_runs)
-        t["baseline_runs"] = base_runs
-        for e in t["variants"]:
-            done = [r for r in e["runs"] if r.status == ReplayRun.Status.DONE]
-            e["run"] = done[0] if done else (e["runs"][0] if e["runs"] else None)
-            e["no_change"] = e["variant"].no_change
-            if e["no_change"]:
-                # Its request is the baseline's: nothing was sent, nothing can have changed.
-                e["effect"] = None
-                e["changed"] = False
-                e["tool_calls_match"] = None
-                e["prompt_tokens_delta"] = None
-            elif done and base_runs:
-                effect = e["effect"] = diff.effect(done[0].output_text, texts, t["noise"])
-                match = diff.tool_calls_match(done[0].tool_calls, base_runs[0].tool_calls)
-                e["tool_calls_match"] = match
-                e["changed"] = not effect["within_noise"] or not match
-                # Like with like: both counts are the replay model's (its usage for each call).
-                e["prompt_tokens_delta"] = (
-                    None
-                    if done[0].prompt_tokens is None or base_runs[0].prompt_tokens is None
-                    else done[0].prompt_tokens - base_runs[0].prompt_tokens
-                )
-            else:
-                e["effect"] = None
-                e["changed"] = None
-                e["tool_calls_match"] = None
-                e["prompt_tokens_delta"] = None
+        _measure_turn(t)
     ordered = sorted(turns.values(), key=lambda t: (t["session_id"], t["turn"]))
     summary: dict[str, VariantSummary] = {}
     for t in ordered:
@@ -131,6 +109,8 @@ def job_results(*, job: ReplayJob) -> JobResults:
                 s["changed"] += int(bool(e["changed"]))
                 measured = e.get("effect")
                 s["exact"] += int(bool(measured and measured["exact_baseline"]))
+    if job.kind == ReplayJob.Kind.ATTRIBUTION:
+        _attribute(job=job, turns=ordered)
     failures = [r for r in runs if r.status == ReplayRun.Status.FAILED]
     return {
         "turns": ordered,
@@ -141,10 +121,193 @@ def job_results(*, job: ReplayJob) -> JobResults:
     }
 
 
+def _measure_turn(t: TurnResult) -> None:
+    """The turn's noise floor and each variant's effect against it (replay.measures), and the
+    variants ranked by effect (edit distance, ties broken by the task then semantic distance)."""
+    baseline = t["baseline"]
+    base_runs = [r for r in (baseline["runs"] if baseline else []) if r.status == ReplayRun.Status.DONE]
+    texts = [r.output_text for r in base_runs]
+    base_calls = [r.tool_calls for r in base_runs]
+    base_embs = [r.embedding for r in base_runs]
+    t["noise"] = measures.noise_floor(texts, tool_calls=base_calls, embeddings=base_embs)
+    t["baseline_done"] = len(base_runs)
+    t["baseline_runs"] = base_runs
+    for e in t["variants"]:
+        done = [r for r in e["runs"] if r.status == ReplayRun.Status.DONE]
+        e["run"] = done[0] if done else (e["runs"][0] if e["runs"] else None)
+        e["no_change"] = e["variant"].no_change
+        if e["no_change"]:
+            # Its request is the baseline's: nothing was sent, nothing can have changed.
+            e["effect"] = None
+            e["changed"] = False
+            e["verdict"] = None
+            e["tool_calls_match"] = None
+            e["prompt_tokens_delta"] = None
+        elif done and base_runs:
+            run = done[0]
+            effect = e["effect"] = measures.effect(
+                run.output_text,
+                texts,
+                t["noise"],
+                tool_calls=run.tool_calls,
+                baseline_tool_calls=base_calls,
+                embedding=run.embedding,
+                baseline_embeddings=base_embs,
+            )
+            match = diff.tool_calls_match(run.tool_calls, base_runs[0].tool_calls)
+            e["tool_calls_match"] = match
+            e["changed"] = not effect["within_noise"] or not match
+            # A lost or changed tool call counts in the task distance, hence in the verdict.
+            e["verdict"] = effect["verdict"]
+            # Like with like: both counts are the replay model's (its usage for each call).
+            e["prompt_tokens_delta"] = (
+                None
+                if run.prompt_tokens is None or base_runs[0].prompt_tokens is None
+                else run.prompt_tokens - base_runs[0].prompt_tokens
+            )
+        else:
+            e["effect"] = None
+            e["changed"] = None
+            e["verdict"] = None
+            e["tool_calls_match"] = None
+            e["prompt_tokens_delta"] = None
+    ranked = sorted(
+        (e for e in t["variants"] if e.get("effect")),
+        key=lambda e: measures.rank_key(e.get("effect")),
+        reverse=True,
+    )
+    t["ranking"] = [e["variant"].target_key or e["variant"].label for e in ranked]
+
+
+def _response(eff: dict[str, Any]) -> float:
+    """An ablated answer's closeness to the baseline for the attribution surrogate."""
+    return 1.0 - measures.combined_distance(eff)
+
+
+def _attribute(*, job: ReplayJob, turns: list[TurnResult]) -> None:
+    """Per turn of an attribution job: the surrogate fitted on its measured ablations
+    (replay.attribution.fit), each source's score ranked, with the fit's R² and the noise band
+    (the largest response difference between two baseline samples)."""
+    block_key = job.spec.get("block") or None
+    blocks_by_ref = ingest_selectors.snapshots_blocks(
+        project_id=job.project_id, snapshot_refs=[t["snapshot_ref"] for t in turns]
+    )
+    for t in turns:
+        blocks = blocks_by_ref.get(t["snapshot_ref"]) or []
+        try:
+            sources = ablation.attribution_sources(blocks, block_key)
+        except VariantError:
+            sources = []
+        masks: list[list[bool]] = []
+        responses: list[float] = []
+        for e in t["variants"]:
+            eff = e.get("effect")
+            if eff and eff.get("distance") is not None:
+                masks.append(attribution.mask_of(e["variant"].operations, sources, block_key))
+                responses.append(_response(eff))
+        texts = [r.output_text for r in t.get("baseline_runs", [])]
+        calls = [r.tool_calls for r in t.get("baseline_runs", [])]
+        band = 0.0
+        for i, a in enumerate(texts):
+            for j, b in enumerate(texts):
+                if i != j:
+                    eff = measures.effect(b, [a], {"samples": 1, "max": 0.0}, tool_calls=calls[j],
+                                          baseline_tool_calls=[calls[i]])
+                    band = max(band, 1.0 - _response(eff))
+        positions = {b["key"]: b["position"] for b in blocks}
+        block_position = positions.get(block_key) if block_key else None
+        result: AttributionResult = {
+            "level": "sentence" if block_key else "block",
+            "block": block_key,
+            "block_position": block_position,
+            "planned": len(t["variants"]),
+            "measured": len(masks),
+            "samples": len(texts),
+            "noise": band,
+            "fit": None,
+            "sources": [],
+            "top": None,
+            "top_alone": None,
+        }
+        if sources and len(masks) >= 2:
+            fit = attribution.fit(masks, responses)
+            result["fit"] = fit
+            scored: list[AttributionSource] = [
+                {
+                    "index": i,
+                    "key": s if not block_key else f"{block_key} #{i + 1}",
+                    "text": s if block_key else "",
+                    "position": positions.get(s) if not block_key else block_position,
+                    "score": w,
+                    "within_noise": abs(w) <= band + measures.NOISE_EPS,
+                    "rank": 0,
+                }
+                for i, (s, w) in enumerate(zip(sources, fit["weights"], strict=True))
+            ]
+            scored.sort(key=lambda x: (-x["score"], x["index"]))
+            for n, x in enumerate(scored):
+                x["rank"] = n + 1
+            result["sources"] = scored
+            result["top"] = scored[0]["key"]
+            result["top_alone"] = scored[0]["score"] > 0 and (
+                len(scored) == 1 or scored[0]["score"] > scored[1]["score"] + measures.NOISE_EPS
+            )
+        t["attribution"] = result
+
+
+def attribution_figure(*, turn: TurnResult, turn_url: str = "") -> dict[str, Any] | None:
+    """A plotly horizontal bar per source (its surrogate score), highest first, with the noise
+    band around zero; each bar's label links to the source's block on the turn page."""
+    att = turn.get("attribution")
+    if not att or not att["sources"]:
+        return None
+    import plotly.graph_objects as go
+    from django.utils.html import escape
+
+    band = att["noise"]
+    shown = att["sources"][:30]
+    labels = []
+    for x in shown:
+        name = x["key"] if not x["text"] else f"{x['key']}: {x['text'][:48]}"
+        link = f"{turn_url}#block-{x['position']}" if turn_url and x["position"] is not None else ""
+        labels.append(f'<a href="{escape(link)}">{escape(name)}</a>' if link else escape(name))
+    fig = go.Figure()
+    fig.add_bar(
+        y=labels,
+        x=[x["score"] for x in shown],
+        orientation="h",
+        name="attribution score",
+        marker_color=["#c0392b" if not x["within_noise"] and x["score"] > 0 else "#95a5a6" for x in shown],
+    )
+    fig.add_vrect(
+        x0=-max(band, 0.002),
+        x1=max(band, 0.002),
+        fillcolor="#3498db",
+        opacity=0.2,
+        line_width=0,
+        annotation_text=f"noise ({att['samples']} samples, max {band:.3f})",
+        annotation_position="top left",
+    )
+    fit = att["fit"] or {}
+    r2 = fit.get("r2_holdout")
+    r2_text = "–" if r2 is None else f"{r2:.2f}"
+    fig.update_layout(
+        xaxis={"title": "score: how much keeping the source keeps the answer (0-1)"},
+        yaxis={"autorange": "reversed"},
+        title={"text": f"fit R² on held-out ablations: {r2_text}", "font": {"size": 12}},
+        margin={"l": 220, "r": 20, "t": 40, "b": 50},
+        height=max(240, 28 * len(shown) + 100),
+        showlegend=False,
+    )
+    return cast(dict[str, Any], fig.to_plotly_json())
+
+
 def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
     """A plotly bar per block (distance of the answer without it from the baseline) with the
     baseline's own spread as a band; None until something is measured."""
-    bars = [(e["variant"].target_key, eff["distance"]) for e in turn["variants"] if (eff := e.get("effect"))]
+    effects = [e for e in turn["variants"] if e.get("effect")]
+    effects.sort(key=lambda e: measures.rank_key(e.get("effect")), reverse=True)
+    bars = [(e["variant"].target_key, float((e.get("effect") or {})["distance"])) for e in effects]
     if not bars:
         return None
     import plotly.graph_objects as go
@@ -168,7 +331,7 @@ def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
         annotation_position="top left",
     )
     fig.update_layout(
-        yaxis={"title": "1 - word similarity", "range": [0, 1.05]},
+        yaxis={"title": "edit distance from the baseline (characters and words)", "range": [0, 1.05]},
         xaxis={"title": "block removed"},
         margin={"l": 50, "r": 20, "t": 30, "b": 50},
         height=360,

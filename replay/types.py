@@ -19,13 +19,14 @@ if TYPE_CHECKING:
 class Operation(TypedDict, total=False):
     """One operation on a block list (see replay.ablation): `op` and the fields it needs."""
 
-    op: str  # remove | move | truncate | replace | keep_only
+    op: str  # remove | move | truncate | replace | keep_only | keep_sentences
     key: str
     to: str
     anchor: str
     tokens: int
     text: str
     keys: list[str]
+    keep: list[int]  # keep_sentences: the sentence numbers kept
 
 
 class VariantBlock(TypedDict, total=False):
@@ -73,8 +74,37 @@ class VariantResult(TypedDict):
     effect: NotRequired[dict[str, Any] | None]  # replay.diff.effect
     tool_calls_match: NotRequired[bool | None]
     changed: NotRequired[bool | None]
+    verdict: NotRequired[str | None]  # replay.measures.VERDICTS
     prompt_tokens_delta: NotRequired[int | None]  # replay model's count: variant - baseline
     no_change: NotRequired[bool]  # its request equals the baseline's: not run
+
+
+class AttributionSource(TypedDict):
+    """One ablated source (a block, or a sentence of one) with its surrogate score."""
+
+    index: int
+    key: str
+    text: str  # the sentence, at sentence level
+    position: int | None  # the block's position on the turn page
+    score: float
+    within_noise: bool
+    rank: int
+
+
+class AttributionResult(TypedDict):
+    """An attribution over one turn: the sources ranked by score, the fit and its noise band."""
+
+    level: str  # block | sentence
+    block: str | None
+    block_position: int | None
+    planned: int
+    measured: int
+    samples: int
+    noise: float
+    fit: Any  # replay.attribution.Fit | None
+    sources: list[AttributionSource]
+    top: str | None
+    top_alone: bool | None
 
 
 class TurnResult(TypedDict):
@@ -89,6 +119,8 @@ class TurnResult(TypedDict):
     noise: NotRequired[dict[str, Any]]  # replay.diff.noise_floor
     baseline_done: NotRequired[int]
     baseline_runs: NotRequired[list[ReplayRun]]
+    ranking: NotRequired[list[str]]  # variants' target keys, largest effect first
+    attribution: NotRequired[AttributionResult]
 
 
 class VariantSummary(TypedDict):

@@ -154,6 +154,14 @@ def replay_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
             if fig is not None:
                 figures.append(fig)
     ctx["loo_figure"] = figures[0] if figures else None
+    ctx["attribution_figure"] = None
+    if job.kind == "attribution" and results["turns"]:
+        t = results["turns"][0]
+        turn_url = reverse(
+            "ingest:turn", kwargs={"project_id": project.pk, "session_id": t["session_id"], "turn": t["turn"]}
+        )
+        ctx["attribution_figure"] = selectors.attribution_figure(turn=t, turn_url=turn_url)
+        ctx["attribution_turn_url"] = turn_url
     return render(request, "replay/detail.html", ctx)
 
 

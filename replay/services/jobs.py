@@ -15,7 +15,7 @@ from django.utils import timezone
 from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
-from replay import ablation
+from replay import ablation, attribution
 from replay.errors import EndpointError, NotFound, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
@@ -23,7 +23,7 @@ from replay.types import PlanEstimate, SkippedTurn
 
 logger = logging.getLogger(__name__)
 
-JOB_KINDS = ("plain", "without", "move", "loo", "batch", "custom")
+JOB_KINDS = ("plain", "without", "move", "loo", "batch", "custom", "attribution")
 MAX_SAMPLES = 10
 MAX_SNAPSHOTS_PER_JOB = 200
 MAX_RUNS_PER_JOB = 2000
@@ -206,6 +206,7 @@ def replay_job_plan(
     if operations is not None and not isinstance(operations, list):
         raise VariantError("operations must be a list")
     block_key = spec.get("block")
+    ablations, seed = _attribution_spec(spec) if kind == "attribution" else (0, 0)
     if kind in ("without", "move") and not block_key:
         raise VariantError(f"a {kind} job needs 'block': the key of the block")
     if kind == "batch" and not operations and block_key:
@@ -235,6 +236,7 @@ def replay_job_plan(
                 anchor=spec.get("anchor"),
                 operations=operations,
                 params=saved_params,
+                **({"ablations": ablations, "seed": seed} if kind == "attribution" else {}),
             )
         except VariantError as exc:
             if len(targets) == 1:
@@ -257,12 +259,26 @@ def replay_job_plan(
     )
 
 
+def _attribution_spec(spec: dict[str, Any]) -> tuple[int, int]:
+    """(ablations, seed) of an attribution job's spec, with their defaults."""
+    ablations = spec.get("ablations", attribution.DEFAULT_ABLATIONS)
+    if not isinstance(ablations, int) or isinstance(ablations, bool):
+        raise VariantError("ablations must be an integer")
+    seed = spec.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+        raise VariantError("seed must be an integer from 0 to 2147483647")
+    return ablations, seed
+
+
 def _title(kind: str, planned: list[PlannedSnapshot]) -> str:
     first = planned[0]
     where = f"{first.session_id} turn {first.turn}" if len(planned) == 1 else f"{len(planned)} turns"
     variant = next((p.label for p in first.plans if not p.is_baseline), "replay")
     if kind == "loo":
         variant = "leave-one-out"
+    if kind == "attribution":
+        block = next((p.target_key for p in first.plans if p.target_key), "")
+        variant = f"attribution over the sentences of {block}" if block else "attribution"
     return f"{variant} — {where}"
 
 

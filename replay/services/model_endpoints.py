@@ -105,6 +105,8 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
                 model=LOCAL_MODEL_NAME,
                 mode=ModelEndpoint.Mode.CHAT,
                 default_params=dict(LOCAL_DEFAULT_PARAMS),
+                # The embedded server also serves embeddings: the semantic measure, offline.
+                embeddings_model=LOCAL_MODEL_NAME,
                 timeout_s=60.0,
                 is_default=True,
                 is_local=True,

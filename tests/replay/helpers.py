@@ -35,3 +35,43 @@ def post(api: Any, wire: dict[str, Any]) -> None:
     resp = api.post_snapshots([wire])
     assert resp.status_code in (200, 207), resp.content
     assert resp.json()["results"][0]["status"] in ("accepted", "created"), resp.content
+
+
+PLANTED_CODE_MEMORY = "Memory: the user's locker code is 4417."
+PLANTED_CODE_QUESTION = "What is my locker code? Answer with the code."
+
+
+def planted_code_snapshot(**kw: Any) -> dict[str, Any]:
+    """A planted-fact turn with irrelevant blocks around the fact: tool definitions, an old
+    exchange about the weather and a retrieved document about opening hours."""
+    return f.snapshot(
+        blocks=[
+            f.block(
+                "system", "system", "You are a helpful assistant. Answer in one short sentence.", pinned=True
+            ),
+            f.block("tools", "tools", "Tools: get_weather(city) returns today's forecast."),
+            f.block("memory", "memory", PLANTED_CODE_MEMORY),
+            f.block(
+                "history",
+                "history",
+                messages=[
+                    {"role": "user", "content": "Is it sunny today?"},
+                    {"role": "assistant", "content": "Yes, it is sunny and warm."},
+                ],
+            ),
+            f.block(
+                "retrieval",
+                "retrieval",
+                "The gym opens at six. The pool closes at nine. Towels are at the front desk.",
+            ),
+            f.block("user", "user", PLANTED_CODE_QUESTION),
+        ],
+        output={
+            "text": "Your locker code is 4417.",
+            "tool_calls": [],
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 90, "completion_tokens": 8},
+            "latency_ms": 300,
+        },
+        **kw,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay import diff
+from replay import diff, measures
 
 
 @pytest.mark.parametrize(
@@ -43,8 +43,10 @@ def test_tool_calls_match_on_name_and_canonical_arguments() -> None:
 def test_an_effect_inside_the_baseline_spread_is_within_noise() -> None:
     baseline = ["the flight leaves at nine", "the flight leaves at ten", "the flight leaves at nine"]
     noise = diff.noise_floor(baseline)
-    assert noise["max"] == pytest.approx(0.2)
-    assert diff.effect("the flight leaves at eleven", baseline, noise)["within_noise"] is True
+    # The spread is the edit distance's (characters and words, replay.measures).
+    assert noise["max"] == pytest.approx(measures.edit_distance(baseline[0], baseline[1]))
+    assert noise["max"] > 0
+    assert diff.effect("the flight leaves at ten", baseline, noise)["within_noise"] is True
     assert diff.effect("I cannot help with that request", baseline, noise)["within_noise"] is False
 
 

@@ -133,7 +133,7 @@ def test_the_results_show_changed_and_within_noise_verdicts(
     job = replay_job_create(
         project=private_project,
         endpoint=stub_endpoint,
-        spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 2},
+        spec={"kind": "loo", "snapshot_id": planted["snapshot_id"], "samples": 3},
     )
     runs = list(job.runs.order_by("variant__position", "sample"))
     for r in runs:
@@ -267,7 +267,7 @@ def test_embedding_similarity_is_shown_where_an_embeddings_endpoint_is_configure
 def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_block_over_the_noise_band(
     editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any, stub_server: Any
 ) -> None:
-    from replay import diff, selectors
+    from replay import measures, selectors
 
     spec = {"kind": "loo", "snapshot_id": planted["snapshot_id"]}
     job = replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec)
@@ -291,15 +291,18 @@ def test_leave_one_out_defaults_to_three_baseline_samples_and_draws_a_bar_per_bl
     fig = selectors.loo_figure(turn=turn)
     assert fig is not None
     (bars,) = [t for t in fig["data"] if t["type"] == "bar"]
-    assert list(bars["x"]) == ["system", "memory", "user"]
-    noise_max = diff.distance(baseline_texts[0], baseline_texts[1])
+    # Ranked: the largest effect first.
+    assert list(bars["x"])[0] == "memory" and sorted(bars["x"]) == ["memory", "system", "user"]
+    assert turn["ranking"][0] == "memory"
+    noise_max = measures.edit_distance(baseline_texts[0], baseline_texts[1])
     assert turn["noise"]["max"] == pytest.approx(noise_max) and noise_max > 0
     (band,) = fig["layout"]["shapes"]
     assert band["y0"] == 0 and band["y1"] == pytest.approx(noise_max)
     # Only the bar above the band is marked as an effect; the others are within noise.
     heights = dict(zip(bars["x"], bars["y"], strict=True))
     assert heights["memory"] > noise_max >= heights["system"] > 0
-    assert list(bars["marker"]["color"]) == ["#95a5a6", "#c0392b", "#95a5a6"]
+    colors = dict(zip(bars["x"], bars["marker"]["color"], strict=True))
+    assert colors == {"memory": "#c0392b", "system": "#95a5a6", "user": "#95a5a6"}
     page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
     assert page.count('class="verdict noise">within noise') == 1
     assert page.count('class="verdict changed"') == 1 and page.count('class="verdict same"') == 1

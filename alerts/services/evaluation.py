@@ -20,6 +20,7 @@ from alerts import rules as R
 from alerts import selectors
 from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from alerts.services.delivery import deliveries_create, deliveries_enqueue
+from core import registry
 from alerts.services.episodes import (
     alerts_from_episodes,
     alerts_update,
@@ -107,6 +108,15 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             res.created = [a.pk for a in to_create]
             session_alert_counts_add(project_id=project_id, alerts=to_create)
             new_deliveries = deliveries_create(project_id=project_id, alerts=to_create)
+            # Other apps' follow-up on the turns (replay's auto-triage), stored with the alerts.
+            registry.turns_flagged(
+                [
+                    registry.TurnFlagged(
+                        project_id=project_id, snapshot_ref=a.snapshot_ref, reason="alert", alert_id=a.pk
+                    )
+                    for a in to_create
+                ]
+            )
         if to_update:
             alerts_update(to_update)
             res.updated = len(to_update)

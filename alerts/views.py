@@ -86,7 +86,8 @@ def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpRe
     )
     for ext in extensions:
         if ext.context is not None:
-            for name, value in ext.context(request=request, project=project, membership=membership, alert=alert).items():
+            extra = ext.context(request=request, project=project, membership=membership, alert=alert)
+            for name, value in extra.items():
                 ctx.setdefault(name, value)  # the page's own names win
     return render(request, "alerts/alert_detail.html", ctx)
 

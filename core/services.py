@@ -67,7 +67,9 @@ def project_triage_set(*, project: Project, enabled: bool, daily_calls: int) -> 
         raise ValueError(f"daily calls must be from 0 to {TRIAGE_DAILY_CALLS_MAX}")
     Project.objects.filter(pk=project.pk).update(triage_enabled=enabled, triage_daily_calls=daily_calls)
     project.triage_enabled, project.triage_daily_calls = enabled, daily_calls
-    logger.info("core.project_triage project_id=%s enabled=%s daily_calls=%s", project.pk, enabled, daily_calls)
+    logger.info(
+        "core.project_triage project_id=%s enabled=%s daily_calls=%s", project.pk, enabled, daily_calls
+    )
 
 
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:

@@ -12,9 +12,9 @@ from ninja import Router, Status
 from core.auth import Caller, ProjectReadAuth
 from core.models import SCOPE_REPLAY
 from core.schemas import Detail
+from ingest import selectors as ingest_selectors
 from replay import selectors
 from replay.errors import NotFound
-from ingest import selectors as ingest_selectors
 from replay.models import ReplayJob, ReplayRun, Triage
 from replay.schemas import JobOut, PreviewOut, ReplayIn, TriageOut
 from replay.services import jobs, triage

@@ -64,7 +64,9 @@ def _triage_view(project: Project, t: Any) -> dict[str, Any] | None:
 
 
 # The triage of a turn, on its page and on the page of an alert anchored on it.
-TURN_TRIAGE = TurnPageExtension(name="replay.triage", template="replay/_triage.html", context=_turn_triage_context)
+TURN_TRIAGE = TurnPageExtension(
+    name="replay.triage", template="replay/_triage.html", context=_turn_triage_context
+)
 ALERT_TRIAGE = AlertPageExtension(
     name="replay.triage", template="replay/_triage.html", context=_alert_triage_context
 )

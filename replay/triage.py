@@ -65,11 +65,11 @@ def triage_result(
     """The verdict from one turn's leave-one-out results (replay.selectors.job_results): blocks
     ranked by the distance of the answer without them, ties broken by the smallest distance to
     any baseline sample, then by a changed tool call."""
-    noise = (turn or {}).get("noise") or {}
+    noise: Mapping[str, Any] = (turn.get("noise") if turn else None) or {}
     noise_max = float(noise.get("max") or 0.0)
     samples = int(noise.get("samples") or 0)
     measured: list[tuple[float, float, bool, str]] = []
-    for e in (turn or {}).get("variants", []) if turn else []:
+    for e in turn["variants"] if turn else []:
         eff = e.get("effect")
         key = e["variant"].target_key
         if not eff or eff.get("distance") is None or not key:
@@ -100,8 +100,11 @@ def triage_result(
             "method": method,
         }
     top = measured[0]
-    tied = [m[3] for m in measured[1:] if abs(m[0] - top[0]) <= TIE_EPS and abs(m[1] - top[1]) <= TIE_EPS
-            and m[2] == top[2]]
+    tied = [
+        m[3]
+        for m in measured[1:]
+        if abs(m[0] - top[0]) <= TIE_EPS and abs(m[1] - top[1]) <= TIE_EPS and m[2] == top[2]
+    ]
     return {
         "block": top[3],
         "kind": block_kinds.get(top[3], ""),

@@ -20,7 +20,6 @@ from alerts import rules as R
 from alerts import selectors
 from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from alerts.services.delivery import deliveries_create, deliveries_enqueue
-from core import registry
 from alerts.services.episodes import (
     alerts_from_episodes,
     alerts_update,
@@ -28,6 +27,7 @@ from alerts.services.episodes import (
     session_alert_counts_add,
     session_locks_take,
 )
+from core import registry
 from ingest import selectors as ingest_selectors
 from ingest.types import TurnRow
 

@@ -80,15 +80,27 @@ def _triages_record(flags: Sequence[registry.TurnFlagged]) -> list[int]:
                         FROM unnest(t.alert_ids || EXCLUDED.alert_ids) AS a)
                     RETURNING id, (xmax = 0) AS inserted
                     """,
-                    [project_id, row.ref, row.snapshot_id, row.session_id, row.turn, row.received_at,
-                     f.reason, alert_ids, timezone.now()],
+                    [
+                        project_id,
+                        row.ref,
+                        row.snapshot_id,
+                        row.session_id,
+                        row.turn,
+                        row.received_at,
+                        f.reason,
+                        alert_ids,
+                        timezone.now(),
+                    ],
                 )
                 tid, inserted = cur.fetchone()
                 if inserted:
                     created.append(int(tid))
                     logger.info(
                         "replay.triage_queued triage_id=%s project_id=%s snapshot_ref=%s trigger=%s",
-                        tid, project_id, row.ref, f.reason,
+                        tid,
+                        project_id,
+                        row.ref,
+                        f.reason,
                     )
     if created:
         ids = list(created)
@@ -111,7 +123,9 @@ def triages_for_failed_validation(*, project_id: int, snapshot_refs: Sequence[in
     outcome that did not pass), if the project has triage on."""
     if not Project.objects.filter(pk=project_id, triage_enabled=True).exists():
         return []
-    lines = ingest_selectors.turn_neighbourhoods(project_id=project_id, snapshot_refs=list(snapshot_refs), window=0)
+    lines = ingest_selectors.turn_neighbourhoods(
+        project_id=project_id, snapshot_refs=list(snapshot_refs), window=0
+    )
     wanted = set(snapshot_refs)
     flags = [
         registry.TurnFlagged(project_id=project_id, snapshot_ref=r.ref, reason=Triage.Trigger.VALIDATION)
@@ -143,7 +157,11 @@ def _budget_reserve(*, project_id: int, day: date, calls: int, cap: int) -> bool
 
 def budget_used(*, project: Project, day: date | None = None) -> int:
     """The model calls triage reserved for PROJECT on DAY (today, UTC)."""
-    row = TriageBudget.objects.filter(project=project, day=day or utc_day()).values_list("calls", flat=True).first()
+    row = (
+        TriageBudget.objects.filter(project=project, day=day or utc_day())
+        .values_list("calls", flat=True)
+        .first()
+    )
     return int(row or 0)
 
 
@@ -252,7 +270,9 @@ def triage_finish(*, triage_id: int) -> float | None:
                 .first()
             )
             cur.status = Triage.Status.FAILED
-            cur.reason = (f"no block could be measured: {error}" if error else "no block could be measured")[:500]
+            cur.reason = (f"no block could be measured: {error}" if error else "no block could be measured")[
+                :500
+            ]
             cur.result = dict(result) if result else None
         else:
             cur.status, cur.result = Triage.Status.DONE, dict(result)
@@ -261,7 +281,9 @@ def triage_finish(*, triage_id: int) -> float | None:
         status, alert_ids, project_id = cur.status, list(cur.alert_ids), cur.project_id
         if status == Triage.Status.DONE and alert_ids:
             transaction.on_commit(
-                lambda: registry.alert_follow_up(project_id=project_id, alert_ids=alert_ids, event="alert.triaged")
+                lambda: registry.alert_follow_up(
+                    project_id=project_id, alert_ids=alert_ids, event="alert.triaged"
+                )
             )
     logger.info(
         "replay.triage_finished triage_id=%s project_id=%s status=%s block=%s",
@@ -297,7 +319,9 @@ def triage_get(*, project: Project, triage_id: int) -> Triage | None:
 
 
 def triage_for_turn(*, project_id: int, snapshot_ref: int) -> Triage | None:
-    return Triage.objects.select_related("job").filter(project_id=project_id, snapshot_ref=snapshot_ref).first()
+    return (
+        Triage.objects.select_related("job").filter(project_id=project_id, snapshot_ref=snapshot_ref).first()
+    )
 
 
 def triage_calls_made(*, triage_row: Triage) -> int:
@@ -310,7 +334,9 @@ def triage_calls_made(*, triage_row: Triage) -> int:
 
 def triage_url(t: Triage) -> str:
     root = str(settings.CTXOBS_BASE_URL).rstrip("/")
-    path = reverse("ingest:turn", kwargs={"project_id": t.project_id, "session_id": t.session_id, "turn": t.turn})
+    path = reverse(
+        "ingest:turn", kwargs={"project_id": t.project_id, "session_id": t.session_id, "turn": t.turn}
+    )
     return f"{root}{path}#triage"
 
 

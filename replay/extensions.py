@@ -35,7 +35,7 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
 def _turn_triage_context(*, project: Project, snapshot: Any, **_: Any) -> dict[str, Any]:
     from replay.services import triage
 
-    t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=snapshot.pk)
+    t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=snapshot.id)
     return {"triage": _triage_view(project, t)}
 
 

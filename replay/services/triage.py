@@ -180,7 +180,7 @@ def triage_start(*, triage_id: int) -> str:
     create the job, all in one transaction; or record why it is skipped. Safe to run twice:
     only a queued triage starts."""
     with transaction.atomic():
-        t = Triage.objects.select_for_update().select_related("project").filter(pk=triage_id).first()
+        t = Triage.objects.select_for_update(of=("self",)).select_related("project").filter(pk=triage_id).first()
         if t is None or t.status != Triage.Status.QUEUED:
             return "nothing_to_do"
         project = t.project
@@ -299,7 +299,7 @@ def triage_cancel(*, triage_row: Triage) -> Triage:
     """Cancel a triage that has not finished, and its job (no new model call starts; calls
     under way finish). The calls it reserved stay counted for the day."""
     with transaction.atomic():
-        t = Triage.objects.select_for_update().select_related("job").get(pk=triage_row.pk)
+        t = Triage.objects.select_for_update(of=("self",)).select_related("job").get(pk=triage_row.pk)
         if t.status in TRIAGE_FINISHED:
             return t
         job = t.job

@@ -58,7 +58,7 @@ def planted_turn(*, session_id: str, turn: int, hot: bool = False, **kw: Any) ->
 
 
 def _ref(project: Any, wire: dict[str, Any]) -> int:
-    return int(Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"]).pk)
+    return int(Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"]).id)
 
 
 def _finished(project: Any, ref: int) -> Triage | None:

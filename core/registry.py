@@ -135,6 +135,8 @@ class TurnFlagged:
     snapshot_ref: int
     reason: str  # "alert" or "validation"
     alert_id: int | None = None
+    # The project row when the caller has it at hand, so that listeners need not read it again.
+    project: Project | None = None
 
 
 TurnFlaggedListener = Callable[[Sequence[TurnFlagged]], None]

@@ -201,7 +201,7 @@ def _triage_out(t: Triage) -> dict[str, Any]:
 @router.get(
     "/triage",
     auth=ProjectReadAuth("viewer"),
-    response={200: TriageOut, 401: Detail, 404: Detail, 422: Detail},
+    response={200: TriageOut, 401: Detail, 404: Detail},
     summary="The auto-triage of one turn (by its snapshot_id)",
 )
 def triage_of_turn(request: HttpRequest, snapshot_id: uuid.UUID) -> dict[str, Any]:

@@ -35,6 +35,10 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
 def _turn_triage_context(*, project: Project, snapshot: Any, **_: Any) -> dict[str, Any]:
     from replay.services import triage
 
+    # The turn page reads nothing more for a project with triage off (most of them); its
+    # triages stay on the alert pages and in the API.
+    if not project.triage_enabled:
+        return {"triage": None}
     t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=snapshot.id)
     return {"triage": _triage_view(project, t)}
 

@@ -112,7 +112,11 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             registry.turns_flagged(
                 [
                     registry.TurnFlagged(
-                        project_id=project_id, snapshot_ref=a.snapshot_ref, reason="alert", alert_id=a.pk
+                        project_id=project_id,
+                        snapshot_ref=a.snapshot_ref,
+                        reason="alert",
+                        alert_id=a.pk,
+                        project=rules[0].project,
                     )
                     for a in to_create
                 ]

@@ -39,22 +39,31 @@ def triages_record(*, flags: Sequence[registry.TurnFlagged]) -> list[int]:
     """A queued triage for each flagged turn of a project with triage on that has none yet; an
     alert on a turn already triaged is added to that triage. The ids of the new triages; their
     start is queued when the transaction commits. Never raises: a failure is logged and costs
-    only the triage (the caller is storing alerts)."""
+    only the triage (the caller is storing alerts). Costs no query when the flags carry their
+    project and it has triage off."""
+    per_project: dict[int, list[registry.TurnFlagged]] = defaultdict(list)
+    known: dict[int, Project] = {}
+    for f in flags:
+        per_project[f.project_id].append(f)
+        if f.project is not None:
+            known[f.project_id] = f.project
+    enabled = {pid for pid, p in known.items() if p.triage_enabled}
+    unknown = set(per_project) - set(known)
+    if unknown:
+        enabled |= set(
+            Project.objects.filter(pk__in=sorted(unknown), triage_enabled=True).values_list("pk", flat=True)
+        )
+    if not enabled:
+        return []
     try:
         with transaction.atomic():
-            return _triages_record(flags)
+            return _triages_record(per_project, enabled)
     except Exception:  # noqa: BLE001 - alerts must be stored whatever triage's state
         logger.exception("replay.triage_record_failed flags=%d", len(flags))
         return []
 
 
-def _triages_record(flags: Sequence[registry.TurnFlagged]) -> list[int]:
-    per_project: dict[int, list[registry.TurnFlagged]] = defaultdict(list)
-    for f in flags:
-        per_project[f.project_id].append(f)
-    enabled = set(
-        Project.objects.filter(pk__in=list(per_project), triage_enabled=True).values_list("pk", flat=True)
-    )
+def _triages_record(per_project: dict[int, list[registry.TurnFlagged]], enabled: set[int]) -> list[int]:
     created: list[int] = []
     for project_id in sorted(enabled):
         mine = per_project[project_id]
@@ -121,14 +130,17 @@ def _enqueue_start(triage_ids: list[int]) -> None:
 def triages_for_failed_validation(*, project_id: int, snapshot_refs: Sequence[int]) -> list[int]:
     """Triages for those of SNAPSHOT_REFS whose output failed a validation check (a stored
     outcome that did not pass), if the project has triage on."""
-    if not Project.objects.filter(pk=project_id, triage_enabled=True).exists():
+    project = Project.objects.filter(pk=project_id, triage_enabled=True).first()
+    if project is None:
         return []
     lines = ingest_selectors.turn_neighbourhoods(
         project_id=project_id, snapshot_refs=list(snapshot_refs), window=0
     )
     wanted = set(snapshot_refs)
     flags = [
-        registry.TurnFlagged(project_id=project_id, snapshot_ref=r.ref, reason=Triage.Trigger.VALIDATION)
+        registry.TurnFlagged(
+            project_id=project_id, snapshot_ref=r.ref, reason=Triage.Trigger.VALIDATION, project=project
+        )
         for line in lines.values()
         for r in line
         if r.ref in wanted and r.n_validation_failed > 0
@@ -180,7 +192,12 @@ def triage_start(*, triage_id: int) -> str:
     create the job, all in one transaction; or record why it is skipped. Safe to run twice:
     only a queued triage starts."""
     with transaction.atomic():
-        t = Triage.objects.select_for_update(of=("self",)).select_related("project").filter(pk=triage_id).first()
+        t = (
+            Triage.objects.select_for_update(of=("self",))
+            .select_related("project")
+            .filter(pk=triage_id)
+            .first()
+        )
         if t is None or t.status != Triage.Status.QUEUED:
             return "nothing_to_do"
         project = t.project

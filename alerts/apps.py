@@ -10,10 +10,12 @@ class AlertsConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from alerts import receivers, selectors
+        from alerts.services import delivery
         from core import registry
         from core.models import Project
         from ingest.signals import snapshots_stored
 
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
         registry.session_markers_add("alerts", selectors.session_alert_markers)
+        registry.alert_follow_up_set(delivery.follow_ups_queue)
         post_save.connect(receivers.on_project_saved, sender=Project, dispatch_uid="alerts.default_rules")

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.urls import NoReverseMatch, reverse
 
-from core import net
+from core import net, registry
 from core import secrets as core_secrets
 from ctxobs.retry import parse_retry_after, retryable_status
 
@@ -201,6 +201,10 @@ def alert_payload(alert: Any, *, project_name: str) -> dict[str, Any]:
             "created_at": alert.created_at.isoformat(),
             "turn_url": root + turn_path(alert.project_id, alert.session_id, alert.turn),
             "alert_url": f"{root}/p/{alert.project_id}/alerts/{alert.pk}/",
+            # Fields other apps add (replay's "triage" of the alert's turn), read at send time.
+            **registry.alert_payload_extras(
+                project_id=alert.project_id, alert_id=alert.pk, snapshot_ref=alert.snapshot_ref
+            ),
         },
     }
 
@@ -212,6 +216,15 @@ def test_payload(channel: Any, *, project_name: str) -> dict[str, Any]:
         "project": {"id": channel.project_id, "name": project_name},
         "message": "This is a test delivery from ctxobs.",
     }
+
+
+def _triage_lines(t: Any) -> list[str]:
+    if not isinstance(t, dict):
+        return []
+    line = t.get("summary") or t.get("status", "")
+    if t.get("status") in ("skipped", "failed") and t.get("reason"):
+        line = f"{t['status']}: {t['reason']}"
+    return [f"Triage: {line}", f"  {t.get('url', '')}", ""]
 
 
 def alert_email(alert: Any, *, project_name: str) -> tuple[str, str]:
@@ -230,6 +243,7 @@ def alert_email(alert: Any, *, project_name: str) -> tuple[str, str]:
             for c in alert.contributors
         ],
         "",
+        *_triage_lines(p.get("triage")),
         f"Turn: {p['turn_url']}",
         f"Alert: {p['alert_url']}",
     ]

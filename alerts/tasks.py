@@ -35,3 +35,12 @@ def alerts_deliver_task(*, delivery_id: int) -> None:
 def alerts_sweep_task() -> dict[str, int]:
     res = evaluation.alerts_sweep()
     return {"evaluations": res.evaluations, "deliveries": res.deliveries}
+
+
+@shared_task(name="alerts.follow_up", acks_late=True, ignore_result=True)
+def alerts_follow_up_task(*, delivery_id: int, event: str, attempt: int = 1) -> None:
+    retry_in = delivery.follow_up_attempt(delivery_id=delivery_id, event=event, attempt=attempt)
+    if retry_in is not None:
+        alerts_follow_up_task.apply_async(
+            kwargs={"delivery_id": delivery_id, "event": event, "attempt": attempt + 1}, countdown=retry_in
+        )

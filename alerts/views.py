@@ -22,6 +22,7 @@ from alerts.models import Alert, AlertRule, Channel
 from alerts.services import channels as channel_services
 from alerts.services import episodes
 from alerts.services import rules as rule_services
+from core import registry
 from core.access import is_htmx, page_context, project_access
 from core.models import Membership, Project
 
@@ -73,11 +74,22 @@ def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpRe
     if alert is None:
         raise Http404("no such alert")
     deliveries = selectors.alert_deliveries(alert=alert) if membership.at_least("admin") else []
-    return render(
+    # Partials other apps add to this page (replay's triage of the alert's turn).
+    extensions = registry.alert_page_extensions()
+    ctx = _page(
         request,
-        "alerts/alert_detail.html",
-        _page(request, project, membership, alert=alert, deliveries=deliveries),
+        project,
+        membership,
+        alert=alert,
+        deliveries=deliveries,
+        alert_extensions=[ext.template for ext in extensions],
     )
+    for ext in extensions:
+        if ext.context is not None:
+            extra = ext.context(request=request, project=project, membership=membership, alert=alert)
+            for name, value in extra.items():
+                ctx.setdefault(name, value)  # the page's own names win
+    return render(request, "alerts/alert_detail.html", ctx)
 
 
 @login_required

@@ -54,6 +54,7 @@ class EscapedTextField(models.TextField):  # type: ignore[type-arg]
 RETENTION_DAYS_DEFAULT = 30
 RETENTION_DAYS_MAX = 3650
 TRIAGE_DAILY_CALLS_DEFAULT = 200
+TRIAGE_DAILY_CALLS_MAX = 1_000_000
 
 
 class Project(models.Model):

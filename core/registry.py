@@ -8,6 +8,9 @@ pyproject.toml).
   (project, membership, snapshot, blocks…) and whatever its context provider adds.
 - The local model server that `manage.py ctxobs_up` starts for the demo project.
 - Session markers: events another app pins on a session's timeline (alerts' fired alerts).
+- Flagged turns (an alert fired on it, its output failed validation), alert page extensions,
+  extra webhook fields of an alert and follow-up messages about sent alerts: how alerts and
+  replay's auto-triage reach each other without importing each other.
 """
 
 from __future__ import annotations
@@ -120,3 +123,89 @@ def expiring_table_add(table: ExpiringTable) -> None:
 
 def expiring_tables() -> list[ExpiringTable]:
     return list(_expiring.values())
+
+
+# Turns another app singled out for a closer look: a turn an alert fired on, or one whose output
+# failed validation. Listeners (replay's auto-triage) are called by alerts when an alert is
+# created, inside the transaction that stores it, and must neither fail nor call the network:
+# they record what they owe and queue it after the commit.
+@dataclass(frozen=True)
+class TurnFlagged:
+    project_id: int
+    snapshot_ref: int
+    reason: str  # "alert" or "validation"
+    alert_id: int | None = None
+    # The project row when the caller has it at hand, so that listeners need not read it again.
+    project: Project | None = None
+
+
+TurnFlaggedListener = Callable[[Sequence[TurnFlagged]], None]
+_turn_flagged: dict[str, TurnFlaggedListener] = {}
+
+
+def turn_flagged_listener_add(name: str, listener: TurnFlaggedListener) -> None:
+    _turn_flagged[name] = listener
+
+
+def turns_flagged(flags: Sequence[TurnFlagged]) -> None:
+    """Tell every listener about FLAGS (nothing when FLAGS is empty)."""
+    if not flags:
+        return
+    for listener in _turn_flagged.values():
+        listener(flags)
+
+
+# Alert page extensions: a partial rendered on an alert's page with the page's context (project,
+# membership, alert) and whatever its context provider adds (called with request, project,
+# membership and alert).
+@dataclass(frozen=True)
+class AlertPageExtension:
+    name: str
+    template: str
+    context: Callable[..., dict[str, Any]] | None = None
+
+
+_alert_page: dict[str, AlertPageExtension] = {}
+
+
+def alert_page_extension_add(extension: AlertPageExtension) -> None:
+    _alert_page[extension.name] = extension
+
+
+def alert_page_extensions() -> list[AlertPageExtension]:
+    return list(_alert_page.values())
+
+
+# Extra fields of an alert's webhook payload and e-mail, from other apps: called with
+# project_id, alert_id and snapshot_ref (the alert's anchor turn); each returns a dict of
+# top-level fields of the payload's "alert" object (JSON values; ids, states and URLs only,
+# never prompt text).
+AlertPayloadExtras = Callable[..., Mapping[str, Any]]
+_alert_payload: dict[str, AlertPayloadExtras] = {}
+
+
+def alert_payload_extras_add(name: str, provider: AlertPayloadExtras) -> None:
+    _alert_payload[name] = provider
+
+
+def alert_payload_extras(*, project_id: int, alert_id: int, snapshot_ref: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for provider in _alert_payload.values():
+        out.update(provider(project_id=project_id, alert_id=alert_id, snapshot_ref=snapshot_ref))
+    return out
+
+
+# A follow-up message about alerts already sent: the app that sends alerts sets it; another app
+# calls it (e.g. when a triage of the alert's turn has finished) with project_id, alert_ids and
+# the event name. It queues the messages and returns at once.
+AlertFollowUp = Callable[..., None]
+_alert_follow_up: list[AlertFollowUp] = []
+
+
+def alert_follow_up_set(sender: AlertFollowUp) -> None:
+    _alert_follow_up[:] = [sender]
+
+
+def alert_follow_up(*, project_id: int, alert_ids: Sequence[int], event: str) -> None:
+    for sender in _alert_follow_up:
+        sender(project_id=project_id, alert_ids=alert_ids, event=event)

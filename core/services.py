@@ -8,7 +8,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import AuthError
-from core.models import KEY_SCOPES, SCOPE_INGEST, IngestKey, Project, hash_key, key_prefix, new_raw_key
+from core.models import (
+    KEY_SCOPES,
+    SCOPE_INGEST,
+    TRIAGE_DAILY_CALLS_MAX,
+    IngestKey,
+    Project,
+    hash_key,
+    key_prefix,
+    new_raw_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,18 @@ def project_allow_private_set(*, project: Project, allow: bool) -> None:
     Project.objects.filter(pk=project.pk).update(allow_private_endpoints=allow)
     project.allow_private_endpoints = allow
     logger.info("ingest.project_allow_private project_id=%s allow=%s", project.pk, allow)
+
+
+def project_triage_set(*, project: Project, enabled: bool, daily_calls: int) -> None:
+    """Whether PROJECT triages its alerted and validation-failed turns by itself, and how many
+    model calls a UTC day its triages may reserve at most."""
+    if not 0 <= daily_calls <= TRIAGE_DAILY_CALLS_MAX:
+        raise ValueError(f"daily calls must be from 0 to {TRIAGE_DAILY_CALLS_MAX}")
+    Project.objects.filter(pk=project.pk).update(triage_enabled=enabled, triage_daily_calls=daily_calls)
+    project.triage_enabled, project.triage_daily_calls = enabled, daily_calls
+    logger.info(
+        "core.project_triage project_id=%s enabled=%s daily_calls=%s", project.pk, enabled, daily_calls
+    )
 
 
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from core.models import Membership
+from core.models import TRIAGE_DAILY_CALLS_MAX, Membership
 from ctxobs.wire import TIERS
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -89,6 +89,17 @@ class KeyCreateForm(forms.Form):
 
 class NetworkForm(forms.Form):
     allow_private = forms.BooleanField(required=False)
+
+
+class TriageForm(forms.Form):
+    """Auto-triage of alerted and validation-failed turns (project settings, its own section)."""
+
+    enabled = forms.BooleanField(required=False)
+    daily_calls = forms.IntegerField(
+        min_value=0,
+        max_value=TRIAGE_DAILY_CALLS_MAX,
+        error_messages={"required": "give the most model calls triage may make a day (0 stops it)"},
+    )
 
 
 class MemberAddForm(forms.Form):

@@ -1,6 +1,7 @@
 from django.dispatch import Signal
 
-# Sent inside the ingest transaction, before the commit, with `project_id` and `snapshot_refs`
-# (new rows only). Receivers record the follow-up work they owe in their own tables, so that it is
-# stored or lost together with the snapshots; an exception rolls the batch back.
+# Sent inside the ingest transaction, before the commit, with `project_id`, `snapshot_refs` (new
+# rows only) and `validation_failed_refs` (those of them with a validation outcome that did not
+# pass). Receivers record the follow-up work they owe in their own tables, so that it is stored or
+# lost together with the snapshots; an exception rolls the batch back.
 snapshots_stored = Signal()

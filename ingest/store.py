@@ -439,7 +439,10 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
 
         refs = [p.ref for p in fresh]
         block_keys, message_keys = list(contents), list(messages)
-        snapshots_stored.send(sender=Project, project_id=pid, snapshot_refs=refs)
+        failed = [p.ref for p in fresh if any(not v["passed"] for v in p.snap["validation"])]
+        snapshots_stored.send(
+            sender=Project, project_id=pid, snapshot_refs=refs, validation_failed_refs=failed
+        )
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys)

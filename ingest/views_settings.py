@@ -18,8 +18,8 @@ from config.errors import ApplicationError
 from core import members
 from core.access import project_access
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
-from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm
+from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set, project_triage_set
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, TriageForm
 from ingest.views import _page
 
 
@@ -40,7 +40,12 @@ def _settings_ctx(
         network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
-        **extra,
+        **{
+            "triage_form": TriageForm(
+                initial={"enabled": project.triage_enabled, "daily_calls": project.triage_daily_calls}
+            ),
+            **extra,
+        },
     )
 
 
@@ -83,6 +88,28 @@ def project_network(request: HttpRequest, project_id: int) -> HttpResponse:
         "Loopback and private addresses are now allowed for model endpoints and webhooks."
         if allow
         else "Model endpoints and webhooks are limited to public addresses.",
+    )
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+# --- auto-triage -----------------------------------------------------------------------------
+@login_required
+@require_POST
+def project_triage(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    form = TriageForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request,
+            "ingest/settings.html",
+            _settings_ctx(request, project, membership, triage_form=form),
+            status=400,
+        )
+    enabled, calls = form.cleaned_data["enabled"], form.cleaned_data["daily_calls"]
+    project_triage_set(project=project, enabled=enabled, daily_calls=calls)
+    messages.success(
+        request,
+        f"Auto-triage is on, within {calls} model calls a day." if enabled else "Auto-triage is off.",
     )
     return redirect("ingest:settings", project_id=project.pk)
 

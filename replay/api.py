@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import HttpRequest
@@ -11,11 +12,12 @@ from ninja import Router, Status
 from core.auth import Caller, ProjectReadAuth
 from core.models import SCOPE_REPLAY
 from core.schemas import Detail
+from ingest import selectors as ingest_selectors
 from replay import selectors
 from replay.errors import NotFound
-from replay.models import ReplayJob, ReplayRun
-from replay.schemas import JobOut, PreviewOut, ReplayIn
-from replay.services import jobs
+from replay.models import ReplayJob, ReplayRun, Triage
+from replay.schemas import JobOut, PreviewOut, ReplayIn, TriageOut
+from replay.services import jobs, triage
 
 router = Router(tags=["replays"])
 
@@ -217,3 +219,51 @@ def replay_cancel(request: HttpRequest, job_id: int) -> dict[str, Any]:
     if job is None:
         raise NotFound("no such replay job")
     return _job_out(jobs.replay_job_cancel(job=job), full=False)
+
+
+def _triage_out(t: Triage) -> dict[str, Any]:
+    return {**triage.triage_out(t), "calls_made": triage.triage_calls_made(triage_row=t)}
+
+
+@router.get(
+    "/triage",
+    auth=ProjectReadAuth("viewer"),
+    response={200: TriageOut, 401: Detail, 404: Detail},
+    summary="The auto-triage of one turn (by its snapshot_id)",
+)
+def triage_of_turn(request: HttpRequest, snapshot_id: uuid.UUID) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    snap = ingest_selectors.snapshot_ref_by_uuid(project=caller.project, snapshot_id=snapshot_id)
+    t = triage.triage_for_turn(project_id=caller.project.pk, snapshot_ref=snap.ref) if snap else None
+    if t is None:
+        raise NotFound("this turn has no triage")
+    return _triage_out(t)
+
+
+@router.get(
+    "/triage/{triage_id}",
+    auth=ProjectReadAuth("viewer"),
+    response={200: TriageOut, 401: Detail, 404: Detail},
+    summary="An auto-triage: state, verdict, cost",
+)
+def triage_get(request: HttpRequest, triage_id: int) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    t = triage.triage_get(project=caller.project, triage_id=triage_id)
+    if t is None:
+        raise NotFound("no such triage")
+    return _triage_out(t)
+
+
+@router.post(
+    "/triage/{triage_id}/cancel",
+    auth=REPLAY_AUTH,
+    response={200: TriageOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Cancel an auto-triage and its replay job",
+)
+def triage_cancel(request: HttpRequest, triage_id: int) -> dict[str, Any]:
+    caller = request.auth  # type: ignore[attr-defined]
+    t = triage.triage_get(project=caller.project, triage_id=triage_id)
+    if t is None:
+        raise NotFound("no such triage")
+    triage.triage_cancel(triage_row=t)
+    return _triage_out(triage.triage_get(project=caller.project, triage_id=triage_id) or t)

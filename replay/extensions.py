@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.models import Project
-from core.registry import LocalModel, StartupFailed, TurnPageExtension
+from core.registry import AlertPageExtension, LocalModel, StartupFailed, TurnPageExtension
 
 # Replay buttons on a turn's page; the page's context (project, membership, snapshot, blocks) is
 # all the partial needs.
@@ -29,3 +30,47 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
         raise StartupFailed(f"the local model server did not become ready: {exc}") from exc
     model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
     return LocalModel(base_url=server.base_url, stop=lambda: localmodel.stop(server))
+
+
+def _turn_triage_context(*, project: Project, snapshot: Any, **_: Any) -> dict[str, Any]:
+    from replay.services import triage
+
+    # The turn page reads nothing more for a project with triage off (most of them); its
+    # triages stay on the alert pages and in the API.
+    if not project.triage_enabled:
+        return {"triage": None}
+    t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=snapshot.id)
+    return {"triage": _triage_view(project, t)}
+
+
+def _alert_triage_context(*, project: Project, alert: Any, **_: Any) -> dict[str, Any]:
+    from replay.services import triage
+
+    t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=alert.snapshot_ref)
+    return {"triage": _triage_view(project, t)}
+
+
+def _triage_view(project: Project, t: Any) -> dict[str, Any] | None:
+    """What the triage partial shows: the row, its verdict line, the calls made and the
+    project's use of today's budget."""
+    if t is None:
+        return None
+    from replay import triage as verdicts
+    from replay.services import triage
+
+    return {
+        "row": t,
+        "summary": verdicts.triage_summary(t.result) if t.status == "done" else "",
+        "calls_made": triage.triage_calls_made(triage_row=t),
+        "budget_used": triage.budget_used(project=project),
+        "budget": project.triage_daily_calls,
+    }
+
+
+# The triage of a turn, on its page and on the page of an alert anchored on it.
+TURN_TRIAGE = TurnPageExtension(
+    name="replay.triage", template="replay/_triage.html", context=_turn_triage_context
+)
+ALERT_TRIAGE = AlertPageExtension(
+    name="replay.triage", template="replay/_triage.html", context=_alert_triage_context
+)

@@ -7,6 +7,7 @@ never writes ingest tables.
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from core.models import EscapedJSONField, EscapedTextField, Project
@@ -208,3 +209,78 @@ class ReplayRun(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"
+
+
+class Triage(models.Model):
+    """Auto-triage of one turn: attribution run in the background on a turn an alert fired on
+    or whose output failed validation, on the project's default endpoint. One per turn.
+
+    queued -> running -> done | failed | cancelled, or queued -> skipped (daily budget reached,
+    no endpoint, nothing to attribute) | cancelled."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+        SKIPPED = "skipped", "skipped"
+        CANCELLED = "cancelled", "cancelled"
+
+    class Trigger(models.TextChoices):
+        ALERT = "alert", "an alert fired"
+        VALIDATION = "validation", "validation failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="triages")
+    snapshot_ref = models.BigIntegerField()  # ingest Snapshot.id within the project
+    snapshot_uuid = models.UUIDField()
+    session_id = models.CharField(max_length=256)
+    turn = models.IntegerField()
+    received_at = models.DateTimeField()  # the turn's, for retention
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    alert_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)  # every alert on the turn
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    job = models.ForeignKey(ReplayJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    job_kind = models.CharField(max_length=16, blank=True, default="")
+    calls_reserved = models.IntegerField(default=0)  # counted against the project's daily budget
+    # {"block", "kind", "score", "noise", "within_noise", "tied_with", "ranking": [{key, score}],
+    #  "baseline_samples", "method"} once done.
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["project", "snapshot_ref"], name="uniq_triage_turn")]
+        indexes = [models.Index(fields=["project", "-created_at"], name="replay_triage_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"triage {self.pk} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TRIAGE_FINISHED
+
+
+TRIAGE_FINISHED = (
+    Triage.Status.DONE,
+    Triage.Status.FAILED,
+    Triage.Status.SKIPPED,
+    Triage.Status.CANCELLED,
+)
+
+
+class TriageBudget(models.Model):
+    """The model calls triage reserved for a project on one UTC day (its daily budget's use)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    calls = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["project", "-day"]
+        constraints = [models.UniqueConstraint(fields=["project", "day"], name="uniq_triage_budget_day")]
+
+    def __str__(self) -> str:
+        return f"triage budget {self.project_id} {self.day}: {self.calls}"

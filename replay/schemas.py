@@ -243,3 +243,26 @@ class JobOut(Schema):
     url: str
     turns: list[TurnOut] | None = None
     summary: list[dict[str, Any]] | None = None
+
+
+class TriageOut(Schema):
+    """A turn's auto-triage: state, why it ran, the verdict once done, and its cost."""
+
+    id: int
+    status: str
+    reason: str
+    trigger: str
+    snapshot_id: str
+    session_id: str
+    turn: int
+    alert_ids: list[int]
+    job_id: int | None
+    job_kind: str
+    job_status: str | None
+    calls_reserved: int
+    calls_made: int
+    result: dict[str, Any] | None
+    summary: str
+    created_at: str | None
+    finished_at: str | None
+    url: str

@@ -8,7 +8,7 @@ import logging
 from celery import current_app, shared_task
 from kombu.exceptions import ChannelError
 
-from replay.services import runs
+from replay.services import runs, triage
 
 logger = logging.getLogger(__name__)
 
@@ -42,3 +42,23 @@ def runs_reclaim() -> int:
     """Re-queue the runs whose lease ran out (beat runs this every CTXOBS_REPLAY_RECLAIM_EVERY_S)."""
     res = runs.replay_runs_reclaim(replay_queue_depth=replay_queue_depth())
     return len(res.requeued)
+
+
+@shared_task(name="replay.triage_start", acks_late=True, ignore_result=True)
+def triage_start(triage_id: int) -> str:
+    """Start a queued triage (its job, within the daily budget) or record why it is skipped."""
+    return triage.triage_start(triage_id=triage_id)
+
+
+@shared_task(name="replay.triage_finish", bind=True, max_retries=None, acks_late=True, ignore_result=True)
+def triage_finish(self, triage_id: int) -> None:
+    """Attach a triage's verdict once its job has ended; looks again while the job runs."""
+    retry_in = triage.triage_finish(triage_id=triage_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+@shared_task(name="replay.triage_validation", acks_late=True, ignore_result=True)
+def triage_validation(project_id: int, snapshot_refs: list[int]) -> int:
+    """Triages for the new turns whose output failed validation (projects with triage on)."""
+    return len(triage.triages_for_failed_validation(project_id=project_id, snapshot_refs=snapshot_refs))

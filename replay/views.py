@@ -14,7 +14,7 @@ from core.access import page_context, project_access
 from replay import selectors
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun
-from replay.services import jobs, model_endpoints
+from replay.services import jobs, model_endpoints, triage
 
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
 # The overrides the confirm page offers: (field, type, label). Empty means "as saved".
@@ -280,3 +280,17 @@ def endpoint_default(request: HttpRequest, project_id: int, endpoint_id: int) ->
         raise Http404("no such endpoint")
     model_endpoints.endpoint_set_default(endpoint=ep)
     return redirect(reverse("replay:endpoints", kwargs={"project_id": project.pk}))
+
+
+@require_POST
+def triage_cancel(request: HttpRequest, project_id: int, triage_id: int) -> HttpResponse:
+    """Cancel a turn's auto-triage and its job; back to the page it was cancelled from."""
+    project, _ = project_access(request, project_id, "editor")
+    t = triage.triage_get(project=project, triage_id=triage_id)
+    if t is None:
+        raise Http404("no such triage")
+    triage.triage_cancel(triage_row=t)
+    nxt = request.POST.get("next") or ""
+    if nxt.startswith(f"/p/{project.pk}/") and "//" not in nxt:
+        return redirect(nxt)
+    return redirect("ingest:turn", project_id=project.pk, session_id=t.session_id, turn=t.turn)

@@ -4,6 +4,7 @@ with retries and a lease that the sweeper takes over when a worker dies mid-send
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -216,3 +217,79 @@ def _send(d: Delivery, c: Channel) -> ch.SendResult:
     else:
         subject, text = ch.alert_email(d.alert, project_name=project_name)
     return ch.email_send(recipients=list(c.recipients), subject=subject, text=text)
+
+
+# --- follow-ups: a later message about an alert already sent ---------------------------------
+FOLLOW_UP_EVENTS = ("alert.triaged",)
+
+
+def follow_ups_queue(*, project_id: int, alert_ids: Sequence[int], event: str) -> None:
+    """Queue EVENT about each of ALERT_IDS to every channel the alert went to (one task per
+    delivery; core.registry.alert_follow_up). Best effort: a follow-up has no delivery row of
+    its own, only the worker's log, and a broker outage loses it."""
+    if event not in FOLLOW_UP_EVENTS:
+        raise ValueError(f"unknown follow-up event {event!r}")
+    from alerts.tasks import alerts_follow_up_task
+
+    ids = list(
+        Delivery.objects.filter(project_id=project_id, alert_id__in=list(alert_ids), is_test=False)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    for did in ids:
+        try:
+            alerts_follow_up_task.apply_async(kwargs={"delivery_id": did, "event": event, "attempt": 1})
+        except Exception:  # noqa: BLE001 - best effort: the alert page shows the same
+            logger.exception("alerts.follow_up_enqueue_failed delivery_id=%s", did)
+
+
+def follow_up_attempt(*, delivery_id: int, event: str, attempt: int) -> float | None:
+    """Send EVENT about the alert of DELIVERY_ID to its channel (the alert's payload as it is
+    now, with `event` set to EVENT and the same delivery id); the seconds until the next attempt
+    after a transient failure while the channel's attempts last, else None."""
+    d = (
+        Delivery.objects.select_related("channel", "channel__project", "alert", "alert__rule")
+        .filter(pk=delivery_id)
+        .first()
+    )
+    if d is None or d.alert is None or not d.channel.enabled:
+        return None
+    c = d.channel
+    project_name = c.project.name
+    if c.kind == Channel.Kind.WEBHOOK:
+        problem = ch.webhook_url_problem(c.url, allow_private=c.project.allow_private_endpoints)
+        if problem:
+            result = ch.SendResult(False, False, None, f"url {problem}")
+        else:
+            try:
+                secret = ch.secret_decrypt(c.secret_encrypted)
+            except ValueError as exc:
+                result = ch.SendResult(False, False, None, str(exc))
+            else:
+                payload = ch.alert_payload(d.alert, project_name=project_name)
+                payload["event"] = event
+                payload["delivery_id"] = d.pk
+                result = ch.webhook_send(
+                    url=c.url,
+                    secret=secret,
+                    payload=payload,
+                    event=event,
+                    delivery_id=d.pk,
+                    timeout=c.timeout_seconds,
+                    allow_private=c.project.allow_private_endpoints,
+                )
+    else:
+        subject, text = ch.alert_email(d.alert, project_name=project_name)
+        result = ch.email_send(recipients=list(c.recipients), subject=f"[triaged] {subject}"[:250], text=text)
+    logger.info(
+        "alerts.follow_up delivery_id=%s channel_id=%s event=%s attempt=%d ok=%s code=%s",
+        d.pk,
+        c.pk,
+        event,
+        attempt,
+        result.ok,
+        result.status_code,
+    )
+    if not result.ok and result.retryable and attempt < c.max_attempts:
+        return _backoff(attempt, result.retry_after)
+    return None

@@ -27,6 +27,7 @@ from alerts.services.episodes import (
     session_alert_counts_add,
     session_locks_take,
 )
+from core import registry
 from ingest import selectors as ingest_selectors
 from ingest.types import TurnRow
 
@@ -107,6 +108,19 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             res.created = [a.pk for a in to_create]
             session_alert_counts_add(project_id=project_id, alerts=to_create)
             new_deliveries = deliveries_create(project_id=project_id, alerts=to_create)
+            # Other apps' follow-up on the turns (replay's auto-triage), stored with the alerts.
+            registry.turns_flagged(
+                [
+                    registry.TurnFlagged(
+                        project_id=project_id,
+                        snapshot_ref=a.snapshot_ref,
+                        reason="alert",
+                        alert_id=a.pk,
+                        project=rules[0].project,
+                    )
+                    for a in to_create
+                ]
+            )
         if to_update:
             alerts_update(to_update)
             res.updated = len(to_update)

@@ -1,0 +1,134 @@
+"""Auto-triage, the ORM-free part: which job a triage runs, and the culprit block it names from
+that job's results.
+
+A triage attributes one flagged turn (an alert fired on it, or its output failed validation):
+it runs an attribution job on the turn and names the block whose removal moved the answer the
+most, with its score and the baseline's noise band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from replay import diff
+from replay.types import TurnResult
+
+# Baseline samples of a triage job: the noise band its verdict is measured against.
+TRIAGE_SAMPLES = 3
+# Scores closer than this are a tie: the verdict names every tied block.
+TIE_EPS = 1e-6
+
+
+def triage_job_spec(*, snapshot_id: str, job_kinds: Sequence[str], title: str = "") -> dict[str, Any]:
+    """The replay job spec a triage of the turn SNAPSHOT_ID runs: a job of kind "attribution"
+    where that kind exists (JOB_KINDS), leave-one-out over every block otherwise."""
+    kind = "attribution" if "attribution" in job_kinds else "loo"
+    spec: dict[str, Any] = {"kind": kind, "snapshot_id": snapshot_id, "samples": TRIAGE_SAMPLES}
+    if title:
+        spec["title"] = title
+    return spec
+
+
+class RankedBlock(TypedDict):
+    key: str
+    kind: str
+    position: int | None  # in the saved turn, for a link to the block's text
+    score: float
+    changed: bool
+
+
+class TriageResult(TypedDict):
+    """What a finished triage names: the block whose removal moved the answer the most (None
+    when nothing was measured), its score (mean word distance of the answer without it from the
+    baseline answers), the noise band (largest distance between two baseline answers), whether
+    the score is within that band, the blocks that tied with it, and every block ranked."""
+
+    block: str | None
+    kind: str
+    score: float | None
+    noise: float
+    baseline_samples: int
+    within_noise: bool | None
+    tied_with: list[str]
+    ranking: list[RankedBlock]
+    method: str
+
+
+def triage_result(
+    *,
+    turn: TurnResult | None,
+    block_kinds: Mapping[str, str],
+    method: str,
+    block_positions: Mapping[str, int] | None = None,
+) -> TriageResult:
+    """The verdict from one turn's leave-one-out results (replay.selectors.job_results): blocks
+    ranked by the distance of the answer without them, ties broken by the smallest distance to
+    any baseline sample, then by a changed tool call."""
+    noise: Mapping[str, Any] = (turn.get("noise") if turn else None) or {}
+    noise_max = float(noise.get("max") or 0.0)
+    samples = int(noise.get("samples") or 0)
+    measured: list[tuple[float, float, bool, str]] = []
+    for e in turn["variants"] if turn else []:
+        eff = e.get("effect")
+        key = e["variant"].target_key
+        if not eff or eff.get("distance") is None or not key:
+            continue
+        changed_calls = e.get("tool_calls_match") is False
+        measured.append((float(eff["distance"]), float(eff["min_distance"]), changed_calls, key))
+    measured.sort(key=lambda m: (-m[0], -m[1], not m[2], m[3]))
+    ranking: list[RankedBlock] = [
+        {
+            "key": key,
+            "kind": block_kinds.get(key, ""),
+            "position": (block_positions or {}).get(key),
+            "score": round(score, 6),
+            "changed": score > noise_max + diff.NOISE_EPS or calls,
+        }
+        for score, _, calls, key in measured
+    ]
+    if not measured:
+        return {
+            "block": None,
+            "kind": "",
+            "score": None,
+            "noise": noise_max,
+            "baseline_samples": samples,
+            "within_noise": None,
+            "tied_with": [],
+            "ranking": [],
+            "method": method,
+        }
+    top = measured[0]
+    tied = [
+        m[3]
+        for m in measured[1:]
+        if abs(m[0] - top[0]) <= TIE_EPS and abs(m[1] - top[1]) <= TIE_EPS and m[2] == top[2]
+    ]
+    return {
+        "block": top[3],
+        "kind": block_kinds.get(top[3], ""),
+        "score": round(top[0], 6),
+        "noise": round(noise_max, 6),
+        "baseline_samples": samples,
+        "within_noise": not ranking[0]["changed"],
+        "tied_with": tied,
+        "ranking": ranking,
+        "method": method,
+    }
+
+
+def triage_summary(result: Mapping[str, Any] | None) -> str:
+    """One line for pages, e-mails and webhooks: "most responsible block: memory (score 0.83,
+    noise band 0.05)"."""
+    if not result or not result.get("block"):
+        return "no block could be measured"
+    line = (
+        f"most responsible block: {result['block']} (score {float(result['score']):.2f}, "
+        f"noise band {float(result['noise']):.2f})"
+    )
+    if result.get("tied_with"):
+        line += f", tied with {', '.join(result['tied_with'])}"
+    if result.get("within_noise"):
+        line += "; within noise: no block moved the answer beyond the baseline's own spread"
+    return line

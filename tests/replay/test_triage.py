@@ -1,0 +1,336 @@
+"""Auto-triage end to end: a real Celery worker, the real local model server (behind a proxy
+that counts the model calls) and a real webhook receiver; plus the budget's atomicity under
+concurrent reservations on real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.urls import reverse
+
+from alerts.models import Alert, AlertRule
+from alerts.tasks import alerts_evaluate_task
+from core import registry
+from core.models import SCOPE_INGEST, SCOPE_REPLAY
+from core.services import ingest_key_create, project_triage_set
+from ingest.models import Snapshot
+from replay.models import ReplayJob, ReplayRun, Triage, TriageBudget
+from replay.services import triage as triage_services
+from tests import factories as f
+from tests.alerts.receiver import Receiver
+from tests.replay.conftest import member_client
+from tests.replay.helpers import PLANTED_MEMORY, PLANTED_QUESTION, PLANTED_SYSTEM, post
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+# A planted-fact turn costs 3 baseline calls and one call without each of its 3 blocks.
+CALLS_PER_TRIAGE = 6
+FAILED_CHECK = {
+    "layer": "structure",
+    "check": "json_schema",
+    "passed": False,
+    "code": "E_MISSING_FIELD",
+    "message": "city missing",
+    "attempt": 1,
+}
+
+
+def planted_turn(*, session_id: str, turn: int, hot: bool = False, **kw: Any) -> dict[str, Any]:
+    """The planted-fact turn (the fact only in memory, the question in the user block). HOT: its
+    window is so small that the turn lands in the force tier, which the default rules alert on."""
+    blocks = [
+        f.block("system", "system", PLANTED_SYSTEM, pinned=True, tokens=20),
+        f.block("memory", "memory", PLANTED_MEMORY, tokens=15),
+        f.block("user", "user", PLANTED_QUESTION, tokens=10),
+    ]
+    return f.snapshot(
+        session_id=session_id,
+        turn=turn,
+        blocks=blocks,
+        context_window=59 if hot else 8000,
+        output={"text": "Guangzhou.", "tool_calls": [], "finish_reason": "stop"},
+        **kw,
+    )
+
+
+def _ref(project: Any, wire: dict[str, Any]) -> int:
+    return int(Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"]).id)
+
+
+def _finished(project: Any, ref: int) -> Triage | None:
+    t = Triage.objects.filter(project=project, snapshot_ref=ref).first()
+    return t if t is not None and t.finished else None
+
+
+@pytest.mark.e2e
+def test_an_alert_on_a_planted_fact_turn_is_triaged_by_itself_and_named_everywhere(
+    celery_worker_process: Any, api: Any, counted_local_endpoint: Any
+) -> None:
+    from alerts.services import channels as alert_channels
+
+    ep, proxy = counted_local_endpoint
+    project = ep.project
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    with Receiver() as rx:
+        _, secret = alert_channels.channel_create(
+            project=project, kind="webhook", data={"name": "hook", "url": rx.url, "timeout_seconds": 3}
+        )
+        rx.secret = secret
+        post(api, planted_turn(session_id="tri", turn=0))
+        hot = planted_turn(session_id="tri", turn=1, hot=True)
+        post(api, hot)
+        ref = _ref(project, hot)
+        alerts = wait_until(
+            lambda: list(Alert.objects.filter(project=project, snapshot_ref=ref)), 60, "an alert"
+        )
+        t = wait_until(lambda: _finished(project, ref), 240, "the triage to finish")
+
+        assert t.status == "done", (t.status, t.reason)
+        assert t.trigger == "alert" and set(t.alert_ids) >= {a.pk for a in alerts}
+        assert t.result["block"] in {"system", "memory", "user"}
+        assert [r["key"] for r in t.result["ranking"]] and {r["key"] for r in t.result["ranking"]} == {
+            "system",
+            "memory",
+            "user",
+        }
+        assert t.result["baseline_samples"] == 3 and t.result["noise"] >= 0.0
+        top = t.result["ranking"][0]
+        assert t.result["score"] == top["score"] == max(r["score"] for r in t.result["ranking"])
+        # Cost: reserved before the job, counted in today's budget, and what the model really got.
+        assert t.calls_reserved == CALLS_PER_TRIAGE == t.job.n_runs
+        assert triage_services.budget_used(project=project) == CALLS_PER_TRIAGE
+        assert proxy.started == CALLS_PER_TRIAGE
+        assert triage_services.triage_calls_made(triage_row=t) == CALLS_PER_TRIAGE
+
+        # The webhook sent at fire time carries the triage's state and link; a follow-up
+        # "alert.triaged" to the same channel carries the verdict.
+        opened = wait_until(
+            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "alert.opened"], 30
+        )
+        field = opened[0]["body"]["alert"]["triage"]
+        assert field["status"] in {"queued", "running", "done"}
+        assert field["url"].endswith(f"/p/{project.pk}/s/tri/t/1/#triage")
+        triaged = wait_until(
+            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "alert.triaged"], 30
+        )
+        assert triaged[0]["signature_ok"]
+        body = triaged[0]["body"]
+        assert body["event"] == "alert.triaged" and body["alert"]["id"] in t.alert_ids
+        assert body["alert"]["triage"]["block"] == t.result["block"]
+        assert body["alert"]["triage"]["summary"].startswith(
+            f"most responsible block: {t.result['block']} (score"
+        )
+
+    # The turn page and the alert page show the verdict.
+    viewer = member_client(project, "viewer")
+    turn_page = viewer.get(reverse("ingest:turn", args=[project.pk, "tri", 1])).content.decode()
+    assert f"most responsible block: {t.result['block']}" in turn_page
+    assert (
+        'data-testid="triage-cost"' in turn_page and f"{CALLS_PER_TRIAGE} model calls reserved" in turn_page
+    )
+    alert_page = viewer.get(reverse("alerts:detail", args=[project.pk, alerts[0].pk])).content.decode()
+    assert f"most responsible block: {t.result['block']}" in alert_page
+    assert 'data-testid="triage-cancel"' not in alert_page, "a finished triage has nothing to cancel"
+
+    # Dedup: a second alert on the same turn joins the triage instead of starting another.
+    first = alerts[0]
+    AlertRule.objects.create(
+        project=project,
+        name="again",
+        kind=first.rule.kind,
+        severity=first.rule.severity,
+        params=first.rule.params,
+    )
+    res = alerts_evaluate_task.apply_async(kwargs={"project_id": project.pk, "snapshot_refs": [ref]})
+    wait_until(lambda: celery_worker_process.task_finished(res.id), 60, "the evaluation")
+    again = Alert.objects.filter(project=project, snapshot_ref=ref, rule__name="again").get()
+    t2 = Triage.objects.get(pk=t.pk)
+    assert again.pk in t2.alert_ids
+    assert Triage.objects.filter(project=project, snapshot_ref=ref).count() == 1
+    assert t2.status == "done" and t2.job_id == t.job_id
+    assert ReplayJob.objects.filter(project=project).count() == 1
+    assert proxy.started == CALLS_PER_TRIAGE
+
+
+@pytest.mark.e2e
+def test_a_failed_validation_triggers_a_triage_that_can_be_cancelled_from_the_turn_page(
+    celery_worker_process: Any, api: Any, stub_server: Any, stub_endpoint: Any
+) -> None:
+    project = stub_endpoint.project
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    AlertRule.objects.filter(project=project).update(enabled=False)  # only validation flags turns here
+    stub_server.delay = 4.0  # each model call takes a while: the job is still running when cancelled
+    wire = planted_turn(session_id="val", turn=0, validation=[FAILED_CHECK])
+    post(api, wire)
+    ref = _ref(project, wire)
+    t = wait_until(
+        lambda: Triage.objects.filter(project=project, snapshot_ref=ref, status="running").first(),
+        60,
+        "a start",
+    )
+    assert t.trigger == "validation" and t.alert_ids == [] and t.job_id is not None
+    editor = member_client(project, "editor")
+    page = reverse("ingest:turn", args=[project.pk, "val", 0])
+    assert 'data-testid="triage-cancel"' in editor.get(page).content.decode()
+    resp = editor.post(reverse("replay:triage_cancel", args=[project.pk, t.pk]), {"next": page})
+    assert resp.status_code == 302 and resp["Location"] == page
+    t.refresh_from_db()
+    assert t.status == "cancelled"
+    job = ReplayJob.objects.get(pk=t.job_id)
+    assert job.status == "cancelled"
+    # No new model call starts: the calls under way (at most the worker's two) finish, no more.
+    wait_until(lambda: not ReplayRun.objects.filter(job=job, status__in=["pending", "running"]).exists(), 60)
+    made = len(stub_server.completion_calls())
+    assert made < CALLS_PER_TRIAGE
+    assert ReplayRun.objects.filter(job=job, status="cancelled").count() >= CALLS_PER_TRIAGE - made
+    # The finisher leaves a cancelled triage as it is.
+    triage_services.triage_finish(triage_id=t.pk)
+    assert Triage.objects.get(pk=t.pk).status == "cancelled"
+    assert "cancelled" in editor.get(page).content.decode()
+
+
+@pytest.mark.e2e
+def test_the_daily_budget_caps_triage_calls_even_with_concurrent_triggers(
+    celery_worker_process: Any, api: Any, counted_local_endpoint: Any
+) -> None:
+    ep, proxy = counted_local_endpoint
+    project = ep.project
+    cap = 2 * CALLS_PER_TRIAGE + 2  # room for two triages, not three
+    project_triage_set(project=project, enabled=True, daily_calls=cap)
+    AlertRule.objects.filter(project=project).update(enabled=False)  # only validation flags turns here
+    # Four failing turns in one batch: four triages queued at once; the replay worker (two
+    # processes) and four threads here start them concurrently.
+    wires = [planted_turn(session_id=f"b{i}", turn=0, validation=[FAILED_CHECK]) for i in range(4)]
+    resp = api.post_snapshots(wires)
+    assert resp.status_code == 200, resp.content
+    refs = [_ref(project, w) for w in wires]
+    queued = wait_until(
+        lambda: (
+            (ids := list(Triage.objects.filter(project=project).values_list("id", flat=True)))
+            and len(ids) == 4
+            and ids
+        ),
+        60,
+        "four triages",
+    )
+    barrier = threading.Barrier(len(queued))
+
+    def start(tid: int) -> None:
+        try:
+            barrier.wait()
+            triage_services.triage_start(triage_id=tid)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start, args=(tid,)) for tid in queued]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    done = wait_until(
+        lambda: all(_finished(project, r) for r in refs) and [_finished(project, r) for r in refs],
+        300,
+        "triages",
+    )
+    statuses = sorted(t.status for t in done)
+    assert statuses == ["done", "done", "skipped", "skipped"], [(t.status, t.reason) for t in done]
+    for t in done:
+        if t.status == "skipped":
+            assert t.reason == f"daily budget of {cap} calls reached"
+            assert t.job_id is None and t.calls_reserved == 0
+    used = triage_services.budget_used(project=project)
+    assert used == 2 * CALLS_PER_TRIAGE <= cap
+    assert sum(t.calls_reserved for t in done) == used
+    assert ReplayJob.objects.filter(project=project).count() == 2
+    assert proxy.started == used, "the model got exactly the calls counted"
+
+    # The next flagged turn of the day is skipped too, and says so on its page.
+    late = planted_turn(session_id="late", turn=0, validation=[FAILED_CHECK])
+    post(api, late)
+    t = wait_until(lambda: _finished(project, _ref(project, late)), 60, "the late triage")
+    assert t.status == "skipped" and t.reason == f"daily budget of {cap} calls reached"
+    page = member_client(project, "viewer").get(reverse("ingest:turn", args=[project.pk, "late", 0]))
+    assert f"skipped: daily budget of {cap} calls reached" in page.content.decode()
+    assert triage_services.budget_used(project=project) == used and proxy.started == used
+
+
+def test_concurrent_reservations_never_pass_the_cap(project: Any) -> None:
+    day = triage_services.utc_day()
+    n, calls, cap = 12, 5, 23
+    barrier = threading.Barrier(n)
+    granted: list[bool] = []
+    lock = threading.Lock()
+
+    def reserve() -> None:
+        try:
+            barrier.wait()
+            with transaction.atomic():
+                ok = triage_services._budget_reserve(project_id=project.pk, day=day, calls=calls, cap=cap)
+            with lock:
+                granted.append(ok)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=reserve) for _ in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert granted.count(True) == cap // calls
+    assert TriageBudget.objects.get(project=project, day=day).calls == (cap // calls) * calls
+
+
+def test_one_triage_per_turn_and_only_for_projects_that_opted_in(api: Any, project: Any) -> None:
+    wire = planted_turn(session_id="d", turn=0)
+    post(api, wire)
+    ref = _ref(project, wire)
+    flag = registry.TurnFlagged(project_id=project.pk, snapshot_ref=ref, reason="alert", alert_id=11)
+    registry.turns_flagged([flag])
+    assert not Triage.objects.exists(), "triage is off by default"
+    project_triage_set(project=project, enabled=True, daily_calls=10)
+    with transaction.atomic():
+        registry.turns_flagged([flag])
+        registry.turns_flagged(
+            [registry.TurnFlagged(project_id=project.pk, snapshot_ref=ref, reason="alert", alert_id=12)]
+        )
+    (t,) = Triage.objects.filter(project=project)
+    assert (t.snapshot_ref, t.turn, t.session_id, t.status) == (ref, 0, "d", "queued")
+    assert t.alert_ids == [11, 12]
+
+
+def test_triage_settings_and_the_api(client: Any, api: Any, project: Any) -> None:
+    admin = member_client(project, "admin")
+    url = reverse("ingest:triage", args=[project.pk])
+    bad = admin.post(url, {"enabled": "on", "daily_calls": "-3"})
+    assert bad.status_code == 400
+    assert "daily_calls" in bad.content.decode() and 'id="triage-errors"' in bad.content.decode()
+    ok = admin.post(url, {"enabled": "on", "daily_calls": "40"})
+    assert ok.status_code == 302
+    project.refresh_from_db()
+    assert project.triage_enabled and project.triage_daily_calls == 40
+    assert member_client(project, "editor", "ed").post(url, {"daily_calls": "1"}).status_code in (403, 404)
+
+    wire = planted_turn(session_id="api", turn=0)
+    post(api, wire)
+    ref = _ref(project, wire)
+    triage_services.triages_record(
+        flags=[registry.TurnFlagged(project_id=project.pk, snapshot_ref=ref, reason="alert", alert_id=None)]
+    )
+    t = Triage.objects.get(project=project, snapshot_ref=ref)
+    got = api.get("/triage", snapshot_id=wire["snapshot_id"])
+    assert got.status_code == 200 and got.json()["id"] == t.pk and got.json()["status"] == "queued"
+    assert api.get("/triage", snapshot_id="not-a-uuid").status_code in (400, 422)
+    # Cancelling spends no budget but stops it: a key needs the replay scope.
+    path = f"/api/v1/triage/{t.pk}/cancel"
+    refused = client.post(path, **api.headers())
+    assert refused.status_code == 403
+    _, replay_key = ingest_key_create(project=project, name="ops", scopes=(SCOPE_INGEST, SCOPE_REPLAY))
+    done = client.post(path, HTTP_AUTHORIZATION=f"Bearer {replay_key}")
+    assert done.status_code == 200 and done.json()["status"] == "cancelled"
+    # A cancelled triage is never started.
+    assert triage_services.triage_start(triage_id=t.pk) == "nothing_to_do"
+    assert not ReplayJob.objects.exists()

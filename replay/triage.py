@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from replay import diff
-from replay.types import TurnResult
+from replay.types import AttributionResult, TurnResult
 
 # Baseline samples of a triage job: the noise band its verdict is measured against.
 TRIAGE_SAMPLES = 3
@@ -62,9 +62,14 @@ def triage_result(
     method: str,
     block_positions: Mapping[str, int] | None = None,
 ) -> TriageResult:
-    """The verdict from one turn's leave-one-out results (replay.selectors.job_results): blocks
-    ranked by the distance of the answer without them, ties broken by the smallest distance to
-    any baseline sample, then by a changed tool call."""
+    """The verdict from one turn's results (replay.selectors.job_results). An attribution job's:
+    blocks ranked by their surrogate score, within noise when the top score lies inside the
+    baseline's band. A leave-one-out job's: blocks ranked by the distance of the answer without
+    them, ties broken by the smallest distance to any baseline sample, then by a changed tool
+    call."""
+    attributed = turn.get("attribution") if turn else None
+    if attributed and attributed["sources"]:
+        return _from_attribution(attributed, block_kinds=block_kinds, method=method)
     noise: Mapping[str, Any] = (turn.get("noise") if turn else None) or {}
     noise_max = float(noise.get("max") or 0.0)
     samples = int(noise.get("samples") or 0)
@@ -113,6 +118,32 @@ def triage_result(
         "baseline_samples": samples,
         "within_noise": not ranking[0]["changed"],
         "tied_with": tied,
+        "ranking": ranking,
+        "method": method,
+    }
+
+
+def _from_attribution(att: AttributionResult, *, block_kinds: Mapping[str, str], method: str) -> TriageResult:
+    sources = att["sources"]
+    ranking: list[RankedBlock] = [
+        {
+            "key": x["key"],
+            "kind": block_kinds.get(x["key"], ""),
+            "position": x["position"],
+            "score": round(float(x["score"]), 6),
+            "changed": not x["within_noise"],
+        }
+        for x in sources
+    ]
+    top = sources[0]
+    return {
+        "block": top["key"],
+        "kind": block_kinds.get(top["key"], ""),
+        "score": round(float(top["score"]), 6),
+        "noise": round(float(att["noise"]), 6),
+        "baseline_samples": int(att["samples"]),
+        "within_noise": bool(top["within_noise"]),
+        "tied_with": [x["key"] for x in sources[1:] if abs(x["score"] - top["score"]) <= TIE_EPS],
         "ranking": ranking,
         "method": method,
     }

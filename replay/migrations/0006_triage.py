@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("replay", "0003_project_in_core"),
+        ("replay", "0005_attribution"),
         ("core", "0002_project_settings"),
     ]
 

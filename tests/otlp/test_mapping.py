@@ -330,6 +330,132 @@ def test_context_window(model: str, extra: dict[str, Any], window: int, assumed:
     assert (snap["tags"].get("ctxobs.window") == "assumed") is assumed
 
 
+PROJECT_WINDOWS = {"my-finetune": 16_384, "gpt-4o": 96_000, "acme/llama-3.1-8b": 20_000}
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "window"),
+    [
+        ("my-finetune", {}, 16_384),
+        ("my-finetune-v2", {}, 16_384),
+        ("My-Finetune", {}, 16_384),
+        ("gpt-4o", {}, 96_000),
+        ("gpt-4o-mini", {}, 96_000),
+        ("llama-3.1-8b-instruct", {}, 20_000),
+        ("openai/my-finetune", {}, 16_384),
+        ("gpt-4.1", {}, 1_047_576),
+        ("my-finetune", {"ctxobs.context.window_size": 4096}, 4096),
+    ],
+    ids=[
+        "override-unknown-model",
+        "override-by-prefix",
+        "override-any-case",
+        "override-over-registry",
+        "override-prefix-over-registry",
+        "override-key-provider-prefix-ignored",
+        "model-provider-prefix-ignored",
+        "registry-when-no-override-matches",
+        "attribute-over-override",
+    ],
+)
+def test_project_model_windows_override_the_registry(model: str, extra: dict[str, Any], window: int) -> None:
+    attrs = genai_attrs(**{"gen_ai.request.model": model, **extra})
+    snap = valid(span_to_snapshot(span(attrs), model_windows=PROJECT_WINDOWS))
+    assert snap["model"]["context_window"] == window
+    assert "ctxobs.window" not in snap["tags"]
+
+
+def test_project_model_windows_reach_every_span_of_an_export() -> None:
+    spans = [
+        span(genai_attrs(**{"gen_ai.request.model": "my-finetune"}), span_id=f"00000000000000a{i}", start=T0 + i)
+        for i in range(2)
+    ]
+    pairs = spans_to_snapshots(spans, model_windows={"my-finetune": 12_000})
+    assert [snap["model"]["context_window"] for _, snap in pairs] == [12_000, 12_000]
+
+
+def compacted_input(compaction: dict[str, Any], *, as_part: bool = True) -> list[dict[str, Any]]:
+    """A conversation resumed after a compaction: the compaction, then the next user question."""
+    first: dict[str, Any] = {"role": "user", "parts": [compaction]} if as_part else compaction
+    return [
+        first,
+        {"role": "assistant", "parts": [{"type": "text", "content": "Noted."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "And tomorrow?"}]},
+    ]
+
+
+SUMMARY = "The user asked for the weather in Paris: 18C and sunny. They are flying there on Friday."
+
+
+@pytest.mark.parametrize(
+    ("compaction", "as_part", "text", "tokens_before", "ref"),
+    [
+        (
+            {"type": "compaction", "id": "cmp_1", "content": SUMMARY, "tokens_before": 5210},
+            True,
+            SUMMARY,
+            5210,
+            "cmp_1",
+        ),
+        ({"type": "compaction", "summary": [{"type": "summary_text", "text": SUMMARY}]}, True, SUMMARY, None, ""),
+        ({"type": "compaction", "id": "cmp_2", "content": SUMMARY}, False, SUMMARY, None, "cmp_2"),
+    ],
+    ids=["part-with-text-and-tokens-before", "part-with-summary-parts", "bare-compaction-item"],
+)
+def test_a_compaction_becomes_a_summary_block_and_a_compression_event(
+    compaction: dict[str, Any], as_part: bool, text: str, tokens_before: int | None, ref: str
+) -> None:
+    attrs = genai_attrs(**{"gen_ai.input.messages": json.dumps(compacted_input(compaction, as_part=as_part))})
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert layout(snap) == [
+        ("system", "system", 1),
+        ("tools", "tools", 0),
+        ("summary", "summary", 1),
+        ("history", "history", 1),
+        ("user", "user", 1),
+    ]
+    assert snap["blocks"][2]["messages"] == [{"role": "user", "content": text}]
+    [event] = snap["compression"]
+    assert event["strategy"] == "summarize"
+    assert event["block"] == "summary"
+    assert event["tokens_before"] == tokens_before
+    # The summary's own tokens, counted the way the server counts the block.
+    assert event["tokens_after"] is not None and 20 < event["tokens_after"] < 40
+    assert event["ref"] == ref
+    assert event["items"] == ([ref] if ref else [])
+    assert TAG_CONTENT not in snap["tags"]
+
+
+def test_an_encrypted_compaction_is_kept_and_said_to_be_unreadable() -> None:
+    compaction = {"type": "compaction", "id": "cmp_9", "encrypted_content": "gAAAAABo-opaque"}
+    attrs = genai_attrs(**{"gen_ai.input.messages": json.dumps(compacted_input(compaction, as_part=False))})
+    snap = valid(span_to_snapshot(span(attrs)))
+    summary = next(b for b in snap["blocks"] if b["key"] == "summary")
+    assert summary["messages"] == [{"role": "user", "content": "gAAAAABo-opaque"}]
+    assert snap["compression"][0]["ref"] == "cmp_9"
+    assert snap["tags"][TAG_CONTENT] == "incomplete"
+    assert "encrypted" in snap["tags"][TAG_CONTENT_REASON]
+
+
+def test_a_compaction_part_beside_text_keeps_both_in_order() -> None:
+    first = {
+        "role": "user",
+        "parts": [
+            {"type": "compaction", "content": SUMMARY},
+            {"type": "text", "content": "Earlier question"},
+        ],
+    }
+    inputs = [first, {"role": "user", "parts": [{"type": "text", "content": "Now?"}]}]
+    snap = valid(span_to_snapshot(span(genai_attrs(**{"gen_ai.input.messages": json.dumps(inputs)}))))
+    assert layout(snap)[2:] == [("summary", "summary", 1), ("history", "history", 1), ("user", "user", 1)]
+    assert snap["blocks"][3]["messages"] == [{"role": "user", "content": "Earlier question"}]
+    assert len(snap["compression"]) == 1
+
+
+def test_no_compaction_no_compression_events() -> None:
+    assert "compression" not in span_to_snapshot(span(genai_attrs()))
+
+
 def test_anthropic_input_tokens_get_the_cached_tokens_added_back() -> None:
     attrs = genai_attrs(
         **{

@@ -277,6 +277,9 @@ def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> l
             summaries.append(_compaction_message(p, role, compactions))
         else:
             others.append(p)
+    if not calls and isinstance(m.get("tool_calls"), list):
+        # The OpenAI chat shape beside the parts (LiteLLM writes its messages so).
+        calls = _event_calls(m["tool_calls"])
     if role == "tool" and results:
         return summaries + results
     msg: dict[str, Any] = {
@@ -288,8 +291,8 @@ def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> l
         msg["content"] = "\n".join(texts) if texts else None
     if calls:
         msg["tool_calls"] = calls
-    if role == "tool" and m.get("id"):
-        msg["tool_call_id"] = str(m.get("id"))
+    if role == "tool" and (m.get("tool_call_id") or m.get("id")):
+        msg["tool_call_id"] = str(m.get("tool_call_id") or m.get("id"))
     out = [msg] if (msg.get("content") is not None or calls) else []
     return summaries + out + results
 
@@ -441,9 +444,39 @@ def _ollm_message(fields: dict[str, Any]) -> dict[str, Any]:
             }
             for _, c in sorted(calls.items())
         ]
+    elif fields.get("function_call.name"):
+        # The legacy single function call (LiteLLM's `gen_ai.completion.N.function_call.*`).
+        msg["tool_calls"] = [
+            {
+                "id": "",
+                "type": "function",
+                "function": {
+                    "name": str(fields["function_call.name"]),
+                    "arguments": _genai_arguments(fields.get("function_call.arguments")),
+                },
+            }
+        ]
     if fields.get("tool_call_id"):
         msg["tool_call_id"] = str(fields["tool_call_id"])
     return msg
+
+
+def _ollm_tools(attrs: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+    """Tool definitions from `llm.request.functions.N.{name,description,parameters}`."""
+    tools = []
+    for _, f in sorted(_indexed(attrs, "llm.request.functions").items()):
+        params = (
+            _json_value(f.get("parameters"), "llm.request.functions.N.parameters", problems)
+            if f.get("parameters") is not None
+            else None
+        )
+        fn: dict[str, Any] = {"name": str(f.get("name") or "")}
+        if f.get("description"):
+            fn["description"] = str(f["description"])
+        if params is not None:
+            fn["parameters"] = params
+        tools.append({"type": "function", "function": fn})
+    return tools
 
 
 def _ollm_content(attrs: dict[str, Any], content: _Content) -> bool:
@@ -454,18 +487,7 @@ def _ollm_content(attrs: dict[str, Any], content: _Content) -> bool:
     if _gaps(prompts):
         content.problems.append("gen_ai.prompt has gaps in its indexes")
     content.messages = [_ollm_message(f) for _, f in sorted(prompts.items())]
-    for _, f in sorted(_indexed(attrs, "llm.request.functions").items()):
-        params = (
-            _json_value(f.get("parameters"), "llm.request.functions.N.parameters", content.problems)
-            if f.get("parameters") is not None
-            else None
-        )
-        fn: dict[str, Any] = {"name": str(f.get("name") or "")}
-        if f.get("description"):
-            fn["description"] = str(f["description"])
-        if params is not None:
-            fn["parameters"] = params
-        content.tools.append({"type": "function", "function": fn})
+    content.tools = _ollm_tools(attrs, content.problems)
     if completions:
         first_fields = completions[min(completions)]
         first = _ollm_message(first_fields)
@@ -751,6 +773,13 @@ def span_to_snapshot(
         or _ollm_content(attrs, content)
         or _event_content([*span.events, *(details or [])], content)
     )
+    # GenAI messages with OpenLLMetry's tool attributes beside them (LiteLLM sends so).
+    if not content.tools:
+        content.tools = _ollm_tools(attrs, content.problems)
+    if content.output is not None and not content.output["tool_calls"]:
+        completions = _indexed(attrs, "gen_ai.completion")
+        if completions:
+            content.output["tool_calls"] = _ollm_message(completions[min(completions)]).get("tool_calls") or []
     problems = content.problems
     if _redacted(content.messages, content.output):
         problems.append("content was redacted (__REDACTED__)")

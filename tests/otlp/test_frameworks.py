@@ -5,9 +5,12 @@ local model. Each model call is checked from storage."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import openai
+import pytest
 from agents import (
     Agent,
     ModelSettings,
@@ -21,7 +24,11 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, To
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openinference.instrumentation import using_session
+from openinference.instrumentation.openai import OpenAIInstrumentor
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from core.models import Project
 from ingest import selectors
@@ -140,4 +147,103 @@ def test_an_openai_agents_sdk_agent_with_a_function_tool(
         assert snap["model"]["name"] == "gemma-3-270m"
         assert raw.usage is not None
         assert snap["output"]["usage"]["prompt_tokens"] == raw.usage.input_tokens
+        assert "ctxobs.content" not in snap["tags"]
+
+
+@pytest.fixture
+def litellm_traced(
+    otlp_server: tuple[ApiServer, Project, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TracerProvider]:
+    """OpenInference's LiteLLM instrumentation beside its OpenAI one (LiteLLM's `openai/`
+    provider calls the openai client), exporting with the standard exporter, configured the
+    documented way (OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_HEADERS)."""
+    # LiteLLM fetches its model price map at import unless told to use the bundled one.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from openinference.instrumentation.litellm import LiteLLMInstrumentor
+
+    server, _, key = otlp_server
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{server.url}/api/v1/otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{key}")
+    provider = TracerProvider(resource=Resource.create({"service.name": "litellm-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    instrumentors = [LiteLLMInstrumentor(), OpenAIInstrumentor()]
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield provider
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+        provider.shutdown()
+
+
+LITELLM_TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def test_a_litellm_agent_with_a_tool_call(
+    otlp_server: tuple[ApiServer, Project, str],
+    litellm_traced: TracerProvider,
+    local_model: localmodel.LocalModelServer,
+) -> None:
+    import litellm
+
+    _, project, _ = otlp_server
+    model = {"model": "openai/gemma-3-270m", "api_base": local_model.base_url, "api_key": "unused"}
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a weather assistant. Use the tools."},
+        {"role": "user", "content": "Weather in Lisbon?"},
+    ]
+    with using_session("litellm-session"):
+        first = litellm.completion(
+            **model,
+            messages=messages,
+            tools=LITELLM_TOOLS,
+            # A named tool choice: llama.cpp then follows a grammar, so the small model calls the tool.
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=0,
+            max_tokens=40,
+        )
+        call = first.choices[0].message.tool_calls[0]
+        # LiteLLM's own message object goes back into the history, as its documentation does it.
+        messages.append(first.choices[0].message)
+        city = json.loads(call.function.arguments).get("city", "Lisbon")
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": f"18C and sunny in {city}"})
+        second = litellm.completion(**model, messages=messages, tools=LITELLM_TOOLS, temperature=0, max_tokens=24)
+    assert litellm_traced.force_flush(30_000)
+
+    # LiteLLM's span wraps the openai client's: the inner one, with the tool call ids, is the turn.
+    one, two = stored_turns(project, "litellm-session", 2)
+    assert [b["key"] for b in one["blocks"]] == ["system", "tools", "user"]
+    assert [b["key"] for b in two["blocks"]] == ["system", "tools", "user", "tool_results"]
+    assert one["blocks"][2]["messages"] == [{"role": "user", "content": "Weather in Lisbon?"}]
+    assert one["output"]["tool_calls"][0]["id"] == call.id
+    assert one["output"]["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": call.function.arguments,
+    }
+    exchange = two["blocks"][3]["messages"]
+    assert exchange[0]["role"] == "assistant"
+    assert exchange[0]["tool_calls"][0]["id"] == call.id
+    assert exchange[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert exchange[1] == {"role": "tool", "tool_call_id": call.id, "content": f"18C and sunny in {city}"}
+    assert (two["output"]["text"] or "") == (second.choices[0].message.content or "")
+    for snap, reply in ((one, first), (two, second)):
+        assert [t["function"]["name"] for t in snap["params"]["tools"]] == ["get_weather"]
+        assert snap["blocks"][1]["tokens"] > 0
+        assert snap["agent"] == "litellm-agent"
+        assert snap["model"]["name"] == "gemma-3-270m"  # the openai client's span, not LiteLLM's
+        assert snap["output"]["usage"]["prompt_tokens"] == reply.usage.prompt_tokens
         assert "ctxobs.content" not in snap["tags"]

@@ -781,6 +781,8 @@ def span_to_snapshot(
         if completions:
             content.output["tool_calls"] = _ollm_message(completions[min(completions)]).get("tool_calls") or []
     problems = content.problems
+    if any(m.get("role") == "tool" and not m.get("tool_call_id") for m in content.messages):
+        problems.append("a tool result has no tool_call_id (the instrumentation did not record it)")
     if _redacted(content.messages, content.output):
         problems.append("content was redacted (__REDACTED__)")
 

@@ -456,6 +456,63 @@ def test_no_compaction_no_compression_events() -> None:
     assert "compression" not in span_to_snapshot(span(genai_attrs()))
 
 
+def test_litellm_shapes_openai_messages_beside_parts_and_openllmetry_tools() -> None:
+    """LiteLLM's OpenTelemetry callback: GenAI messages whose tool calls and ids are in the
+    OpenAI shape beside the parts, tools as `llm.request.functions.N.*`, the reply's tool call
+    as `gen_ai.completion.0.function_call.*`."""
+    call = {"id": "call_7", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "llm.request.type": "completion",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.input.messages": json.dumps(
+            [
+                {"role": "system", "parts": [{"type": "text", "content": "You answer about weather."}]},
+                {"role": "user", "parts": [{"type": "text", "content": "Oslo?"}]},
+                {"role": "assistant", "parts": [], "tool_calls": [call]},
+                {"role": "tool", "parts": [{"type": "text", "content": "4C"}], "tool_call_id": "call_7"},
+            ]
+        ),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [], "finish_reason": "tool_calls"}]),
+        "gen_ai.completion.0.function_call.name": "get_weather",
+        "gen_ai.completion.0.function_call.arguments": '{"city":"Bergen"}',
+        "llm.request.functions.0.name": "get_weather",
+        "llm.request.functions.0.description": "Weather of a city",
+        "llm.request.functions.0.parameters": json.dumps(WEATHER_TOOL["parameters"]),
+    }
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert layout(snap) == [
+        ("system", "system", 1),
+        ("tools", "tools", 0),
+        ("user", "user", 1),
+        ("tool_results", "tool_results", 2),
+    ]
+    assert snap["blocks"][3]["messages"] == [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4C", "tool_call_id": "call_7"},
+    ]
+    assert [t["function"]["name"] for t in snap["params"]["tools"]] == ["get_weather"]
+    assert snap["output"]["tool_calls"] == [
+        {"id": "", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Bergen"}'}}
+    ]
+    assert snap["output"]["finish_reason"] == "tool_calls"
+    assert TAG_CONTENT not in snap["tags"]
+
+
+def test_a_tool_result_without_its_call_id_is_flagged() -> None:
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "gpt-4o-mini",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Oslo?",
+        "llm.input_messages.1.message.role": "tool",
+        "llm.input_messages.1.message.content": "4C",
+    }
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert snap["tags"][TAG_CONTENT] == "incomplete"
+    assert "no tool_call_id" in snap["tags"][TAG_CONTENT_REASON]
+
+
 def test_anthropic_input_tokens_get_the_cached_tokens_added_back() -> None:
     attrs = genai_attrs(
         **{

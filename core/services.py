@@ -67,7 +67,9 @@ def model_windows_problems(windows: Mapping[str, object]) -> list[str]:
         if not isinstance(name, str) or not name.strip() or len(name) > MODEL_NAME_MAX_CHARS:
             problems.append(f"model name {str(name)[:40]!r}: 1 to {MODEL_NAME_MAX_CHARS} characters")
         if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= LIMITS.max_int:
-            problems.append(f"window of {str(name)[:40]!r}: a whole number of tokens from 1 to {LIMITS.max_int}")
+            problems.append(
+                f"window of {str(name)[:40]!r}: a whole number of tokens from 1 to {LIMITS.max_int}"
+            )
     return problems
 
 

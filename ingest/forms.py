@@ -129,7 +129,9 @@ class ModelWindowsForm(forms.Form):
             if not eq or not name:
                 errors.append(f"line {n}: write it as `model = window`, e.g. `my-finetune = 32768`")
             elif len(name) > MODEL_NAME_MAX_CHARS:
-                errors.append(f"line {n}: the model name is {len(name)} characters, at most {MODEL_NAME_MAX_CHARS}")
+                errors.append(
+                    f"line {n}: the model name is {len(name)} characters, at most {MODEL_NAME_MAX_CHARS}"
+                )
             elif not (value.isascii() and value.isdigit()) or not 0 < int(value) <= LIMITS.max_int:
                 errors.append(
                     f"line {n}: the window of {name[:40]!r} must be a whole number of tokens "
@@ -143,5 +145,6 @@ class ModelWindowsForm(forms.Form):
         if len(windows) > MODEL_WINDOWS_MAX_ENTRIES:
             errors.append(f"{len(windows)} models: at most {MODEL_WINDOWS_MAX_ENTRIES}")
         if errors:
-            raise forms.ValidationError(errors[:10] + ([f"and {len(errors) - 10} more"] if len(errors) > 10 else []))
+            more = [f"and {len(errors) - 10} more"] if len(errors) > 10 else []
+            raise forms.ValidationError(errors[:10] + more)
         return windows

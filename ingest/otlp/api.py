@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from core.auth import Caller, IngestKeyAuth
-from core.services import ingest_key_authenticate
 from core.schemas import Detail
+from core.services import ingest_key_authenticate
 from ingest.api import read_body
 from ingest.errors import IngestError, RateLimited
 from ingest.otlp import decode, services

@@ -716,7 +716,9 @@ def _compression_events(
             clean.append(m)
             c = content.compactions[at]
             if c["encrypted"]:
-                content.problems.append("a compaction summary is encrypted by the provider: its text is not readable")
+                content.problems.append(
+                    "a compaction summary is encrypted by the provider: its text is not readable"
+                )
             events.append(
                 {
                     "strategy": COMPRESSION_STRATEGY,
@@ -779,7 +781,8 @@ def span_to_snapshot(
     if content.output is not None and not content.output["tool_calls"]:
         completions = _indexed(attrs, "gen_ai.completion")
         if completions:
-            content.output["tool_calls"] = _ollm_message(completions[min(completions)]).get("tool_calls") or []
+            reply = _ollm_message(completions[min(completions)])
+            content.output["tool_calls"] = reply.get("tool_calls") or []
     problems = content.problems
     if any(m.get("role") == "tool" and not m.get("tool_call_id") for m in content.messages):
         problems.append("a tool result has no tool_call_id (the instrumentation did not record it)")
@@ -929,5 +932,6 @@ def spans_to_snapshots(
             ancestors.append(p)
             p = by_id.get((p.trace_id, p.parent_span_id))
         details = joined.get((s.trace_id, s.span_id))
-        out.append((s, span_to_snapshot(s, ancestors=ancestors, details=details, model_windows=model_windows)))
+        snap = span_to_snapshot(s, ancestors=ancestors, details=details, model_windows=model_windows)
+        out.append((s, snap))
     return out

@@ -111,7 +111,10 @@ def test_a_compaction_is_stored_as_a_summary_block_and_a_compression_event(
     attrs = genai_chat_attributes() | {
         "gen_ai.input.messages": json.dumps(
             [
-                {"role": "user", "parts": [{"type": "compaction", "id": "cmp_1", "content": "Paris trip, Friday."}]},
+                {
+                    "role": "user",
+                    "parts": [{"type": "compaction", "id": "cmp_1", "content": "Paris trip, Friday."}],
+                },
                 {"role": "user", "parts": [{"type": "text", "content": "And the weather?"}]},
             ]
         )

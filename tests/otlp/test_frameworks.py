@@ -19,7 +19,6 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -221,7 +220,9 @@ def test_a_litellm_agent_with_a_tool_call(
         messages.append(first.choices[0].message)
         city = json.loads(call.function.arguments).get("city", "Lisbon")
         messages.append({"role": "tool", "tool_call_id": call.id, "content": f"18C and sunny in {city}"})
-        second = litellm.completion(**model, messages=messages, tools=LITELLM_TOOLS, temperature=0, max_tokens=24)
+        second = litellm.completion(
+            **model, messages=messages, tools=LITELLM_TOOLS, temperature=0, max_tokens=24
+        )
     assert litellm_traced.force_flush(30_000)
 
     # LiteLLM's span wraps the openai client's: the inner one, with the tool call ids, is the turn.

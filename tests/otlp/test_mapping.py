@@ -366,10 +366,8 @@ def test_project_model_windows_override_the_registry(model: str, extra: dict[str
 
 
 def test_project_model_windows_reach_every_span_of_an_export() -> None:
-    spans = [
-        span(genai_attrs(**{"gen_ai.request.model": "my-finetune"}), span_id=f"00000000000000a{i}", start=T0 + i)
-        for i in range(2)
-    ]
+    attrs = genai_attrs(**{"gen_ai.request.model": "my-finetune"})
+    spans = [span(attrs, span_id=f"00000000000000a{i}", start=T0 + i) for i in range(2)]
     pairs = spans_to_snapshots(spans, model_windows={"my-finetune": 12_000})
     assert [snap["model"]["context_window"] for _, snap in pairs] == [12_000, 12_000]
 
@@ -397,7 +395,13 @@ SUMMARY = "The user asked for the weather in Paris: 18C and sunny. They are flyi
             5210,
             "cmp_1",
         ),
-        ({"type": "compaction", "summary": [{"type": "summary_text", "text": SUMMARY}]}, True, SUMMARY, None, ""),
+        (
+            {"type": "compaction", "summary": [{"type": "summary_text", "text": SUMMARY}]},
+            True,
+            SUMMARY,
+            None,
+            "",
+        ),
         ({"type": "compaction", "id": "cmp_2", "content": SUMMARY}, False, SUMMARY, None, "cmp_2"),
     ],
     ids=["part-with-text-and-tokens-before", "part-with-summary-parts", "bare-compaction-item"],
@@ -460,7 +464,11 @@ def test_litellm_shapes_openai_messages_beside_parts_and_openllmetry_tools() -> 
     """LiteLLM's OpenTelemetry callback: GenAI messages whose tool calls and ids are in the
     OpenAI shape beside the parts, tools as `llm.request.functions.N.*`, the reply's tool call
     as `gen_ai.completion.0.function_call.*`."""
-    call = {"id": "call_7", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+    call = {
+        "id": "call_7",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+    }
     attrs = {
         "gen_ai.operation.name": "chat",
         "llm.request.type": "completion",
@@ -473,7 +481,9 @@ def test_litellm_shapes_openai_messages_beside_parts_and_openllmetry_tools() -> 
                 {"role": "tool", "parts": [{"type": "text", "content": "4C"}], "tool_call_id": "call_7"},
             ]
         ),
-        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [], "finish_reason": "tool_calls"}]),
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [], "finish_reason": "tool_calls"}]
+        ),
         "gen_ai.completion.0.function_call.name": "get_weather",
         "gen_ai.completion.0.function_call.arguments": '{"city":"Bergen"}',
         "llm.request.functions.0.name": "get_weather",

@@ -130,7 +130,9 @@ def test_admin_sets_windows_on_the_settings_page(project: Project) -> None:
         "too-many",
     ],
 )
-def test_bad_windows_are_refused_with_the_line_and_the_reason(project: Project, text: str, error: str) -> None:
+def test_bad_windows_are_refused_with_the_line_and_the_reason(
+    project: Project, text: str, error: str
+) -> None:
     project_model_windows_set(project=project, windows={"kept": 1000})
     admin = member(project, "alice", "admin")
     r = admin.post(windows_url(project), {"windows": text})

@@ -638,6 +638,24 @@ def _usage(attrs: dict[str, Any], convention: str) -> tuple[dict[str, int], dict
     return usage, extra
 
 
+def _tool_result_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Tool results that cannot be tied to a call: an instrumentation dropped the id, or the
+    assistant message that made the call."""
+    problems = []
+    calls: set[str] = set()
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            if isinstance(c, dict) and c.get("id"):
+                calls.add(str(c["id"]))
+        if m.get("role") != "tool":
+            continue
+        if not m.get("tool_call_id"):
+            problems.append("a tool result has no tool_call_id (the instrumentation did not record it)")
+        elif m["tool_call_id"] not in calls:
+            problems.append("a tool result answers a call that is not in the messages")
+    return problems
+
+
 def _redacted(messages: list[dict[str, Any]], output: dict[str, Any] | None) -> bool:
     def has(v: Any) -> bool:
         if isinstance(v, str):
@@ -784,8 +802,7 @@ def span_to_snapshot(
             reply = _ollm_message(completions[min(completions)])
             content.output["tool_calls"] = reply.get("tool_calls") or []
     problems = content.problems
-    if any(m.get("role") == "tool" and not m.get("tool_call_id") for m in content.messages):
-        problems.append("a tool result has no tool_call_id (the instrumentation did not record it)")
+    problems.extend(_tool_result_problems(content.messages))
     if _redacted(content.messages, content.output):
         problems.append("content was redacted (__REDACTED__)")
 

@@ -509,7 +509,20 @@ def test_litellm_shapes_openai_messages_beside_parts_and_openllmetry_tools() -> 
     assert TAG_CONTENT not in snap["tags"]
 
 
-def test_a_tool_result_without_its_call_id_is_flagged() -> None:
+@pytest.mark.parametrize(
+    ("tool_fields", "reason"),
+    [
+        ({}, "a tool result has no tool_call_id"),
+        (
+            {"llm.input_messages.1.message.tool_call_id": "call_9"},
+            "answers a call that is not in the messages",
+        ),
+    ],
+    ids=["no-id", "no-call"],
+)
+def test_a_tool_result_that_cannot_be_tied_to_its_call_is_flagged(
+    tool_fields: dict[str, Any], reason: str
+) -> None:
     attrs = {
         "openinference.span.kind": "LLM",
         "llm.model_name": "gpt-4o-mini",
@@ -517,10 +530,11 @@ def test_a_tool_result_without_its_call_id_is_flagged() -> None:
         "llm.input_messages.0.message.content": "Oslo?",
         "llm.input_messages.1.message.role": "tool",
         "llm.input_messages.1.message.content": "4C",
+        **tool_fields,
     }
     snap = valid(span_to_snapshot(span(attrs)))
     assert snap["tags"][TAG_CONTENT] == "incomplete"
-    assert "no tool_call_id" in snap["tags"][TAG_CONTENT_REASON]
+    assert reason in snap["tags"][TAG_CONTENT_REASON]
 
 
 def test_anthropic_input_tokens_get_the_cached_tokens_added_back() -> None:

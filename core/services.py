@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from django.db import transaction
 from django.utils import timezone
@@ -18,6 +19,7 @@ from core.models import (
     key_prefix,
     new_raw_key,
 )
+from ctxobs.wire import LIMITS
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,36 @@ def project_triage_set(*, project: Project, enabled: bool, daily_calls: int) -> 
     logger.info(
         "core.project_triage project_id=%s enabled=%s daily_calls=%s", project.pk, enabled, daily_calls
     )
+# Bounds of a project's context-window overrides (Project.model_windows).
+MODEL_WINDOWS_MAX_ENTRIES = 200
+MODEL_NAME_MAX_CHARS = 200
+
+
+def model_windows_problems(windows: Mapping[str, object]) -> list[str]:
+    """What makes WINDOWS ({model name: window in tokens}) unfit as a project's overrides."""
+    problems = []
+    if len(windows) > MODEL_WINDOWS_MAX_ENTRIES:
+        problems.append(f"{len(windows)} models: at most {MODEL_WINDOWS_MAX_ENTRIES}")
+    for name, window in windows.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > MODEL_NAME_MAX_CHARS:
+            problems.append(f"model name {str(name)[:40]!r}: 1 to {MODEL_NAME_MAX_CHARS} characters")
+        if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= LIMITS.max_int:
+            problems.append(
+                f"window of {str(name)[:40]!r}: a whole number of tokens from 1 to {LIMITS.max_int}"
+            )
+    return problems
+
+
+def project_model_windows_set(*, project: Project, windows: Mapping[str, int]) -> None:
+    """Replace PROJECT's context-window overrides: {model name: window}, matched before the
+    model registry wherever a window is derived from a model name (OTLP ingest)."""
+    problems = model_windows_problems(windows)
+    if problems:
+        raise ValueError("; ".join(problems))
+    value = dict(sorted(windows.items()))
+    Project.objects.filter(pk=project.pk).update(model_windows=value)
+    project.model_windows = value
+    logger.info("ingest.project_model_windows project_id=%s models=%d", project.pk, len(value))
 
 
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:

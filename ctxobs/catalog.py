@@ -6,6 +6,8 @@ Matched by longest prefix of the lower-cased model name (a provider prefix like
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 DEFAULT_CONTEXT_WINDOW = 8192
 
 _WINDOWS: dict[str, int] = {
@@ -46,10 +48,22 @@ _WINDOWS: dict[str, int] = {
 _BY_LENGTH = sorted(_WINDOWS.items(), key=lambda kv: -len(kv[0]))
 
 
-def context_window_for(model: str) -> int | None:
-    """The known context window of MODEL in tokens, or None when the model is unknown."""
-    name = (model or "").lower().split("/")[-1]
-    for prefix, window in _BY_LENGTH:
+def _longest_prefix(name: str, table: Iterable[tuple[str, int]]) -> int | None:
+    for prefix, window in table:
         if name.startswith(prefix):
             return window
     return None
+
+
+def context_window_for(model: str, overrides: Mapping[str, int] | None = None) -> int | None:
+    """The known context window of MODEL in tokens, or None when the model is unknown.
+
+    OVERRIDES ({model name: window}, e.g. a project's) come first and match the same way: the
+    full name, else the longest name that begins MODEL (provider prefix ignored, any case)."""
+    name = (model or "").lower().split("/")[-1]
+    if overrides:
+        own = {n: v for k, v in overrides.items() if (n := str(k).lower().split("/")[-1])}
+        hit = _longest_prefix(name, sorted(own.items(), key=lambda kv: -len(kv[0])))
+        if hit is not None:
+            return hit
+    return _longest_prefix(name, _BY_LENGTH)

@@ -1,4 +1,4 @@
-"""Forms of the dashboard pages: the sessions filter, keys and members."""
+"""Forms of the dashboard pages: the sessions filter, keys, members and model windows."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from core.models import TRIAGE_DAILY_CALLS_MAX, Membership
-from ctxobs.wire import TIERS
+from core.models import TRIAGE_DAILY_CALLS_MAX, Membership, Project
+from core.services import MODEL_NAME_MAX_CHARS, MODEL_WINDOWS_MAX_ENTRIES
+from ctxobs.wire import LIMITS, TIERS
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
 SORTS = [
@@ -109,3 +110,52 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class ModelWindowsForm(forms.Form):
+    """A project's context-window overrides, one `model = window` a line."""
+
+    windows = forms.CharField(
+        required=False,
+        max_length=MODEL_WINDOWS_MAX_ENTRIES * (MODEL_NAME_MAX_CHARS + 16),
+        label="model windows",
+        widget=forms.Textarea(
+            attrs={"rows": 6, "cols": 60, "spellcheck": "false", "placeholder": "my-finetune = 32768"}
+        ),
+    )
+
+    @classmethod
+    def for_project(cls, project: Project) -> ModelWindowsForm:
+        text = "\n".join(f"{name} = {window}" for name, window in sorted(project.model_windows.items()))
+        return cls(initial={"windows": text})
+
+    def clean_windows(self) -> dict[str, int]:
+        windows: dict[str, int] = {}
+        errors: list[str] = []
+        for n, line in enumerate(self.cleaned_data["windows"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, eq, value = line.rpartition("=")
+            name, value = name.strip(), value.strip()
+            if not eq or not name:
+                errors.append(f"line {n}: write it as `model = window`, e.g. `my-finetune = 32768`")
+            elif len(name) > MODEL_NAME_MAX_CHARS:
+                errors.append(
+                    f"line {n}: the model name is {len(name)} characters, at most {MODEL_NAME_MAX_CHARS}"
+                )
+            elif not (value.isascii() and value.isdigit()) or not 0 < int(value) <= LIMITS.max_int:
+                errors.append(
+                    f"line {n}: the window of {name[:40]!r} must be a whole number of tokens "
+                    f"from 1 to {LIMITS.max_int} (got {value[:20]!r})"
+                )
+            elif name.lower() in (w.lower() for w in windows):
+                # Model names are matched in any case, so two spellings would be one model.
+                errors.append(f"line {n}: {name[:40]!r} is listed twice")
+            else:
+                windows[name] = int(value)
+        if len(windows) > MODEL_WINDOWS_MAX_ENTRIES:
+            errors.append(f"{len(windows)} models: at most {MODEL_WINDOWS_MAX_ENTRIES}")
+        if errors:
+            more = [f"and {len(errors) - 10} more"] if len(errors) > 10 else []
+            raise forms.ValidationError(errors[:10] + more)
+        return windows

@@ -36,6 +36,11 @@ urlpatterns = [
     path("p/<int:project_id>/settings/network/", views_settings.project_network, name="network"),
     path("p/<int:project_id>/settings/triage/", views_settings.project_triage, name="triage"),
     path(
+        "p/<int:project_id>/settings/model-windows/",
+        views_settings.project_model_windows,
+        name="model_windows",
+    ),
+    path(
         "p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views_settings.key_revoke, name="key_revoke"
     ),
     path("p/<int:project_id>/settings/members/", views_settings.member_add, name="member_add"),

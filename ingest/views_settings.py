@@ -1,5 +1,5 @@
-"""Project settings pages (admin): ingest keys, members and their roles, and the project's
-network policy for model endpoints and webhooks.
+"""Project settings pages (admin): ingest keys, members and their roles, the project's
+network policy for model endpoints and webhooks, and its context-window overrides.
 
 Each view resolves its project with core.access.project_access and requires the admin role.
 """
@@ -12,14 +12,21 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from config.errors import ApplicationError
 from core import members
 from core.access import project_access
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
-from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set, project_triage_set
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, TriageForm
+from core.services import (
+    ingest_key_create,
+    ingest_key_revoke,
+    project_allow_private_set,
+    project_model_windows_set,
+    project_triage_set,
+)
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, ModelWindowsForm, NetworkForm, TriageForm
 from ingest.views import _page
 
 
@@ -30,6 +37,7 @@ def _settings_ctx(
     mships = list(
         Membership.objects.filter(project=project).select_related("user").order_by("user__username")
     )
+    extra.setdefault("windows_form", ModelWindowsForm.for_project(project))
     return _page(
         request,
         project,
@@ -112,6 +120,25 @@ def project_triage(request: HttpRequest, project_id: int) -> HttpResponse:
         f"Auto-triage is on, within {calls} model calls a day." if enabled else "Auto-triage is off.",
     )
     return redirect("ingest:settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def project_model_windows(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    form = ModelWindowsForm(request.POST)
+    if not form.is_valid():
+        ctx = _settings_ctx(request, project, membership, windows_form=form)
+        return render(request, "ingest/settings.html", ctx, status=400)
+    windows = form.cleaned_data["windows"]
+    project_model_windows_set(project=project, windows=windows)
+    messages.success(
+        request,
+        f"Context windows set for {len(windows)} model{'' if len(windows) == 1 else 's'}."
+        if windows
+        else "No context-window overrides: the model registry decides.",
+    )
+    return redirect(reverse("ingest:settings", args=[project.pk]) + "#model-windows")
 
 
 @login_required

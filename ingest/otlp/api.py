@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -19,8 +20,9 @@ from ninja import Router
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from core.auth import IngestKeyAuth
+from core.auth import Caller, IngestKeyAuth
 from core.schemas import Detail
+from core.services import ingest_key_authenticate
 from ingest.api import read_body
 from ingest.errors import IngestError, RateLimited
 from ingest.otlp import decode, services
@@ -42,6 +44,19 @@ class OtlpBadRequest(IngestError):
 
 class OtlpUnsupported(IngestError):
     status_code = 415
+
+
+class OtlpKeyAuth(IngestKeyAuth):
+    """The ingest key as a bearer token, also when the space is still percent-encoded
+    (`Bearer%20<key>`): exporters that read OTEL_EXPORTER_OTLP_HEADERS without decoding it
+    (LiteLLM's) send the header so. Keys hold no `%`, so decoding cannot change one."""
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        header = request.headers.get("Authorization", "")
+        if header[:9].lower() == "bearer%20":
+            key = ingest_key_authenticate(raw=unquote(header[9:]))
+            return Caller(project=key.project, key=key)
+        return super().__call__(request)
 
 
 def _status_error(exc: IngestError) -> IngestError:
@@ -213,7 +228,7 @@ _DESCRIPTION = (
 
 @router.post(
     "/otlp/v1/traces",
-    auth=IngestKeyAuth(),
+    auth=OtlpKeyAuth(),
     response=_ERRORS,
     summary="Ingest OTLP traces (model-call spans become snapshots)",
     description=_DESCRIPTION.format(what="traces"),
@@ -231,7 +246,7 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
 
 @router.post(
     "/otlp/v1/logs",
-    auth=IngestKeyAuth(),
+    auth=OtlpKeyAuth(),
     response=_ERRORS,
     summary="Ingest OTLP logs (GenAI inference detail events become snapshots)",
     description=_DESCRIPTION.format(what="logs"),

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxobs import tokens as tok
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
+from ctxobs.client import TAG_BLOCK, TAG_KIND
 from ctxobs.instrument import default_partitioner
 from ctxobs.wire import BLOCK_KINDS, LIMITS
 from ingest.otlp.decode import Event, LogRecord, Span
@@ -40,6 +42,12 @@ DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 GENAI_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 OPENLLMETRY_TYPES = frozenset({"chat", "completion"})
 REDACTED = "__REDACTED__"
+# A compaction part (OpenAI Responses `compaction` item, Anthropic `compaction` block) stands for
+# the history it replaced: it becomes a `summary` block and a compression event.
+COMPACTION = "compaction"
+COMPRESSION_STRATEGY = "summarize"
+# Marks a summary message until the partitioner has placed it; never stored.
+_COMPACTION_MARK = "_ctxobs_compaction"
 _GENAI_CONTENT = frozenset(
     {
         "gen_ai.system_instructions",
@@ -115,6 +123,8 @@ class _Content:
     output: dict[str, Any] | None = None
     found: bool = False
     problems: list[str] = field(default_factory=list)
+    # One per compaction part: {"id", "tokens_before", "encrypted"}, in message order.
+    compactions: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --- values -----------------------------------------------------------------------------
@@ -184,11 +194,57 @@ def _genai_arguments(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v if v is not None else {}, ensure_ascii=False)
 
 
-def _genai_message(m: Any) -> list[dict[str, Any]]:
-    """One GenAI message ({role, parts}) as chat messages: tool responses become tool messages."""
+def _summary_text(v: Any) -> str | None:
+    """The readable text of a compaction's summary: a string, or a list of text parts."""
+    if isinstance(v, str):
+        return v or None
+    if isinstance(v, list):
+        texts = [
+            str(p.get("text") if p.get("text") is not None else p.get("content") or "")
+            for p in v
+            if isinstance(p, dict)
+        ]
+        return "\n".join(t for t in texts if t) or None
+    return None
+
+
+def _compaction_message(
+    p: dict[str, Any], role: str, compactions: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The summary message a compaction part stands for, marked for the `summary` block. Its
+    text is the summary when the part carries one; an encrypted summary is kept as sent."""
+    text = next(
+        (t for k in ("content", "summary", "text") if (t := _summary_text(p.get(k))) is not None), None
+    )
+    encrypted = text is None
+    if text is None:
+        text = _text(p.get("encrypted_content"))
+    if compactions is not None:
+        compactions.append(
+            {
+                "id": str(p.get("id") or ""),
+                "tokens_before": _int(p.get("tokens_before")),
+                "encrypted": encrypted,
+            }
+        )
+    return {
+        "role": role if role in ("system", "user", "assistant", "developer") else "user",
+        "content": text,
+        TAG_BLOCK: "summary",
+        TAG_KIND: "summary",
+        _COMPACTION_MARK: len(compactions) - 1 if compactions is not None else 0,
+    }
+
+
+def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One GenAI message ({role, parts}) as chat messages: tool responses become tool messages,
+    a compaction part (or a bare compaction item) a summary message before the rest."""
     if not isinstance(m, dict):
         return []
+    if m.get("type") == COMPACTION and "parts" not in m:
+        return [_compaction_message(m, str(m.get("role") or "user"), compactions)]
     role = str(m.get("role") or "user")
+    summaries: list[dict[str, Any]] = []
     texts: list[str] = []
     others: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -217,10 +273,15 @@ def _genai_message(m: Any) -> list[dict[str, Any]]:
             results.append(
                 {"role": "tool", "tool_call_id": str(p.get("id") or ""), "content": _text(p.get("response"))}
             )
+        elif ptype == COMPACTION:
+            summaries.append(_compaction_message(p, role, compactions))
         else:
             others.append(p)
+    if not calls and isinstance(m.get("tool_calls"), list):
+        # The OpenAI chat shape beside the parts (LiteLLM writes its messages so).
+        calls = _event_calls(m["tool_calls"])
     if role == "tool" and results:
-        return results
+        return summaries + results
     msg: dict[str, Any] = {
         "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
     }
@@ -230,10 +291,10 @@ def _genai_message(m: Any) -> list[dict[str, Any]]:
         msg["content"] = "\n".join(texts) if texts else None
     if calls:
         msg["tool_calls"] = calls
-    if role == "tool" and m.get("id"):
-        msg["tool_call_id"] = str(m.get("id"))
+    if role == "tool" and (m.get("tool_call_id") or m.get("id")):
+        msg["tool_call_id"] = str(m.get("tool_call_id") or m.get("id"))
     out = [msg] if (msg.get("content") is not None or calls) else []
-    return out + results
+    return summaries + out + results
 
 
 def _genai_tool(t: Any) -> dict[str, Any] | None:
@@ -265,7 +326,7 @@ def _genai_content(attrs: dict[str, Any], content: _Content) -> bool:
         messages.append({"role": "system", "content": system})
     inputs = _json_value(inp_raw, "gen_ai.input.messages", problems)
     for m in inputs if isinstance(inputs, list) else []:
-        messages.extend(_genai_message(m))
+        messages.extend(_genai_message(m, content.compactions))
     content.messages = messages
     tools = _json_value(tools_raw, "gen_ai.tool.definitions", problems) if tools_raw is not None else None
     content.tools = [d for t in tools if (d := _genai_tool(t)) is not None] if isinstance(tools, list) else []
@@ -383,9 +444,39 @@ def _ollm_message(fields: dict[str, Any]) -> dict[str, Any]:
             }
             for _, c in sorted(calls.items())
         ]
+    elif fields.get("function_call.name"):
+        # The legacy single function call (LiteLLM's `gen_ai.completion.N.function_call.*`).
+        msg["tool_calls"] = [
+            {
+                "id": "",
+                "type": "function",
+                "function": {
+                    "name": str(fields["function_call.name"]),
+                    "arguments": _genai_arguments(fields.get("function_call.arguments")),
+                },
+            }
+        ]
     if fields.get("tool_call_id"):
         msg["tool_call_id"] = str(fields["tool_call_id"])
     return msg
+
+
+def _ollm_tools(attrs: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+    """Tool definitions from `llm.request.functions.N.{name,description,parameters}`."""
+    tools = []
+    for _, f in sorted(_indexed(attrs, "llm.request.functions").items()):
+        params = (
+            _json_value(f.get("parameters"), "llm.request.functions.N.parameters", problems)
+            if f.get("parameters") is not None
+            else None
+        )
+        fn: dict[str, Any] = {"name": str(f.get("name") or "")}
+        if f.get("description"):
+            fn["description"] = str(f["description"])
+        if params is not None:
+            fn["parameters"] = params
+        tools.append({"type": "function", "function": fn})
+    return tools
 
 
 def _ollm_content(attrs: dict[str, Any], content: _Content) -> bool:
@@ -396,18 +487,7 @@ def _ollm_content(attrs: dict[str, Any], content: _Content) -> bool:
     if _gaps(prompts):
         content.problems.append("gen_ai.prompt has gaps in its indexes")
     content.messages = [_ollm_message(f) for _, f in sorted(prompts.items())]
-    for _, f in sorted(_indexed(attrs, "llm.request.functions").items()):
-        params = (
-            _json_value(f.get("parameters"), "llm.request.functions.N.parameters", content.problems)
-            if f.get("parameters") is not None
-            else None
-        )
-        fn: dict[str, Any] = {"name": str(f.get("name") or "")}
-        if f.get("description"):
-            fn["description"] = str(f["description"])
-        if params is not None:
-            fn["parameters"] = params
-        content.tools.append({"type": "function", "function": fn})
+    content.tools = _ollm_tools(attrs, content.problems)
     if completions:
         first_fields = completions[min(completions)]
         first = _ollm_message(first_fields)
@@ -558,6 +638,24 @@ def _usage(attrs: dict[str, Any], convention: str) -> tuple[dict[str, int], dict
     return usage, extra
 
 
+def _tool_result_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Tool results that cannot be tied to a call: an instrumentation dropped the id, or the
+    assistant message that made the call."""
+    problems = []
+    calls: set[str] = set()
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            if isinstance(c, dict) and c.get("id"):
+                calls.add(str(c["id"]))
+        if m.get("role") != "tool":
+            continue
+        if not m.get("tool_call_id"):
+            problems.append("a tool result has no tool_call_id (the instrumentation did not record it)")
+        elif m["tool_call_id"] not in calls:
+            problems.append("a tool result answers a call that is not in the messages")
+    return problems
+
+
 def _redacted(messages: list[dict[str, Any]], output: dict[str, Any] | None) -> bool:
     def has(v: Any) -> bool:
         if isinstance(v, str):
@@ -617,6 +715,42 @@ def _named_blocks(
     return blocks
 
 
+def _compression_events(
+    blocks: list[dict[str, Any]], content: _Content, model: str
+) -> list[dict[str, Any]]:
+    """The compression event of each compaction, naming the block its summary landed in, with
+    the summary's tokens (counted as the server counts blocks) and the tokens it replaced when
+    the part said. The summary messages lose their marks here, in place."""
+    counter = tok.get_counter(None, model)
+    events: list[dict[str, Any]] = []
+    for b in blocks:
+        clean = []
+        for m in b["messages"]:
+            at = m.get(_COMPACTION_MARK)
+            if at is None:
+                clean.append(m)
+                continue
+            m = {k: v for k, v in m.items() if k not in (_COMPACTION_MARK, TAG_BLOCK, TAG_KIND)}
+            clean.append(m)
+            c = content.compactions[at]
+            if c["encrypted"]:
+                content.problems.append(
+                    "a compaction summary is encrypted by the provider: its text is not readable"
+                )
+            events.append(
+                {
+                    "strategy": COMPRESSION_STRATEGY,
+                    "block": b["key"],
+                    "tokens_before": c["tokens_before"],
+                    "tokens_after": tok.message_tokens(m, counter),
+                    "items": [c["id"]] if c["id"] else [],
+                    "ref": c["id"],
+                }
+            )
+        b["messages"] = clean
+    return events
+
+
 def _iso(ns: int) -> str:
     ts = datetime.fromtimestamp(ns / 1e9 if ns > 0 else 0, UTC)
     return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -631,9 +765,11 @@ def span_to_snapshot(
     ancestors: list[Span] | None = None,
     details: list[LogRecord] | None = None,
     turn: int = 0,
+    model_windows: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The wire snapshot of the model-call SPAN (turn TURN). ANCESTORS (innermost first) lend
-    identity attributes (conversation, agent); DETAILS are log records joined on the span's ids."""
+    identity attributes (conversation, agent); DETAILS are log records joined on the span's ids;
+    MODEL_WINDOWS (the project's) override the model registry's context windows."""
     attrs = span.attributes
     convention = convention_of(attrs) or "genai"
     chain = [attrs, *(a.attributes for a in ancestors or [])]
@@ -657,7 +793,16 @@ def span_to_snapshot(
         or _ollm_content(attrs, content)
         or _event_content([*span.events, *(details or [])], content)
     )
+    # GenAI messages with OpenLLMetry's tool attributes beside them (LiteLLM sends so).
+    if not content.tools:
+        content.tools = _ollm_tools(attrs, content.problems)
+    if content.output is not None and not content.output["tool_calls"]:
+        completions = _indexed(attrs, "gen_ai.completion")
+        if completions:
+            reply = _ollm_message(completions[min(completions)])
+            content.output["tool_calls"] = reply.get("tool_calls") or []
     problems = content.problems
+    problems.extend(_tool_result_problems(content.messages))
     if _redacted(content.messages, content.output):
         problems.append("content was redacted (__REDACTED__)")
 
@@ -674,7 +819,7 @@ def span_to_snapshot(
         TAG_TRACE: span.trace_id,
         TAG_SPAN: span.span_id,
     }
-    window = window_attr or context_window_for(model)
+    window = window_attr or context_window_for(model, overrides=model_windows)
     if not window:
         window = DEFAULT_CONTEXT_WINDOW
         tags[TAG_WINDOW] = "assumed"
@@ -684,6 +829,7 @@ def span_to_snapshot(
     raw_blocks = _named_blocks(blocks_spec, messages, problems) if blocks_spec is not None else None
     if raw_blocks is None:
         raw_blocks = default_partitioner(messages) if messages else []
+    compression = _compression_events(raw_blocks, content, model) if content.compactions else []
     blocks: list[dict[str, Any]] = []
     tools_at = -1
     if content.tools:
@@ -744,7 +890,7 @@ def span_to_snapshot(
         )
     if agent is None:
         agent = span.resource.get("service.name") or ""
-    return {
+    snapshot: dict[str, Any] = {
         "snapshot_id": snapshot_id_for(span.trace_id, span.span_id),
         "session_id": _session_id(chain, span.resource, span.trace_id)[: LIMITS.max_id_chars],
         "turn": turn,
@@ -756,6 +902,9 @@ def span_to_snapshot(
         "output": output,
         "tags": tags,
     }
+    if compression:
+        snapshot["compression"] = compression
+    return snapshot
 
 
 def log_to_span(record: LogRecord) -> Span | None:
@@ -780,10 +929,14 @@ def log_to_span(record: LogRecord) -> Span | None:
 
 
 def spans_to_snapshots(
-    spans: list[Span], logs: list[LogRecord] | None = None
+    spans: list[Span],
+    logs: list[LogRecord] | None = None,
+    *,
+    model_windows: Mapping[str, int] | None = None,
 ) -> list[tuple[Span, dict[str, Any]]]:
     """Each innermost model-call span of SPANS with its snapshot (turn 0: numbered on storage),
-    in start order. LOGS are joined to their span on trace and span id."""
+    in start order. LOGS are joined to their span on trace and span id; MODEL_WINDOWS override
+    the model registry."""
     by_id = {(s.trace_id, s.span_id): s for s in spans}
     joined: dict[tuple[str, str], list[LogRecord]] = {}
     for r in logs or []:
@@ -795,5 +948,7 @@ def spans_to_snapshots(
         while p is not None and len(ancestors) < 1000:
             ancestors.append(p)
             p = by_id.get((p.trace_id, p.parent_span_id))
-        out.append((s, span_to_snapshot(s, ancestors=ancestors, details=joined.get((s.trace_id, s.span_id)))))
+        details = joined.get((s.trace_id, s.span_id))
+        snap = span_to_snapshot(s, ancestors=ancestors, details=details, model_windows=model_windows)
+        out.append((s, snap))
     return out

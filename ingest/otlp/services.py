@@ -62,7 +62,7 @@ def _store(*, project: Project, snapshots: list[dict[str, Any]]) -> OtlpResult:
 def otlp_traces_ingest(*, project: Project, spans: list[Span]) -> OtlpResult:
     """Store the innermost model-call spans of SPANS as snapshots; other spans are accepted and
     dropped (they carry no context)."""
-    pairs = mapping.spans_to_snapshots(spans)
+    pairs = mapping.spans_to_snapshots(spans, model_windows=project.model_windows)
     res = _store(project=project, snapshots=[snap for _, snap in pairs])
     logger.info(
         "ingest.otlp_traces project_id=%s spans=%d model_calls=%d created=%d duplicate=%d rejected=%d",
@@ -80,7 +80,10 @@ def otlp_logs_ingest(*, project: Project, records: list[LogRecord]) -> OtlpResul
     """Store each `gen_ai.client.inference.operation.details` record of RECORDS as a snapshot
     (its id is its span's, so a span exported with the same content is the same snapshot)."""
     spans = [s for r in records if (s := mapping.log_to_span(r)) is not None]
-    pairs = [(s, mapping.span_to_snapshot(s)) for s in sorted(spans, key=lambda s: (s.start_ns, s.span_id))]
+    pairs = [
+        (s, mapping.span_to_snapshot(s, model_windows=project.model_windows))
+        for s in sorted(spans, key=lambda s: (s.start_ns, s.span_id))
+    ]
     res = _store(project=project, snapshots=[snap for _, snap in pairs])
     logger.info(
         "ingest.otlp_logs project_id=%s records=%d model_calls=%d created=%d duplicate=%d rejected=%d",

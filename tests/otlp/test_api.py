@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from typing import Any
 
 import pytest
@@ -91,6 +92,43 @@ def test_protobuf_export_stores_each_model_call_span_as_a_snapshot(
     assert full["tags"]["ctxobs.source"] == "otlp"
     session = selectors.session_get(project=project, session_id="conv-1")
     assert session is not None and session.turn_count == 1
+
+
+def test_a_percent_encoded_bearer_is_accepted(client: Client, project: Project, ingest_key: str) -> None:
+    """Exporters that pass OTEL_EXPORTER_OTLP_HEADERS on undecoded send `Bearer%20<key>`."""
+    spans = recorded_spans(("chat", genai_chat_attributes()))
+    body = traces_protobuf(spans)
+    resp = post(client, TRACES, body, None, headers={"Authorization": f"Bearer%20{ingest_key}"})
+    assert resp.status_code == 200
+    assert stored(project, spans[0])["session_id"] == "conv-1"
+    refused = post(client, TRACES, body, None, headers={"Authorization": "Bearer%20cx_not-a-key"})
+    assert refused.status_code == 401
+
+
+def test_a_compaction_is_stored_as_a_summary_block_and_a_compression_event(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    attrs = genai_chat_attributes() | {
+        "gen_ai.input.messages": json.dumps(
+            [
+                {
+                    "role": "user",
+                    "parts": [{"type": "compaction", "id": "cmp_1", "content": "Paris trip, Friday."}],
+                },
+                {"role": "user", "parts": [{"type": "text", "content": "And the weather?"}]},
+            ]
+        )
+    }
+    spans = recorded_spans(("chat", attrs))
+    assert post(client, TRACES, traces_protobuf(spans), ingest_key).status_code == 200
+    full = stored(project, spans[0])
+    assert [b["key"] for b in full["blocks"]] == ["system", "tools", "summary", "user"]
+    summary = full["blocks"][2]
+    assert summary["kind"] == "summary"
+    assert summary["messages"] == [{"role": "user", "content": "Paris trip, Friday."}]
+    [event] = full["compression"]
+    assert event["strategy"] == "summarize" and event["block"] == "summary" and event["ref"] == "cmp_1"
+    assert event["tokens_after"] == summary["tokens"]
 
 
 def test_re_exported_spans_are_stored_once(client: Client, project: Project, ingest_key: str) -> None:

@@ -330,6 +330,213 @@ def test_context_window(model: str, extra: dict[str, Any], window: int, assumed:
     assert (snap["tags"].get("ctxobs.window") == "assumed") is assumed
 
 
+PROJECT_WINDOWS = {"my-finetune": 16_384, "gpt-4o": 96_000, "acme/llama-3.1-8b": 20_000}
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "window"),
+    [
+        ("my-finetune", {}, 16_384),
+        ("my-finetune-v2", {}, 16_384),
+        ("My-Finetune", {}, 16_384),
+        ("gpt-4o", {}, 96_000),
+        ("gpt-4o-mini", {}, 96_000),
+        ("llama-3.1-8b-instruct", {}, 20_000),
+        ("openai/my-finetune", {}, 16_384),
+        ("gpt-4.1", {}, 1_047_576),
+        ("my-finetune", {"ctxobs.context.window_size": 4096}, 4096),
+    ],
+    ids=[
+        "override-unknown-model",
+        "override-by-prefix",
+        "override-any-case",
+        "override-over-registry",
+        "override-prefix-over-registry",
+        "override-key-provider-prefix-ignored",
+        "model-provider-prefix-ignored",
+        "registry-when-no-override-matches",
+        "attribute-over-override",
+    ],
+)
+def test_project_model_windows_override_the_registry(model: str, extra: dict[str, Any], window: int) -> None:
+    attrs = genai_attrs(**{"gen_ai.request.model": model, **extra})
+    snap = valid(span_to_snapshot(span(attrs), model_windows=PROJECT_WINDOWS))
+    assert snap["model"]["context_window"] == window
+    assert "ctxobs.window" not in snap["tags"]
+
+
+def test_project_model_windows_reach_every_span_of_an_export() -> None:
+    attrs = genai_attrs(**{"gen_ai.request.model": "my-finetune"})
+    spans = [span(attrs, span_id=f"00000000000000a{i}", start=T0 + i) for i in range(2)]
+    pairs = spans_to_snapshots(spans, model_windows={"my-finetune": 12_000})
+    assert [snap["model"]["context_window"] for _, snap in pairs] == [12_000, 12_000]
+
+
+def compacted_input(compaction: dict[str, Any], *, as_part: bool = True) -> list[dict[str, Any]]:
+    """A conversation resumed after a compaction: the compaction, then the next user question."""
+    first: dict[str, Any] = {"role": "user", "parts": [compaction]} if as_part else compaction
+    return [
+        first,
+        {"role": "assistant", "parts": [{"type": "text", "content": "Noted."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "And tomorrow?"}]},
+    ]
+
+
+SUMMARY = "The user asked for the weather in Paris: 18C and sunny. They are flying there on Friday."
+
+
+@pytest.mark.parametrize(
+    ("compaction", "as_part", "text", "tokens_before", "ref"),
+    [
+        (
+            {"type": "compaction", "id": "cmp_1", "content": SUMMARY, "tokens_before": 5210},
+            True,
+            SUMMARY,
+            5210,
+            "cmp_1",
+        ),
+        (
+            {"type": "compaction", "summary": [{"type": "summary_text", "text": SUMMARY}]},
+            True,
+            SUMMARY,
+            None,
+            "",
+        ),
+        ({"type": "compaction", "id": "cmp_2", "content": SUMMARY}, False, SUMMARY, None, "cmp_2"),
+    ],
+    ids=["part-with-text-and-tokens-before", "part-with-summary-parts", "bare-compaction-item"],
+)
+def test_a_compaction_becomes_a_summary_block_and_a_compression_event(
+    compaction: dict[str, Any], as_part: bool, text: str, tokens_before: int | None, ref: str
+) -> None:
+    attrs = genai_attrs(**{"gen_ai.input.messages": json.dumps(compacted_input(compaction, as_part=as_part))})
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert layout(snap) == [
+        ("system", "system", 1),
+        ("tools", "tools", 0),
+        ("summary", "summary", 1),
+        ("history", "history", 1),
+        ("user", "user", 1),
+    ]
+    assert snap["blocks"][2]["messages"] == [{"role": "user", "content": text}]
+    [event] = snap["compression"]
+    assert event["strategy"] == "summarize"
+    assert event["block"] == "summary"
+    assert event["tokens_before"] == tokens_before
+    # The summary's own tokens, counted the way the server counts the block.
+    assert event["tokens_after"] is not None and 20 < event["tokens_after"] < 40
+    assert event["ref"] == ref
+    assert event["items"] == ([ref] if ref else [])
+    assert TAG_CONTENT not in snap["tags"]
+
+
+def test_an_encrypted_compaction_is_kept_and_said_to_be_unreadable() -> None:
+    compaction = {"type": "compaction", "id": "cmp_9", "encrypted_content": "gAAAAABo-opaque"}
+    attrs = genai_attrs(**{"gen_ai.input.messages": json.dumps(compacted_input(compaction, as_part=False))})
+    snap = valid(span_to_snapshot(span(attrs)))
+    summary = next(b for b in snap["blocks"] if b["key"] == "summary")
+    assert summary["messages"] == [{"role": "user", "content": "gAAAAABo-opaque"}]
+    assert snap["compression"][0]["ref"] == "cmp_9"
+    assert snap["tags"][TAG_CONTENT] == "incomplete"
+    assert "encrypted" in snap["tags"][TAG_CONTENT_REASON]
+
+
+def test_a_compaction_part_beside_text_keeps_both_in_order() -> None:
+    first = {
+        "role": "user",
+        "parts": [
+            {"type": "compaction", "content": SUMMARY},
+            {"type": "text", "content": "Earlier question"},
+        ],
+    }
+    inputs = [first, {"role": "user", "parts": [{"type": "text", "content": "Now?"}]}]
+    snap = valid(span_to_snapshot(span(genai_attrs(**{"gen_ai.input.messages": json.dumps(inputs)}))))
+    assert layout(snap)[2:] == [("summary", "summary", 1), ("history", "history", 1), ("user", "user", 1)]
+    assert snap["blocks"][3]["messages"] == [{"role": "user", "content": "Earlier question"}]
+    assert len(snap["compression"]) == 1
+
+
+def test_no_compaction_no_compression_events() -> None:
+    assert "compression" not in span_to_snapshot(span(genai_attrs()))
+
+
+def test_litellm_shapes_openai_messages_beside_parts_and_openllmetry_tools() -> None:
+    """LiteLLM's OpenTelemetry callback: GenAI messages whose tool calls and ids are in the
+    OpenAI shape beside the parts, tools as `llm.request.functions.N.*`, the reply's tool call
+    as `gen_ai.completion.0.function_call.*`."""
+    call = {
+        "id": "call_7",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+    }
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "llm.request.type": "completion",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.input.messages": json.dumps(
+            [
+                {"role": "system", "parts": [{"type": "text", "content": "You answer about weather."}]},
+                {"role": "user", "parts": [{"type": "text", "content": "Oslo?"}]},
+                {"role": "assistant", "parts": [], "tool_calls": [call]},
+                {"role": "tool", "parts": [{"type": "text", "content": "4C"}], "tool_call_id": "call_7"},
+            ]
+        ),
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [], "finish_reason": "tool_calls"}]
+        ),
+        "gen_ai.completion.0.function_call.name": "get_weather",
+        "gen_ai.completion.0.function_call.arguments": '{"city":"Bergen"}',
+        "llm.request.functions.0.name": "get_weather",
+        "llm.request.functions.0.description": "Weather of a city",
+        "llm.request.functions.0.parameters": json.dumps(WEATHER_TOOL["parameters"]),
+    }
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert layout(snap) == [
+        ("system", "system", 1),
+        ("tools", "tools", 0),
+        ("user", "user", 1),
+        ("tool_results", "tool_results", 2),
+    ]
+    assert snap["blocks"][3]["messages"] == [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4C", "tool_call_id": "call_7"},
+    ]
+    assert [t["function"]["name"] for t in snap["params"]["tools"]] == ["get_weather"]
+    assert snap["output"]["tool_calls"] == [
+        {"id": "", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Bergen"}'}}
+    ]
+    assert snap["output"]["finish_reason"] == "tool_calls"
+    assert TAG_CONTENT not in snap["tags"]
+
+
+@pytest.mark.parametrize(
+    ("tool_fields", "reason"),
+    [
+        ({}, "a tool result has no tool_call_id"),
+        (
+            {"llm.input_messages.1.message.tool_call_id": "call_9"},
+            "answers a call that is not in the messages",
+        ),
+    ],
+    ids=["no-id", "no-call"],
+)
+def test_a_tool_result_that_cannot_be_tied_to_its_call_is_flagged(
+    tool_fields: dict[str, Any], reason: str
+) -> None:
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "gpt-4o-mini",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Oslo?",
+        "llm.input_messages.1.message.role": "tool",
+        "llm.input_messages.1.message.content": "4C",
+        **tool_fields,
+    }
+    snap = valid(span_to_snapshot(span(attrs)))
+    assert snap["tags"][TAG_CONTENT] == "incomplete"
+    assert reason in snap["tags"][TAG_CONTENT_REASON]
+
+
 def test_anthropic_input_tokens_get_the_cached_tokens_added_back() -> None:
     attrs = genai_attrs(
         **{

@@ -26,7 +26,14 @@ from core.services import (
     project_model_windows_set,
     project_triage_set,
 )
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, ModelWindowsForm, NetworkForm, TriageForm
+from ingest.forms import (
+    KeyCreateForm,
+    MemberAddForm,
+    MemberRoleForm,
+    ModelWindowsForm,
+    NetworkForm,
+    TriageForm,
+)
 from ingest.views import _page
 
 

@@ -12,6 +12,7 @@ import orjson
 from django.db import connection
 from django.db.models import QuerySet
 
+from core import registry
 from core.models import Project
 from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
@@ -38,6 +39,7 @@ from ingest.types import (
     StoredBlock,
     TimelineRow,
     TimelineTurn,
+    TurnContent,
     TurnRow,
     ValidationOutcomeRow,
 )
@@ -66,8 +68,10 @@ def sessions_filter(
     has_alerts: bool | None = None,
     has_failures: bool | None = None,
     sort: str = "last_seen",
+    extra: dict[str, str] | None = None,
 ) -> QuerySet[AgentSession]:
-    """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first)."""
+    """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first).
+    EXTRA: {name: value} of filters other apps registered (core.registry.session_filters)."""
     qs = AgentSession.objects.filter(project=project)
     if any(v and unstorable(v) for v in (q, agent, model, tier)):
         # Text the store cannot hold (a NUL) matches no stored session.
@@ -90,6 +94,10 @@ def sessions_filter(
         qs = qs.filter(alert_count__gt=0) if has_alerts else qs.filter(alert_count=0)
     if has_failures is not None:
         qs = qs.filter(failed_validations__gt=0) if has_failures else qs.filter(failed_validations=0)
+    for flt in registry.session_filters():
+        value = (extra or {}).get(flt.name)
+        if value:
+            qs = qs.filter(id__in=flt.sessions(project_id=project.pk, value=value))
     order = SESSION_SORTS.get(sort, "-last_seen")
     return qs.order_by(order, "id")
 
@@ -467,3 +475,48 @@ def compressed_tokens_by_block(*, project_id: int, snapshot_refs: Sequence[int])
         else:
             out[ref][block] += 1
     return {k: dict(v) for k, v in out.items()}
+
+
+def turn_contents(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int, TurnContent]:
+    """The snapshots SNAPSHOT_REFS and the turn before each in its session, with blocks, messages,
+    compression events and recall lists, keyed by ref (a requested snapshot names its
+    predecessor in `prev_ref`). Six queries, whatever the number of snapshots."""
+    if not snapshot_refs:
+        return {}
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            """
+            SELECT n.id, p.id FROM ingest_snapshot n
+            LEFT JOIN LATERAL (
+                SELECT s.id FROM ingest_snapshot s
+                WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn < n.turn
+                ORDER BY s.turn DESC, s.ts DESC, s.snapshot_id DESC LIMIT 1
+            ) p ON true
+            WHERE n.project_id = (SELECT %s::bigint) AND n.id = ANY(%s::bigint[])
+            """,
+            [project_id, list(snapshot_refs)],
+        )
+        prev = dict(cur.fetchall())
+    refs = set(prev) | {p for p in prev.values() if p is not None}
+    rows = Snapshot.objects.filter(project_id=project_id, id__in=refs).values_list(
+        "session_ref", "session_id", "turn", "received_at", "total_tokens", "context_window",
+        "reserve_tokens", "output", *_BLOCK_ARRAYS)
+    out: dict[int, TurnContent] = {}
+    for sref, sid, turn, received, total, window, reserve, output, ref, *arrays in rows:
+        out[ref] = {
+            "ref": ref, "session_ref": sref, "session_id": sid, "turn": turn, "received_at": received,
+            "total_tokens": total, "context_window": window, "reserve_tokens": reserve, "output": output,
+            "blocks": _blocks_from_arrays(ref, *arrays), "compression": [], "recall": [],
+            "prev_ref": prev.get(ref),
+        }
+    _attach_messages(project_id, [b for t in out.values() for b in t["blocks"]])
+    flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
+    for row in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref"):
+        out[row.pop("snapshot_ref")]["compression"].append(cast(CompressionEventRow, row))
+    for row in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
+            "block", "preview"):
+        out[row.pop("snapshot_ref")]["recall"].append(cast(RecallItemRow, row))
+    return out

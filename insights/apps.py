@@ -13,6 +13,8 @@ class InsightsConfig(AppConfig):
 
     def ready(self) -> None:
         from ingest.signals import snapshots_stored
-        from insights import pipeline
+        from insights import lint_analyzer, lint_pages, pipeline
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
+        pipeline.analyzer_add("lint", lint_analyzer.lint_analyze)
+        lint_pages.register()

@@ -174,7 +174,8 @@ def turns_from_rows(rows: list[TurnRow], lint: dict[int, tuple[str, ...]] | None
 
 def lint_checks(*, project_id: int, lines: dict[int, list[TurnRow]]) -> dict[int, tuple[str, ...]]:
     """The contamination-lint checks found on the turns of LINES, per snapshot ref (one query)."""
-    return checks_by_snapshot(project_id=project_id, snapshot_refs=[r.ref for line in lines.values() for r in line])
+    refs = [r.ref for line in lines.values() for r in line]
+    return checks_by_snapshot(project_id=project_id, snapshot_refs=refs)
 
 
 @dataclass(frozen=True, slots=True)

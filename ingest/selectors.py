@@ -512,11 +512,13 @@ def turn_contents(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int,
         }
     _attach_messages(project_id, [b for t in out.values() for b in t["blocks"]])
     flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
-    for row in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+    for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref"):
-        out[row.pop("snapshot_ref")]["compression"].append(cast(CompressionEventRow, row))
-    for row in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+        out[c["snapshot_ref"]]["compression"].append(cast(CompressionEventRow, {
+            k: v for k, v in c.items() if k != "snapshot_ref"}))
+    for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
             "block", "preview"):
-        out[row.pop("snapshot_ref")]["recall"].append(cast(RecallItemRow, row))
+        out[r["snapshot_ref"]]["recall"].append(cast(RecallItemRow, {
+            k: v for k, v in r.items() if k != "snapshot_ref"}))
     return out

@@ -527,7 +527,9 @@ RULES = {
 }
 
 
-def lint_turn(turn: LintTurn, prev: LintTurn | None = None, settings: LintSettings = DEFAULT_SETTINGS) -> list[Issue]:
+def lint_turn(
+    turn: LintTurn, prev: LintTurn | None = None, settings: LintSettings = DEFAULT_SETTINGS
+) -> list[Issue]:
     """Every check's finding on TURN (PREV: the session's turn before it, when stored)."""
     out: list[Issue] = []
     for rule in RULES.values():

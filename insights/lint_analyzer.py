@@ -39,8 +39,8 @@ def lint_turn_of(content: TurnContent) -> lint.LintTurn:
     )
 
 
-def lint_analyze(*, project_id: int, snapshot_refs: list[int]) -> int:
-    """Lint the turns SNAPSHOT_REFS of the project; the number of findings stored."""
+def lint_analyze(*, project_id: int, snapshot_refs: list[int]) -> None:
+    """Lint the turns SNAPSHOT_REFS of the project and store what the checks find."""
     started = time.perf_counter()
     contents = ingest_selectors.turn_contents(project_id=project_id, snapshot_refs=snapshot_refs)
     rows: list[Finding] = []
@@ -64,4 +64,3 @@ def lint_analyze(*, project_id: int, snapshot_refs: list[int]) -> int:
                                  snapshot_refs=sorted({r.snapshot_ref for r in rows}))
     logger.info("insights.lint project_id=%s snapshots=%d findings=%d ms=%.1f", project_id,
                 len(snapshot_refs), len(rows), (time.perf_counter() - started) * 1000)
-    return len(rows)

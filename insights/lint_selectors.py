@@ -17,12 +17,11 @@ MARKERS_LIMIT = 2000
 def turn_findings(*, project_id: int, snapshot_ref: int) -> list[dict[str, Any]]:
     """The findings of one turn, most severe first (one query)."""
     rank = {"critical": 0, "warning": 1, "info": 2}
-    rows = list(
-        Finding.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref).values(
+    rows: list[dict[str, Any]] = [
+        {**r, "label": CHECKS.get(r["check_name"], r["check_name"])}
+        for r in Finding.objects.filter(project_id=project_id, snapshot_ref=snapshot_ref).values(
             "check_name", "severity", "block_keys", "evidence", "details")
-    )
-    for r in rows:
-        r["label"] = CHECKS.get(r["check_name"], r["check_name"])
+    ]
     rows.sort(key=lambda r: (rank.get(r["severity"], 3), r["check_name"]))
     return rows
 

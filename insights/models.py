@@ -44,7 +44,8 @@ class Finding(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "snapshot_ref", "check_name"], name="insights_finding_uniq"),
+            models.UniqueConstraint(
+                fields=["project", "snapshot_ref", "check_name"], name="insights_finding_uniq"),
         ]
         indexes = [
             models.Index(fields=["project", "session_ref", "turn"], name="insights_finding_session_idx"),

@@ -136,7 +136,7 @@ def _messages(turn: LintTurn) -> Iterable[tuple[LintBlock, int, Mapping[str, Any
 
 # --- 1. echo chamber --------------------------------------------------------------------------
 _ERROR_TEXT = re.compile(
-    r"^\s*(?:error|exception|fatal|failed|failure|traceback \(most recent call last\))\b"
+    r"^\s*(?:(?:error|exception|fatal|failed|failure)\b|traceback \(most recent call last\))"
     r"|^\s*[A-Z]\w*(?:Error|Exception)\b\s*:",
     re.IGNORECASE,
 )
@@ -471,6 +471,7 @@ def tool_output_bloat(turn: LintTurn, prev: LintTurn | None, s: LintSettings) ->
 
 
 # --- 8. prompt-injection hint ---------------------------------------------------------------
+_LINE_START = r"(?:^|\\n|[.!?]\s+)\s*(?:#+\s*)?"
 INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(rx, re.IGNORECASE | re.MULTILINE))
     for name, rx in (
@@ -480,8 +481,9 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("you are now", r"\byou\s+are\s+now\s+(?:an?\s+|the\s+|in\s+)?"
                         r"(?:dan\b|jailbroken|unrestricted|unfiltered|developer\s+mode|evil|free\s+of|"
                         r"no\s+longer|a\s+different|(?:helpful\s+)?(?:ai|assistant|agent|chatbot|model)\b)"),
-        ("system prompt:", r"^\s*(?:#+\s*)?(?:new\s+)?system\s+(?:prompt|message|instructions?)\s*:"),
-        ("new instructions:", r"^\s*(?:#+\s*)?(?:new|updated|important)\s+instructions?\s*:"),
+        # At the start of a line (also a "\n" escaped inside JSON text) or of a sentence.
+        ("system prompt:", _LINE_START + r"(?:new\s+)?system\s+(?:prompt|message|instructions?)\s*:"),
+        ("new instructions:", _LINE_START + r"(?:new|updated|important)\s+instructions?\s*:"),
         ("chat-template token", r"<\|im_start\|>\s*system|<\|system\|>|\[INST\]|<<SYS>>"),
         ("reveal the prompt", r"\b(?:reveal|print|repeat|output)\s+(?:your|the)\s+(?:system\s+)?prompt\b"),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
@@ -477,10 +477,14 @@ def compressed_tokens_by_block(*, project_id: int, snapshot_refs: Sequence[int])
     return {k: dict(v) for k, v in out.items()}
 
 
-def turn_contents(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int, TurnContent]:
-    """The snapshots SNAPSHOT_REFS and the turn before each in its session, with blocks, messages,
-    compression events and recall lists, keyed by ref (a requested snapshot names its
-    predecessor in `prev_ref`). Six queries, whatever the number of snapshots."""
+def turn_contents(
+    *, project_id: int, snapshot_refs: Sequence[int], message_kinds: Collection[str] | None = None
+) -> dict[int, TurnContent]:
+    """The snapshots SNAPSHOT_REFS and the turn before each in its session, keyed by ref (a
+    requested snapshot names its predecessor in `prev_ref`), with compression events and recall
+    lists. The requested snapshots' blocks carry their messages (only blocks of MESSAGE_KINDS when
+    given); a predecessor's blocks carry none, only `message_counts`. Six queries, whatever the
+    number of snapshots."""
     if not snapshot_refs:
         return {}
     with connection.cursor() as cur:
@@ -507,10 +511,36 @@ def turn_contents(*, project_id: int, snapshot_refs: Sequence[int]) -> dict[int,
         out[ref] = {
             "ref": ref, "session_ref": sref, "session_id": sid, "turn": turn, "received_at": received,
             "total_tokens": total, "context_window": window, "reserve_tokens": reserve, "output": output,
-            "blocks": _blocks_from_arrays(ref, *arrays), "compression": [], "recall": [],
-            "prev_ref": prev.get(ref),
+            "blocks": _blocks_from_arrays(ref, *arrays), "message_counts": [], "compression": [],
+            "recall": [], "prev_ref": prev.get(ref),
         }
-    _attach_messages(project_id, [b for t in out.values() for b in t["blocks"]])
+    blocks = [b for t in out.values() for b in t["blocks"]]
+    # Arrays rather than IN lists: a batch names thousands of hashes.
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT hash, message_hashes, chars FROM ingest_blockcontent"
+            " WHERE project_id = (SELECT %s::bigint) AND hash = ANY(%s::varchar[])",
+            [project_id, list({b["content_hash"] for b in blocks})],
+        )
+        contents = {h: {"message_hashes": mhs, "chars": chars} for h, mhs, chars in cur.fetchall()}
+        wanted = [b for ref in prev for b in out[ref]["blocks"]
+                  if message_kinds is None or b["kind"] in message_kinds]
+        hashes = {mh for b in wanted for mh in contents.get(b["content_hash"], {}).get("message_hashes", [])}
+        cur.execute(
+            "SELECT hash, message::text FROM ingest_messagecontent"
+            " WHERE project_id = (SELECT %s::bigint) AND hash = ANY(%s::varchar[])",
+            [project_id, list(hashes)],
+        )
+        field = MessageContent._meta.get_field("message")
+        messages = {h: field.from_db_value(m, None, connection) for h, m in cur.fetchall()}
+    for t in out.values():
+        for b in t["blocks"]:
+            c = contents.get(b["content_hash"])
+            b["chars"] = c["chars"] if c else 0
+            t["message_counts"].append(len(c["message_hashes"]) if c else 0)
+    for b in wanted:
+        c = contents.get(b["content_hash"])
+        b["messages"] = [messages[mh] for mh in c["message_hashes"]] if c else []
     flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
     for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref"):

@@ -478,6 +478,7 @@ class TurnContent(TypedDict):
     reserve_tokens: int
     output: dict[str, Any] | None
     blocks: list[StoredBlock]
+    message_counts: list[int]  # per block, also when its messages were not read
     compression: list[CompressionEventRow]
     recall: list[RecallItemRow]
     prev_ref: int | None

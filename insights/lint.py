@@ -8,6 +8,7 @@ ingest and stores what they find, and bench/lint.py measures their precision and
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,6 +45,9 @@ SEVERITY: dict[str, str] = {
     PROMPT_INJECTION: "critical",
 }
 EVIDENCE_CHARS = 300
+# The block kinds whose messages the checks read; of the others (system, tools, memory, summary)
+# only the size, flags and place count.
+MESSAGE_KINDS = ("constraints", "history", "tool_results", "retrieval", "user", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,11 @@ class LintBlock:
     messages: Sequence[Mapping[str, Any]] = ()
     pinned: bool = False
     compressed: bool = False
+    n_messages: int | None = None  # when the block was read without its messages
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages) if self.n_messages is None else self.n_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +328,7 @@ def _repeat_key(m: Mapping[str, Any], s: LintSettings) -> tuple[str, ...] | None
 
 
 def _history_messages(turn: LintTurn) -> int:
-    return sum(len(b.messages) for b in turn.blocks if b.kind == "history")
+    return sum(b.message_count for b in turn.blocks if b.kind == "history")
 
 
 def duplicated_history(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> Issue | None:
@@ -353,7 +362,7 @@ def duplicated_history(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -
     before, after = _history_messages(prev), _history_messages(turn)
     if not before:
         return None
-    could = (sum(len(b.messages) for b in prev.blocks if b.kind in ("user", "tool_results"))
+    could = (sum(b.message_count for b in prev.blocks if b.kind in ("user", "tool_results"))
              + 1 + len((prev.output or {}).get("tool_calls") or ()) * 2)
     added = after - before
     if added > could and added >= 3:
@@ -489,6 +498,23 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 INJECTION_KINDS = ("tool_results", "retrieval")
+# Words one of the patterns needs (lower case): a text holding none of them is not searched.
+_INJECTION_WORDS = re.compile(r"ignore|disregard|forget|override|you are now|system|instruction|<\||\[inst\]|<<sys>>"
+                              r"|prompt")
+
+
+@functools.lru_cache(maxsize=4096)
+def injection_hint(text: str) -> tuple[str, str] | None:
+    """The first INJECTION_PATTERNS match in TEXT: (pattern name, the match with 60 characters
+    around it). Memoised: a retrieved document or tool result stays in the context for many turns."""
+    if _INJECTION_WORDS.search(text.lower()) is None:
+        return None
+    for name, rx in INJECTION_PATTERNS:
+        found = rx.search(text)
+        if found:
+            a, z = max(0, found.start() - 60), min(len(text), found.end() + 60)
+            return name, text[a:z]
+    return None
 
 
 def prompt_injection(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> Issue | None:
@@ -499,13 +525,9 @@ def prompt_injection(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> 
     for b, _i, m in _messages(turn):
         if m.get("role") != "tool" and b.kind not in INJECTION_KINDS:
             continue
-        text = message_text(m)
-        for name, rx in INJECTION_PATTERNS:
-            found = rx.search(text)
-            if found:
-                a, z = max(0, found.start() - 60), min(len(text), found.end() + 60)
-                hits.append((b.key, name, text[a:z]))
-                break
+        hint = injection_hint(message_text(m))
+        if hint is not None:
+            hits.append((b.key, *hint))
     if not hits:
         return None
     key, name, snippet = hits[0]

@@ -30,8 +30,8 @@ def lint_turn_of(content: TurnContent) -> lint.LintTurn:
         context_window=content["context_window"],
         blocks=[
             lint.LintBlock(key=b["key"], kind=b["kind"], tokens=b["tokens"], messages=b["messages"],
-                           pinned=b["pinned"], compressed=b["compressed"])
-            for b in content["blocks"]
+                           pinned=b["pinned"], compressed=b["compressed"], n_messages=n)
+            for b, n in zip(content["blocks"], content["message_counts"], strict=True)
         ],
         compression=content["compression"],
         recall=content["recall"],
@@ -42,7 +42,8 @@ def lint_turn_of(content: TurnContent) -> lint.LintTurn:
 def lint_analyze(*, project_id: int, snapshot_refs: list[int]) -> None:
     """Lint the turns SNAPSHOT_REFS of the project and store what the checks find."""
     started = time.perf_counter()
-    contents = ingest_selectors.turn_contents(project_id=project_id, snapshot_refs=snapshot_refs)
+    contents = ingest_selectors.turn_contents(
+        project_id=project_id, snapshot_refs=snapshot_refs, message_kinds=lint.MESSAGE_KINDS)
     rows: list[Finding] = []
     for ref in dict.fromkeys(snapshot_refs):
         c = contents.get(ref)

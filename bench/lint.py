@@ -38,11 +38,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import ingest_rate as IR  # noqa: E402  (sets up Django)
-from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
-
 from django.conf import settings  # noqa: E402
 
+from bench import ingest_rate as IR  # noqa: E402  (sets up Django)
+from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
 from config.celery import worker_argv  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ingest.models import Snapshot  # noqa: E402
@@ -134,7 +133,8 @@ def run(lint_on: bool, bodies: list[bytes], n: int, log: Path, *, label: str) ->
         stop(worker)
     snaps = (len(bodies) - 1) * n
     return {"lint": lint_on, "http_snapshots_per_s": round(http["snapshots_per_s"]),
-            "end_to_end_snapshots_per_s": round(snaps / (done - t0)), "p50_request_ms": round(http["p50_ms"], 1),
+            "end_to_end_snapshots_per_s": round(snaps / (done - t0)),
+            "p50_request_ms": round(http["p50_ms"], 1),
             "errors": http["errors"], "findings": Finding.objects.filter(project=project).count()}
 
 

@@ -97,7 +97,8 @@ def base_pair(rng: random.Random) -> tuple[Turn, Turn]:
     tool = rng.choice(TOOLS)
     memories = [f"{rng.choice(NAMES)} prefers {rng.choice(['window', 'aisle'])} seats on flights to {city}",
                 f"home airport is {rng.choice(['CDG', 'LHR', 'FRA', 'MAD'])} and the loyalty tier is silver",
-                f"travels with {rng.randint(1, 3)} children and needs {rng.choice(['vegetarian', 'halal'])} meals"]
+                f"travels with {rng.randint(1, 3)} children and needs"
+                f" {rng.choice(['vegetarian', 'halal'])} meals"]
     rng.shuffle(memories)
 
     def turn(t: int, history: list[dict[str, Any]], user: str) -> Turn:
@@ -117,13 +118,15 @@ def base_pair(rng: random.Random) -> tuple[Turn, Turn]:
                 {"role": "tool", "tool_call_id": cid, "content": ok_result(rng, tool)}]),
             block("user", "user", [{"role": "user", "content": user}]),
         ]
-        recall = [{"memory_id": f"m-{i}", "channel": "vector", "score": round(0.9 - 0.1 * i, 2), "rank": i + 1,
-                   "injected": True, "block": "memory", "preview": memories[i]} for i in range(3)]
+        recall = [{"memory_id": f"m-{i}", "channel": "vector", "score": round(0.9 - 0.1 * i, 2),
+                   "rank": i + 1, "injected": True, "block": "memory", "preview": memories[i]}
+                  for i in range(3)]
         recall.append({"memory_id": "m-9", "channel": "keyword", "score": 0.2, "rank": 4, "injected": False,
                        "block": "", "preview": words(rng, 5)})
         out = {"text": sentence(rng), "tool_calls": [], "finish_reason": "stop"}
         if rng.random() < 0.5:
-            out = {"text": "", "tool_calls": [call(f"o{t}", tool, {"city": city})], "finish_reason": "tool_calls"}
+            out = {"text": "", "tool_calls": [call(f"o{t}", tool, {"city": city})],
+                   "finish_reason": "tool_calls"}
         return Turn(blocks=blocks, recall=recall, output=out)
 
     q0 = f"Find me a flight to {city} next {rng.choice(['Friday', 'Monday', 'week'])}, {words(rng, 4)}"
@@ -167,7 +170,8 @@ def _add_failed_call(t: Turn, rng: random.Random, tool: str, text: str, before: 
     """The call to TOOL (made by BEFORE's output, when given) and its result TEXT in T's history."""
     cid = f"e-{rng.randint(1000, 9999)}"
     if before is not None:
-        before.output = {"text": "", "tool_calls": [call(cid, tool, {"day": "fri"})], "finish_reason": "tool_calls"}
+        before.output = {"text": "", "tool_calls": [call(cid, tool, {"day": "fri"})],
+                         "finish_reason": "tool_calls"}
     t.get("history")["messages"] += [
         {"role": "assistant", "content": None, "tool_calls": [call(cid, tool, {"day": "fri"})]},
         {"role": "tool", "tool_call_id": cid, "content": text}]
@@ -177,7 +181,8 @@ def echo(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
     tool = rng.choice(TOOLS)
     if planted:
         _add_failed_call(t1, rng, tool, _error_text(rng), t0)
-        t1.output = {"text": "", "tool_calls": [call("r1", tool, {"day": "fri"})], "finish_reason": "tool_calls"}
+        t1.output = {"text": "", "tool_calls": [call("r1", tool, {"day": "fri"})],
+                     "finish_reason": "tool_calls"}
         return
     miss = rng.randrange(3)
     if miss == 0:  # the error is there, but the agent moves on to another tool
@@ -214,15 +219,17 @@ def superseded(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
     if miss == 0:  # only the new version is sent
         c["messages"] = [{"role": "system", "content": new}]
     elif miss == 1:  # both versions, the newer one only adds a constraint
-        same = f"Constraints (v2):\n- budget: {budget} EUR\n- seat: {seat}\n- stops: at most 1\n- meal: vegetarian"
+        same = (f"Constraints (v2):\n- budget: {budget} EUR\n- seat: {seat}\n- stops: at most 1\n"
+                "- meal: vegetarian")
         c["messages"] = [{"role": "system", "content": old}, {"role": "system", "content": same}]
     elif miss == 2:  # a list of things to avoid, one name many times
-        c["messages"] = [{"role": "system", "content": f"Constraints:\n- avoid: red-eye flights\n"
-                          f"- avoid: layovers over 3 h\n- avoid: {rng.choice(CITIES)} airport\n- seat: {seat}"}]
+        c["messages"] = [{"role": "system", "content": "Constraints:\n- avoid: red-eye flights\n"
+                          f"- avoid: layovers over 3 h\n- avoid: {rng.choice(CITIES)} airport\n"
+                          f"- seat: {seat}"}]
     else:  # the same values written differently
         c["messages"] = [{"role": "system", "content": old},
-                         {"role": "system", "content": f"Constraints (v1, restated):\n- Budget: {budget} eur.\n"
-                          f"- Seat: {seat.capitalize()}\n- Stops: at most 1."}]
+                         {"role": "system", "content": "Constraints (v1, restated):\n"
+                          f"- Budget: {budget} eur.\n- Seat: {seat.capitalize()}\n- Stops: at most 1."}]
 
 
 def memories(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
@@ -272,7 +279,8 @@ def duplicates(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
         elif form == 2:  # this turn's input already in the history
             h.append({"role": "user", "content": t1.get("user")["messages"][0]["content"]})
         else:  # history grew by far more than one turn adds
-            h += [{"role": "user" if i % 2 == 0 else "assistant", "content": sentence(rng)} for i in range(10)]
+            h += [{"role": "user" if i % 2 == 0 else "assistant", "content": sentence(rng)}
+                  for i in range(10)]
         return
     miss = rng.randrange(3)
     earlier = t0.get("history")["messages"]
@@ -284,7 +292,8 @@ def duplicates(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
         earlier[0:0] = said
     elif miss == 1:  # the same tool answered the same twice, to two calls
         res = ok_result(rng, "seat_map")
-        h += [{"role": "assistant", "content": None, "tool_calls": [call("s1", "seat_map"), call("s2", "seat_map")]},
+        h += [{"role": "assistant", "content": None,
+               "tool_calls": [call("s1", "seat_map"), call("s2", "seat_map")]},
               {"role": "tool", "tool_call_id": "s1", "content": res},
               {"role": "tool", "tool_call_id": "s2", "content": res}]
         t0.output = {"text": "", "tool_calls": [call("s1", "seat_map"), call("s2", "seat_map")],
@@ -406,7 +415,8 @@ def injection(rng: random.Random, t0: Turn, t1: Turn, planted: bool) -> None:
         return
     doc = f"{sentence(rng)} {text} {sentence(rng)}"
     if rng.random() < 0.5:
-        t1.blocks.insert(t1.index("history"), block("retrieval", "retrieval", [{"role": "system", "content": doc}]))
+        doc_block = block("retrieval", "retrieval", [{"role": "system", "content": doc}])
+        t1.blocks.insert(t1.index("history"), doc_block)
     else:
         t1.get("tool_results")["messages"][1]["content"] = json.dumps(
             {"status": "ok", "page": doc, "id": rng.randint(1, 99)})

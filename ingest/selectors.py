@@ -542,10 +542,11 @@ def turn_contents(
         c = contents.get(b["content_hash"])
         b["messages"] = [messages[mh] for mh in c["message_hashes"]] if c else []
     flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
-    for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
-            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref"):
-        out[c["snapshot_ref"]]["compression"].append(cast(CompressionEventRow, {
-            k: v for k, v in c.items() if k != "snapshot_ref"}))
+    for ev in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
+            "ref"):
+        out[ev["snapshot_ref"]]["compression"].append(cast(CompressionEventRow, {
+            k: v for k, v in ev.items() if k != "snapshot_ref"}))
     for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
             "block", "preview"):

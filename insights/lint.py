@@ -499,8 +499,8 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 INJECTION_KINDS = ("tool_results", "retrieval")
 # Words one of the patterns needs (lower case): a text holding none of them is not searched.
-_INJECTION_WORDS = re.compile(r"ignore|disregard|forget|override|you are now|system|instruction|<\||\[inst\]|<<sys>>"
-                              r"|prompt")
+_INJECTION_WORDS = re.compile(
+    r"ignore|disregard|forget|override|you are now|system|instruction|<\||\[inst\]|<<sys>>|prompt")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -43,7 +43,9 @@ def found(project: Project, prefix: str, case: Case, turn: int = 1) -> set[str]:
 
 
 @pytest.mark.parametrize("check", list(lint.CHECKS))
-def test_each_check_finds_its_planted_faults_and_not_the_near_misses(api: Api, project: Project, check: str) -> None:
+def test_each_check_finds_its_planted_faults_and_not_the_near_misses(
+    api: Api, project: Project, check: str
+) -> None:
     cases = [c for c in CASES if c.check == check]
     assert sum(c.planted for c in cases) == 6 and sum(not c.planted for c in cases) == 6
     refs = ingest(api, cases)
@@ -67,7 +69,8 @@ def test_the_analyzer_is_registered_idempotent_and_reads_in_a_few_queries(
     from insights import pipeline
 
     assert "lint" in dict(pipeline.analyzers())
-    assert any(t.table == "insights_finding" and t.time_column == "received_at" for t in registry.expiring_tables())
+    tables = registry.expiring_tables()
+    assert any(t.table == "insights_finding" and t.time_column == "received_at" for t in tables)
     cases = [c for c in CASES if c.planted]
     refs = ingest(api, cases)
     # The ingest recorded the analysis owed, in its own transaction.
@@ -121,11 +124,12 @@ def test_findings_on_the_turn_page_escaped_as_markers_on_the_timeline_and_in_the
                                                        "session_id": f"page-{clean.name}", "turn": 1}))
     assert "none on this turn" in other.content.decode()
 
-    chart = viewer.get(reverse("ingest:chart_data", kwargs={"project_id": project.pk, "session_id": "page-hostile"}))
+    page_kw = {"project_id": project.pk, "session_id": "page-hostile"}
+    chart = viewer.get(reverse("ingest:chart_data", kwargs=page_kw))
     traces = {t.get("name"): t for t in json.loads(chart.content)["data"]}
     assert "lint finding" in traces and list(traces["lint finding"]["x"]) != []
     assert "alert" not in traces, "findings are not alerts"
-    timeline = viewer.get(reverse("ingest:timeline", kwargs={"project_id": project.pk, "session_id": "page-hostile"}))
+    timeline = viewer.get(reverse("ingest:timeline", kwargs=page_kw))
     assert "lint finding (" in timeline.content.decode()
 
     url = reverse("ingest:sessions", kwargs={"project_id": project.pk})
@@ -142,8 +146,9 @@ def test_findings_on_the_turn_page_escaped_as_markers_on_the_timeline_and_in_the
 
 
 def test_a_lint_rule_alerts_once_on_a_finding(api: Api, project: Project) -> None:
-    rule = rule_create(project=project, data={"name": "injection", "kind": "lint_finding", "severity": "critical",
-                                              "params": {"checks": ["prompt_injection"]}})
+    data = {"name": "injection", "kind": "lint_finding", "severity": "critical",
+            "params": {"checks": ["prompt_injection"]}}
+    rule = rule_create(project=project, data=data)
     hostile = _injection_case()
     bloat = next(c for c in CASES if c.check == lint.TOOL_OUTPUT_BLOAT and c.planted)
     refs = ingest(api, [hostile, bloat], prefix="rule")

@@ -41,7 +41,8 @@ def test_ingest_to_findings_to_pages_and_a_lint_alert_through_the_worker(
     wait_until(all_found, 60, "the worker to store a finding of every check")
     wait_until(lambda: not PendingAnalysis.objects.filter(project=project).exists(), 30,
                "the analysis debt to be settled")
-    assert not Finding.objects.filter(project=project, session_ref__in=_refs(project, f"e2e-{clean.name}")).exists()
+    clean_refs = _refs(project, f"e2e-{clean.name}")
+    assert not Finding.objects.filter(project=project, session_ref__in=clean_refs).exists()
 
     # The lint rule alerts once, on the echo-chamber turn.
     alerts = wait_until(lambda: list(Alert.objects.filter(rule=rule)), 60, "the lint rule to fire")
@@ -54,7 +55,8 @@ def test_ingest_to_findings_to_pages_and_a_lint_alert_through_the_worker(
     assert list(traces["lint finding"]["x"]) == [1]
     page = viewer.get(reverse("ingest:turn", kwargs={"project_id": project.pk, "session_id": sid, "turn": 1}))
     assert 'data-check="echo_chamber"' in page.content.decode()
-    sessions = viewer.get(reverse("ingest:sessions", kwargs={"project_id": project.pk}), {"finding": "echo_chamber"})
+    sessions_url = reverse("ingest:sessions", kwargs={"project_id": project.pk})
+    sessions = viewer.get(sessions_url, {"finding": "echo_chamber"})
     html = sessions.content.decode()
     assert sid in html and f"e2e-{clean.name}" not in html
     # Both evaluations (after ingest, after the lint) done: still one alert.
@@ -66,4 +68,5 @@ def test_ingest_to_findings_to_pages_and_a_lint_alert_through_the_worker(
 def _refs(project: Any, session_id: str) -> list[int]:
     from ingest.models import AgentSession
 
-    return list(AgentSession.objects.filter(project=project, session_id=session_id).values_list("id", flat=True))
+    qs = AgentSession.objects.filter(project=project, session_id=session_id)
+    return list(qs.values_list("id", flat=True))

@@ -139,7 +139,7 @@ def _norm(text: str) -> str:
 def _messages(turn: LintTurn) -> Iterable[tuple[LintBlock, int, Mapping[str, Any]]]:
     for b in turn.blocks:
         for i, m in enumerate(b.messages):
-            if isinstance(m, Mapping):
+            if isinstance(m, dict):
                 yield b, i, m
 
 
@@ -457,7 +457,7 @@ def tool_output_bloat(turn: LintTurn, prev: LintTurn | None, s: LintSettings) ->
     window = max(1, turn.context_window)
     worst: tuple[float, str, int, str] | None = None
     for b in turn.blocks:
-        texts = [(m, message_text(m)) for m in b.messages if isinstance(m, Mapping)]
+        texts = [(m, message_text(m)) for m in b.messages if isinstance(m, dict)]
         chars = sum(len(t) for _, t in texts) or 1
         tool_msgs = [(m, t) for m, t in texts if m.get("role") == "tool"]
         sizes: list[tuple[int, str]] = [(round(b.tokens * len(t) / chars), t) for _, t in tool_msgs]

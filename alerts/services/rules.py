@@ -44,6 +44,8 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Validation failing", K.VALIDATION_FAILURE_RATE, "warning"),
     DefaultRule("Recall misses", K.RECALL_MISS_RATE, "info"),
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
+    DefaultRule("Prompt injection or red line lost", K.LINT_FINDING, "critical",
+                {"checks": ["pinned_compressed", "prompt_injection"]}),
 )
 
 

@@ -14,7 +14,8 @@ running it costs ingest.
    concurrency 2) on this machine, realistic snapshots (bench/ingest_rate.py: 12 blocks, ~6k
    tokens) POSTed in batches of 100 from 4 threads, with the lint on (CTXOBS_LINT=1) and off
    (CTXOBS_LINT=0), alternating, ROUNDS times each. Reported: the HTTP ingest rate, and the rate
-   until the worker has also finished the analysis the batches are owed (the end-to-end rate).
+   until the worker has also done all the work the batches are owed after commit (alerts
+   evaluation, and the lint when on): the end-to-end rate.
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. The last line printed is
 one JSON object with the headline figures.
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from django.conf import settings  # noqa: E402
 
+from alerts.models import PendingEvaluation  # noqa: E402
 from bench import ingest_rate as IR  # noqa: E402  (sets up Django)
 from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
 from config.celery import worker_argv  # noqa: E402
@@ -107,11 +109,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=30)
 
 
-def drained(project_id: int, timeout: float = 600) -> float:
-    """Wait until no analysis is owed to the project; when that was (time.perf_counter())."""
+def drained(project_id: int, timeout: float = 900) -> float:
+    """Wait until the worker has done all the project's work after commit (the insights analysis
+    and the alerts evaluation each batch is owed); when that was (time.perf_counter())."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not PendingAnalysis.objects.filter(project_id=project_id).exists():
+        if not (PendingAnalysis.objects.filter(project_id=project_id).exists()
+                or PendingEvaluation.objects.filter(project_id=project_id).exists()):
             return time.perf_counter()
         time.sleep(0.1)
     raise RuntimeError("the analysis was not done in time")

@@ -38,11 +38,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
 
 from django.conf import settings  # noqa: E402
 
 from alerts.models import PendingEvaluation  # noqa: E402
-from bench import ingest_rate as IR  # noqa: E402  (sets up Django)
+from bench import ingest_rate as IR  # noqa: E402
 from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
 from config.celery import worker_argv  # noqa: E402
 from core.services import project_create  # noqa: E402

@@ -14,8 +14,10 @@ class AlertsConfig(AppConfig):
         from core import registry
         from core.models import Project
         from ingest.signals import snapshots_stored
+        from insights.lint_signals import findings_stored
 
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="alerts.evaluate")
+        findings_stored.connect(receivers.on_lint_findings_stored, dispatch_uid="alerts.lint_findings")
         registry.session_markers_add("alerts", selectors.session_alert_markers)
         registry.alert_follow_up_set(delivery.follow_ups_queue)
         post_save.connect(receivers.on_project_saved, sender=Project, dispatch_uid="alerts.default_rules")

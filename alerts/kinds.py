@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxobs.wire import BLOCK_KINDS, COUNT_DRIFT_WARN, TIERS
+from insights.lint import CHECKS as LINT_CHECKS
 
 TIER_CROSSING = "tier_crossing"
 WATERMARK_SPIKE = "watermark_spike"
@@ -15,6 +16,7 @@ COMPRESSION_STORM = "compression_storm"
 VALIDATION_FAILURE_RATE = "validation_failure_rate"
 RECALL_MISS_RATE = "recall_miss_rate"
 COUNT_DRIFT = "count_drift"
+LINT_FINDING = "lint_finding"
 
 KINDS: dict[str, str] = {
     TIER_CROSSING: "Tier crossing",
@@ -24,6 +26,7 @@ KINDS: dict[str, str] = {
     VALIDATION_FAILURE_RATE: "Validation failure rate",
     RECALL_MISS_RATE: "Recall misses",
     COUNT_DRIFT: "Count drift",
+    LINT_FINDING: "Lint finding",
 }
 
 SEVERITIES = ("info", "warning", "critical")
@@ -165,6 +168,17 @@ PARAMS: dict[str, tuple[ParamSpec, ...]] = {
             0.0,
             10_000.0,
             help="|our prompt count - provider's| / provider's",
+        ),
+    ),
+    LINT_FINDING: (
+        ParamSpec(
+            "checks",
+            "Checks",
+            list,
+            [],
+            choices=tuple(LINT_CHECKS),
+            help="fires on a turn where the contamination lint found one of these (comma-separated);"
+            " empty means any check",
         ),
     ),
 }

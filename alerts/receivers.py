@@ -24,6 +24,24 @@ def on_snapshots_stored(sender: Any, *, project_id: int, snapshot_refs: list[int
     transaction.on_commit(lambda: _enqueue(project_id, refs, pending_id))
 
 
+def on_lint_findings_stored(sender: Any, *, project_id: int, snapshot_refs: list[int], **kwargs: Any) -> None:
+    """Lint findings were stored (in this transaction): when the project has an enabled lint rule,
+    owe those turns an evaluation, recorded with the findings and queued after the commit. The
+    evaluation after ingest may have run before the lint; this one sees the findings, and a
+    finding already alerted on extends its alert instead of raising another."""
+    if not snapshot_refs:
+        return
+    from alerts.kinds import LINT_FINDING
+    from alerts.models import AlertRule
+    from alerts.services.evaluation import pending_evaluation_record
+
+    if not AlertRule.objects.filter(project_id=project_id, kind=LINT_FINDING, enabled=True).exists():
+        return
+    refs = list(snapshot_refs)
+    pending_id = pending_evaluation_record(project_id=project_id, snapshot_refs=refs)
+    transaction.on_commit(lambda: _enqueue(project_id, refs, pending_id))
+
+
 def _enqueue(project_id: int, refs: list[int], pending_id: int) -> None:
     from alerts.tasks import alerts_evaluate_task
 

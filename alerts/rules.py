@@ -21,6 +21,7 @@ from alerts.kinds import (
     COMPRESSION_STORM,
     COUNT_DRIFT,
     DEFAULT_COOLDOWN_TURNS,
+    LINT_FINDING,
     RECALL_MISS_RATE,
     TIER_CROSSING,
     VALIDATION_FAILURE_RATE,
@@ -28,6 +29,7 @@ from alerts.kinds import (
 )
 from ctxobs.wire import DEFAULT_TIER_THRESHOLDS, TIERS, occurrence_keys
 from ingest.types import BlockChange, BlockOutline
+from insights.lint import CHECKS as LINT_CHECK_LABELS
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class Turn:
     model: str = ""
     # The biggest block of each kind: (kind, tokens, key); loaded only when a rule needs it.
     kind_max: tuple[tuple[str, int, str], ...] = ()
+    # The contamination-lint checks found on this turn; loaded only when a rule needs them.
+    lint_checks: tuple[str, ...] = ()
 
     def biggest_block(self, kinds: Sequence[str] = ()) -> tuple[int, str]:
         best = (0, "")
@@ -217,6 +221,14 @@ def evaluate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding 
                 float(p["drift_pct"]),
                 f"Token count drift {current.count_drift * 100:+.0f}% against the provider's count",
             )
+        return None
+
+    if kind == LINT_FINDING:
+        wanted = p.get("checks") or ()
+        hits = [c for c in current.lint_checks if not wanted or c in wanted]
+        if hits:
+            names = ", ".join(LINT_CHECK_LABELS.get(c, c) for c in hits)
+            return found(len(hits), 1, f"Lint: {names}", "findings")
         return None
 
     raise ValueError(f"unknown rule kind {kind!r}")

@@ -14,6 +14,7 @@ from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
 from ctxobs.wire import unstorable, usable_window
 from ingest.types import TurnRow
+from insights.lint_selectors import checks_by_snapshot
 
 
 class AlertMarker(TypedDict):
@@ -144,7 +145,7 @@ def kind_max(row: TurnRow) -> tuple[tuple[str, int, str], ...]:
     return tuple(best.values())
 
 
-def _turn(row: TurnRow) -> Turn:
+def _turn(row: TurnRow, lint: dict[int, tuple[str, ...]] | None = None) -> Turn:
     return Turn(
         ref=row.ref,
         turn=row.turn,
@@ -162,11 +163,19 @@ def _turn(row: TurnRow) -> Turn:
         agent=row.agent,
         model=row.model_name,
         kind_max=kind_max(row),
+        lint_checks=(lint or {}).get(row.ref, ()),
     )
 
 
-def turns_from_rows(rows: list[TurnRow]) -> list[Turn]:
-    return [_turn(r) for r in rows]
+def turns_from_rows(rows: list[TurnRow], lint: dict[int, tuple[str, ...]] | None = None) -> list[Turn]:
+    """Turns for the rules; LINT: the lint checks found per snapshot ref, when a rule reads them."""
+    return [_turn(r, lint) for r in rows]
+
+
+def lint_checks(*, project_id: int, lines: dict[int, list[TurnRow]]) -> dict[int, tuple[str, ...]]:
+    """The contamination-lint checks found on the turns of LINES, per snapshot ref (one query)."""
+    refs = [r.ref for line in lines.values() for r in line]
+    return checks_by_snapshot(project_id=project_id, snapshot_refs=refs)
 
 
 @dataclass(frozen=True, slots=True)

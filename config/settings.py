@@ -246,6 +246,8 @@ CTXOBS_REPLAY_RETRY_BASE_S = env_float("CTXOBS_REPLAY_RETRY_BASE_S", 1.0)
 # failed delivery (doubling each attempt).
 CTXOBS_ALERT_LATENESS_SECONDS = env_float("CTXOBS_ALERT_LATENESS_SECONDS", 30.0)
 CTXOBS_ALERT_RETRY_BASE_SECONDS = env_float("CTXOBS_ALERT_RETRY_BASE_SECONDS", 1.0)
+# Insights: run the contamination lint on new turns (docs/insights.md); off stores no new findings.
+CTXOBS_LINT = env_bool("CTXOBS_LINT", True)
 # scripts/up (manage.py ctxobs_up): where its web server listens, and its gunicorn workers.
 CTXOBS_HOST = env_str("CTXOBS_HOST", "127.0.0.1")
 CTXOBS_PORT = env_int("CTXOBS_PORT", 8000)

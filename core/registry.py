@@ -209,3 +209,25 @@ def alert_follow_up_set(sender: AlertFollowUp) -> None:
 def alert_follow_up(*, project_id: int, alert_ids: Sequence[int], event: str) -> None:
     for sender in _alert_follow_up:
         sender(project_id=project_id, alert_ids=alert_ids, event=event)
+
+# --- sessions-list filters ------------------------------------------------------------------------
+# A filter another app adds to the sessions list: a select named NAME on the filter form, with "any"
+# (no filtering) and CHOICES() as (value, label); for a picked value, SESSIONS(project_id=,
+# value=) gives the session refs (AgentSession.id) that match, as a values_list sub-query or ids.
+@dataclass(frozen=True)
+class SessionFilter:
+    name: str
+    label: str
+    choices: Callable[[], Sequence[tuple[str, str]]]
+    sessions: Callable[..., Any]
+
+
+_session_filters: dict[str, SessionFilter] = {}
+
+
+def session_filter_add(flt: SessionFilter) -> None:
+    _session_filters[flt.name] = flt
+
+
+def session_filters() -> list[SessionFilter]:
+    return list(_session_filters.values())

@@ -48,6 +48,7 @@ EVENT_COLOURS: dict[str, str] = {
     "compression": "#6a1b9a",
     "validation": "#b71c1c",
     "alert": "#d50000",
+    "finding": "#e65100",
 }
 FONT = "-apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
@@ -140,12 +141,13 @@ def timeline_figure(
     rows: Sequence[TurnChartRow],
     thresholds: tuple[float, float, float, float],
     alerts: Sequence[AlertMarker] = (),
+    findings: Sequence[AlertMarker] = (),
 ) -> go.Figure:
     """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
     the tier bands; markers for compression events, validation failures and alerts.
 
     ROWS are timeline rows (turn, watermark, kind_tokens, n_compression, n_validation_failed);
-    ALERTS are markers with turn, severity, title.
+    ALERTS are markers with turn, severity, title; FINDINGS (lint findings) the same.
     """
     turn_list = [int(r["turn"]) for r in rows]
     wm_list = [round(float(r["watermark"]) * 100, 2) for r in rows]
@@ -236,22 +238,21 @@ def timeline_figure(
         EVENT_COLOURS["validation"],
         [f"{rows[i]['n_validation_failed']} failed check(s)" for i in fail],
     )
-    if alerts:
+    for name, symbol, colour, pinned in (
+        ("alert", "triangle-up", EVENT_COLOURS["alert"], alerts),
+        ("lint finding", "star", EVENT_COLOURS["finding"], findings),
+    ):
+        if not pinned:
+            continue
         index = {r["turn"]: i for i, r in enumerate(rows)}
         by_turn: dict[int, list[str]] = {}
-        for a in alerts:
+        for a in pinned:
             if a.get("turn") in index:
                 by_turn.setdefault(a["turn"], []).append(
                     f"{_text(a.get('severity', ''))}: {_text(a.get('title', ''))}"
                 )
         pick = [index[t] for t in sorted(by_turn)]
-        markers(
-            pick,
-            "alert",
-            "triangle-up",
-            EVENT_COLOURS["alert"],
-            ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)],
-        )
+        markers(pick, name, symbol, colour, ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)])
 
     top = max(100.0, max(wm_list) + 5 if wm_list else 100.0)
     bounds = [0.0, *[t * 100 for t in thresholds], top]

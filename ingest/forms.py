@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
+from core import registry
 from core.models import TRIAGE_DAILY_CALLS_MAX, Membership, Project
 from core.services import MODEL_NAME_MAX_CHARS, MODEL_WINDOWS_MAX_ENTRIES
 from ctxobs.wire import LIMITS, TIERS
@@ -55,6 +56,15 @@ class SessionFilterForm(forms.Form):
     failures = forms.ChoiceField(required=False, choices=YES_NO, label="validation failures")
     sort = forms.ChoiceField(required=False, choices=SORTS, label="sort")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Filters other apps add (core.registry.session_filter_add), before the sort.
+        sort = self.fields.pop("sort")
+        for flt in registry.session_filters():
+            self.fields[flt.name] = forms.ChoiceField(
+                required=False, choices=[("", "any"), *flt.choices()], label=flt.label)
+        self.fields["sort"] = sort
+
     def filters(self) -> dict[str, Any]:
         """Keyword arguments for ingest.selectors.sessions_filter (empty when the form is invalid)."""
         if not self.is_valid():
@@ -77,6 +87,7 @@ class SessionFilterForm(forms.Form):
         out["until"] = datetime.combine(d["until"], time.max, tzinfo=tz) if d["until"] else None
         for name, arg in (("alerts", "has_alerts"), ("failures", "has_failures")):
             out[arg] = {"yes": True, "no": False}.get(d[name])
+        out["extra"] = {f.name: d[f.name] for f in registry.session_filters() if d.get(f.name)}
         return out
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict, defaultdict
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
@@ -12,6 +12,7 @@ import orjson
 from django.db import connection
 from django.db.models import QuerySet
 
+from core import pgtext, registry
 from core.models import Project
 from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
@@ -30,6 +31,7 @@ from ingest.types import (
     BlockChange,
     BlockOutline,
     CompressionEventRow,
+    Message,
     RecallItemRow,
     SnapshotDetail,
     SnapshotEvents,
@@ -38,6 +40,7 @@ from ingest.types import (
     StoredBlock,
     TimelineRow,
     TimelineTurn,
+    TurnContent,
     TurnRow,
     ValidationOutcomeRow,
 )
@@ -66,8 +69,10 @@ def sessions_filter(
     has_alerts: bool | None = None,
     has_failures: bool | None = None,
     sort: str = "last_seen",
+    extra: dict[str, str] | None = None,
 ) -> QuerySet[AgentSession]:
-    """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first)."""
+    """Sessions of PROJECT matching the filters, ordered by SORT (default: most recent first).
+    EXTRA: {name: value} of filters other apps registered (core.registry.session_filters)."""
     qs = AgentSession.objects.filter(project=project)
     if any(v and unstorable(v) for v in (q, agent, model, tier)):
         # Text the store cannot hold (a NUL) matches no stored session.
@@ -90,6 +95,10 @@ def sessions_filter(
         qs = qs.filter(alert_count__gt=0) if has_alerts else qs.filter(alert_count=0)
     if has_failures is not None:
         qs = qs.filter(failed_validations__gt=0) if has_failures else qs.filter(failed_validations=0)
+    for flt in registry.session_filters():
+        value = (extra or {}).get(flt.name)
+        if value:
+            qs = qs.filter(id__in=flt.sessions(project_id=project.pk, value=value))
     order = SESSION_SORTS.get(sort, "-last_seen")
     return qs.order_by(order, "id")
 
@@ -467,3 +476,133 @@ def compressed_tokens_by_block(*, project_id: int, snapshot_refs: Sequence[int])
         else:
             out[ref][block] += 1
     return {k: dict(v) for k, v in out.items()}
+
+
+class _ContentCache:
+    """Block contents (their message hashes) and messages by hash, read for content analyses.
+    Both are immutable under their hash, so a bounded per-process cache is exact: a session's
+    next turn repeats most blocks and messages of the last, and only what is new is read (with
+    arrays, not IN lists: a batch names thousands of hashes)."""
+
+    MAX_BLOCKS = 50_000
+    MAX_MESSAGE_CHARS = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.blocks: OrderedDict[tuple[int, str], tuple[list[str], int]] = OrderedDict()
+        self.messages: OrderedDict[tuple[int, str], tuple[Message, int]] = OrderedDict()
+        self.chars = 0
+
+    def read(
+        self, project_id: int, block_hashes: set[str], message_blocks: set[str]
+    ) -> tuple[dict[str, tuple[list[str], int]], dict[str, Message]]:
+        """({block hash: (message hashes, chars)} of BLOCK_HASHES, {message hash: message} of the
+        blocks MESSAGE_BLOCKS): two queries at most, for what is not cached."""
+        contents: dict[str, tuple[list[str], int]] = {}
+        for h in block_hashes:
+            hit = self.blocks.get((project_id, h))
+            if hit is not None:
+                self.blocks.move_to_end((project_id, h))
+                contents[h] = hit
+        missing = [h for h in block_hashes if h not in contents]
+        with connection.cursor() as cur:
+            if missing:
+                # The project id as a sub-select: see `turn_neighbourhoods`.
+                cur.execute(
+                    "SELECT hash, message_hashes, chars FROM ingest_blockcontent"
+                    " WHERE project_id = (SELECT %s::bigint) AND hash = ANY(%s::varchar[])",
+                    [project_id, missing],
+                )
+                for h, mhs, chars in cur.fetchall():
+                    contents[h] = self.blocks[(project_id, h)] = (mhs, chars)
+                while len(self.blocks) > self.MAX_BLOCKS:
+                    self.blocks.popitem(last=False)
+            wanted = {mh for h in message_blocks for mh in contents.get(h, ([], 0))[0]}
+            messages: dict[str, Message] = {}
+            for mh in wanted:
+                got = self.messages.get((project_id, mh))
+                if got is not None:
+                    self.messages.move_to_end((project_id, mh))
+                    messages[mh] = got[0]
+            need = [mh for mh in wanted if mh not in messages]
+            if need:
+                cur.execute(
+                    "SELECT hash, message::text FROM ingest_messagecontent"
+                    " WHERE project_id = (SELECT %s::bigint) AND hash = ANY(%s::varchar[])",
+                    [project_id, need],
+                )
+                for mh, raw in cur.fetchall():
+                    # As EscapedJSONField reads it: only a text holding ESC holds an escaped string.
+                    msg = pgtext.unescape_json(orjson.loads(raw)) if pgtext.ESC in raw else orjson.loads(raw)
+                    messages[mh] = msg
+                    self.messages[(project_id, mh)] = (msg, len(raw))
+                    self.chars += len(raw)
+                while self.chars > self.MAX_MESSAGE_CHARS and self.messages:
+                    self.chars -= self.messages.popitem(last=False)[1][1]
+        return contents, messages
+
+
+_content_cache = _ContentCache()
+
+
+def turn_contents(
+    *, project_id: int, snapshot_refs: Sequence[int], message_kinds: Collection[str] | None = None
+) -> dict[int, TurnContent]:
+    """The snapshots SNAPSHOT_REFS and the turn before each in its session, keyed by ref (a
+    requested snapshot names its predecessor in `prev_ref`), with compression events and recall
+    lists. The requested snapshots' blocks carry their messages (only blocks of MESSAGE_KINDS when
+    given); a predecessor's blocks carry none, only `message_counts`. Six queries at most,
+    whatever the number of snapshots; contents and messages read before come from a per-process
+    cache (callers must not change the messages they get)."""
+    if not snapshot_refs:
+        return {}
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            """
+            SELECT n.id, p.id FROM ingest_snapshot n
+            LEFT JOIN LATERAL (
+                SELECT s.id FROM ingest_snapshot s
+                WHERE s.project_id = n.project_id AND s.session_ref = n.session_ref AND s.turn < n.turn
+                ORDER BY s.turn DESC, s.ts DESC, s.snapshot_id DESC LIMIT 1
+            ) p ON true
+            WHERE n.project_id = (SELECT %s::bigint) AND n.id = ANY(%s::bigint[])
+            """,
+            [project_id, list(snapshot_refs)],
+        )
+        prev = dict(cur.fetchall())
+    refs = set(prev) | {p for p in prev.values() if p is not None}
+    rows = Snapshot.objects.filter(project_id=project_id, id__in=refs).values_list(
+        "session_ref", "session_id", "turn", "received_at", "total_tokens", "context_window",
+        "reserve_tokens", "output", *_BLOCK_ARRAYS)
+    out: dict[int, TurnContent] = {}
+    for sref, sid, turn, received, total, window, reserve, output, ref, *arrays in rows:
+        out[ref] = {
+            "ref": ref, "session_ref": sref, "session_id": sid, "turn": turn, "received_at": received,
+            "total_tokens": total, "context_window": window, "reserve_tokens": reserve, "output": output,
+            "blocks": _blocks_from_arrays(ref, *arrays), "message_counts": [], "compression": [],
+            "recall": [], "prev_ref": prev.get(ref),
+        }
+    blocks = [b for t in out.values() for b in t["blocks"]]
+    wanted = [b for ref in prev for b in out[ref]["blocks"]
+              if message_kinds is None or b["kind"] in message_kinds]
+    contents, messages = _content_cache.read(
+        project_id, {b["content_hash"] for b in blocks}, {b["content_hash"] for b in wanted})
+    for t in out.values():
+        for b in t["blocks"]:
+            mhs, chars = contents.get(b["content_hash"], ([], 0))
+            b["chars"] = chars
+            t["message_counts"].append(len(mhs))
+    for b in wanted:
+        b["messages"] = [messages[mh] for mh in contents.get(b["content_hash"], ([], 0))[0]]
+    flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
+    for ev in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
+            "ref"):
+        out[ev["snapshot_ref"]]["compression"].append(cast(CompressionEventRow, {
+            k: v for k, v in ev.items() if k != "snapshot_ref"}))
+    for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
+            "block", "preview"):
+        out[r["snapshot_ref"]]["recall"].append(cast(RecallItemRow, {
+            k: v for k, v in r.items() if k != "snapshot_ref"}))
+    return out

@@ -461,3 +461,24 @@ class SnapshotOutline:
 
     blocks: list[BlockOutline]
     change: BlockChange
+
+
+class TurnContent(TypedDict):
+    """One stored snapshot with what a content analysis reads of it: its place in the session,
+    its size, its blocks with their messages, its compression events and recall list, its output,
+    and the ref of the session's turn before it (None for the first)."""
+
+    ref: int
+    session_ref: int
+    session_id: str
+    turn: int
+    received_at: datetime
+    total_tokens: int
+    context_window: int
+    reserve_tokens: int
+    output: dict[str, Any] | None
+    blocks: list[StoredBlock]
+    message_counts: list[int]  # per block, also when its messages were not read
+    compression: list[CompressionEventRow]
+    recall: list[RecallItemRow]
+    prev_ref: int | None

@@ -345,6 +345,7 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
         turns=turns,
         alerts=markers[:50],
         n_alerts=len(markers),
+        n_findings=len(dashboard.session_findings(project_id=project.pk, session_ref=session.id)),
         turn_url_prefix=reverse(
             "ingest:timeline", kwargs={"project_id": project.pk, "session_id": session.session_id}
         )
@@ -362,7 +363,8 @@ def chart_data(request: HttpRequest, project_id: int, session_id: str) -> HttpRe
     session = _session_or_404(project, session_id)
     rows = dashboard.timeline_rows(project=project, session=session)
     markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
-    fig = charts.timeline_figure(rows=rows, thresholds=project.thresholds, alerts=markers)
+    findings = dashboard.session_findings(project_id=project.pk, session_ref=session.id)
+    fig = charts.timeline_figure(rows=rows, thresholds=project.thresholds, alerts=markers, findings=findings)
     return HttpResponse(fig.to_json(engine="json"), content_type="application/json")
 
 

@@ -12,7 +12,12 @@ class InsightsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from ingest.signals import snapshots_stored
-        from insights import pipeline
+        from insights import lint_analyzer, lint_pages, pipeline
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
+        if settings.CTXOBS_LINT:
+            pipeline.analyzer_add("lint", lint_analyzer.lint_analyze)
+        lint_pages.register()

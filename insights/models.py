@@ -23,3 +23,35 @@ class PendingAnalysis(models.Model):
 
     def __str__(self) -> str:
         return f"pending analysis #{self.pk} ({len(self.snapshot_refs)} snapshots)"
+
+
+# --- contamination lint -------------------------------------------------------------------------
+class Finding(models.Model):
+    """A contamination-lint finding on one stored turn: which check, the blocks involved and the
+    text that shows it (see insights.lint). One per turn and check; written after ingest by the
+    lint analyzer, removed by retention with the turn (`received_at`)."""
+
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+    snapshot_ref = models.BigIntegerField()
+    session_ref = models.BigIntegerField()
+    turn = models.IntegerField()
+    received_at = models.DateTimeField()
+    check_name = models.CharField(max_length=40, db_column="check")
+    severity = models.CharField(max_length=10)
+    block_keys = ArrayField(models.CharField(max_length=128), default=list)
+    evidence = models.TextField(default="", blank=True)
+    details = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "snapshot_ref", "check_name"], name="insights_finding_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["project", "session_ref", "turn"], name="insights_finding_session_idx"),
+            models.Index(fields=["project", "check_name", "session_ref"], name="insights_finding_check_idx"),
+            models.Index(fields=["project", "received_at"], name="insights_finding_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.check_name} on turn {self.turn}"

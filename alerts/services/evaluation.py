@@ -78,7 +78,9 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
     lines = ingest_selectors.turn_neighbourhoods(
         project_id=project_id, snapshot_refs=refs, window=window, with_blocks=need_blocks
     )
-    fired, turn_lines = _findings(lines=lines, refs=refs, specs=specs, window=window, res=res)
+    lint = (selectors.lint_checks(project_id=project_id, lines=lines)
+            if any(s.kind == K.LINT_FINDING for s in specs) else None)
+    fired, turn_lines = _findings(lines=lines, refs=refs, specs=specs, window=window, res=res, lint=lint)
     if not fired:
         _log_eval(project_id, refs, res, started)
         return res
@@ -138,6 +140,7 @@ def _findings(
     specs: list[R.RuleSpec],
     window: int,
     res: EvaluateResult,
+    lint: dict[int, tuple[str, ...]] | None = None,
 ) -> tuple[dict[int, list[R.Finding]], dict[int, list[R.Turn]]]:
     """Findings per session on the requested snapshots and, for a late one, on the turns after
     it within the window; records counts and deferrals in RES."""
@@ -157,7 +160,7 @@ def _findings(
             if row.ref in wanted:
                 targets.update(r.ref for r in line[i : i + window + 1])
         res.evaluated += len(targets)
-        turns = selectors.turns_from_rows(line)
+        turns = selectors.turns_from_rows(line, lint)
         turn_lines[sref] = turns
         complete: set[int] = set()
         waiting: set[int] = set()

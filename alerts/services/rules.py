@@ -44,6 +44,8 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Validation failing", K.VALIDATION_FAILURE_RATE, "warning"),
     DefaultRule("Recall misses", K.RECALL_MISS_RATE, "info"),
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
+    DefaultRule("Prompt injection or red line lost", K.LINT_FINDING, "critical",
+                {"checks": ["pinned_compressed", "prompt_injection"]}),
 )
 
 
@@ -223,13 +225,14 @@ def rule_preview(
     lines, truncated = ingest_selectors.turns_since(
         project_id=project.pk, since=since, limit=max_snapshots, with_blocks=spec.kind == K.BLOCK_SHARE
     )
+    lint = selectors.lint_checks(project_id=project.pk, lines=lines) if spec.kind == K.LINT_FINDING else None
     fired = 0
     sessions = 0
     examples: list[PreviewExample] = []
     n_snapshots = 0
     for rows in lines.values():
         n_snapshots += len(rows)
-        turns = selectors.turns_from_rows(rows)
+        turns = selectors.turns_from_rows(rows, lint)
         eps = R.episodes_for(R.evaluate_line([spec], turns), {0: spec}).get(0, [])
         if eps:
             sessions += 1

@@ -219,13 +219,47 @@ def share(rows: list[dict[str, Any]], key: str) -> float | None:
     return round(sum(1 for r in rows if r[key]) / len(rows), 4) if rows else None
 
 
+def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
+    had = [r for r in rows if r["baseline_has_fact"]]
+    loo_calls = [r["calls"]["loo"] for r in rows]
+    att_calls = [r["calls"]["attribution"] for r in rows]
+    result = {
+        "turns": len(rows),
+        "baseline_had_fact": len(had),
+        "without_memory_lost_fact": share(had, "without_memory_lost_fact"),
+        "irrelevant_moves_less": share(had, "irrelevant_moves_less"),
+        "attribution_memory_first_alone": share(had, "attribution_memory_first_alone"),
+        "loo_memory_first_alone": share(had, "loo_memory_first_alone"),
+        "loo_sources_memory_first_alone": share(had, "loo_sources_memory_first_alone"),
+        "calls_per_job": {
+            "loo": sum(loo_calls) / len(loo_calls) if loo_calls else None,
+            "attribution": sum(att_calls) / len(att_calls) if att_calls else None,
+        },
+        "baseline_reuse_share": None,
+        "samples": args.samples,
+        "ablations": args.ablations,
+        "max_tokens": PARAMS["max_tokens"],
+        "targets": {
+            "without_memory_lost_fact": 0.95,
+            "irrelevant_moves_less": 0.9,
+            "attribution_memory_first_alone": 0.8,
+        },
+    }
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=24)
     ap.add_argument("--ablations", type=int, default=8)
     ap.add_argument("--samples", type=int, default=1)
-    ap.add_argument("--log", default="")
+    ap.add_argument("--log", default="", help="append each turn's row (JSON lines) to this file")
+    ap.add_argument("--summarize", default="", help="only summarise the rows of this --log file")
     args = ap.parse_args()
+    if args.summarize:
+        rows = [json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]
+        print(json.dumps(summarize(rows, args)), flush=True)
+        return
 
     from core.models import Project
     from core.services import project_create
@@ -271,32 +305,8 @@ def main() -> None:
         connection.creation.destroy_test_db(old_name, verbosity=0)
         if log:
             log.close()
-    had = [r for r in rows if r["baseline_has_fact"]]
-    loo_calls = [r["calls"]["loo"] for r in rows]
-    att_calls = [r["calls"]["attribution"] for r in rows]
-    result = {
-        "turns": len(rows),
-        "baseline_had_fact": len(had),
-        "without_memory_lost_fact": share(had, "without_memory_lost_fact"),
-        "irrelevant_moves_less": share(had, "irrelevant_moves_less"),
-        "attribution_memory_first_alone": share(had, "attribution_memory_first_alone"),
-        "loo_memory_first_alone": share(had, "loo_memory_first_alone"),
-        "loo_sources_memory_first_alone": share(had, "loo_sources_memory_first_alone"),
-        "calls_per_job": {
-            "loo": sum(loo_calls) / len(loo_calls) if loo_calls else None,
-            "attribution": sum(att_calls) / len(att_calls) if att_calls else None,
-        },
-        "baseline_reuse_share": None,
-        "samples": args.samples,
-        "ablations": args.ablations,
-        "max_tokens": PARAMS["max_tokens"],
-        "wall_s": round(time.monotonic() - started, 1),
-        "targets": {
-            "without_memory_lost_fact": 0.95,
-            "irrelevant_moves_less": 0.9,
-            "attribution_memory_first_alone": 0.8,
-        },
-    }
+    result = summarize(rows, args)
+    result["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(result), flush=True)
 
 

@@ -53,7 +53,8 @@ def test_the_attribution_chart_ranks_the_blocks_and_links_to_the_turn(
     assert page.locator("#attribution-chart .ytick a").count() == 4
     assert page.locator("#attribution-chart .shapelayer path").count() >= 1
     ticks = page.eval_on_selector_all(
-        "#attribution-chart .ytick text", "els => els.map(e => [e.getBoundingClientRect().top, e.textContent])"
+        "#attribution-chart .ytick text",
+        "els => els.map(e => [e.getBoundingClientRect().top, e.textContent])",
     )
     labels = [text for _, text in sorted(ticks)]  # top to bottom
     assert labels[0] == "memory" and sorted(labels) == ["history", "memory", "retrieval", "tools"]

@@ -12,7 +12,9 @@ import orjson
 from django.db import connection
 from django.db.models import QuerySet
 
+from core import pgtext
 from core.models import Project
+from ctxobs.tokens import REPLY_PRIMING
 from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
     BLOCK_COMPRESSED,
@@ -30,6 +32,7 @@ from ingest.types import (
     BlockChange,
     BlockOutline,
     CompressionEventRow,
+    CountInput,
     RecallItemRow,
     SnapshotDetail,
     SnapshotEvents,
@@ -467,3 +470,26 @@ def compressed_tokens_by_block(*, project_id: int, snapshot_refs: Sequence[int])
         else:
             out[ref][block] += 1
     return {k: dict(v) for k, v in out.items()}
+
+
+def count_inputs(*, project_id: int, snapshot_refs: Sequence[int]) -> list[CountInput]:
+    """The snapshots SNAPSHOT_REFS as the count calibration reads them, in the order they were
+    received (one query)."""
+    if not snapshot_refs:
+        return []
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            "SELECT id, received_at, model_name, total_tokens, prompt_tokens_reported, counts_estimated,"
+            " encoding, params -> 'tools' FROM ingest_snapshot"
+            " WHERE project_id = (SELECT %s::bigint) AND id = ANY(%s::bigint[])"
+            " ORDER BY received_at, id",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
+    return [
+        CountInput(ref=ref, received_at=at, model_name=model, counted=total + REPLY_PRIMING, reported=reported,
+                   counts_estimated=estimated, encoding=encoding or "",
+                   tools=pgtext.unescape_json(orjson.loads(tools) if isinstance(tools, str) else tools))
+        for ref, at, model, total, reported, estimated, encoding, tools in rows
+    ]

@@ -13,6 +13,7 @@ class InsightsConfig(AppConfig):
 
     def ready(self) -> None:
         from ingest.signals import snapshots_stored
-        from insights import pipeline
+        from insights import counts, pipeline
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
+        counts.register()

@@ -1,0 +1,55 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("insights", "0001_initial"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="TurnCount",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("project_id", models.BigIntegerField()),
+                ("snapshot_ref", models.BigIntegerField()),
+                ("received_at", models.DateTimeField()),
+                ("model_name", models.CharField(max_length=256)),
+                ("counted", models.IntegerField()),
+                ("native", models.IntegerField(blank=True, null=True)),
+                ("tokenizer", models.CharField(blank=True, default="", max_length=300)),
+                ("reported", models.IntegerField()),
+                ("ratio", models.FloatField()),
+                ("usual_ratio", models.FloatField(blank=True, null=True)),
+                ("usual_n", models.IntegerField(default=0)),
+                ("drift", models.FloatField()),
+                ("flagged", models.BooleanField(default=False)),
+            ],
+            options={
+                "constraints": [
+                    models.UniqueConstraint(fields=("project_id", "snapshot_ref"), name="insights_turncount_uniq"),
+                ],
+                "indexes": [
+                    models.Index(fields=["project_id", "model_name", "received_at"], name="insights_turncount_model_idx"),
+                    models.Index(fields=["project_id", "received_at"], name="insights_turncount_time_idx"),
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="ModelCountRatio",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("project_id", models.BigIntegerField()),
+                ("model_name", models.CharField(max_length=256)),
+                ("ratio", models.FloatField()),
+                ("n", models.IntegerField()),
+                ("updated_at", models.DateTimeField()),
+            ],
+            options={
+                "constraints": [
+                    models.UniqueConstraint(fields=("project_id", "model_name"), name="insights_modelratio_uniq"),
+                ],
+            },
+        ),
+    ]

@@ -6,7 +6,8 @@ For every new turn whose provider reported its prompt tokens:
    overhead when one is configured (`insights.counts_tokenizers`), else ingest's count
    (tiktoken, estimated with cl100k_base for models OpenAI does not tokenize);
 2. the turn's ratio is reported / ours; the model's usual ratio is the median of that ratio over
-   its last USUAL_WINDOW turns in the project (USUAL_MIN at least, else 1.0);
+   its last USUAL_WINDOW turns in the project (USUAL_MIN at least; else 1.0, and an estimate
+   is then flagged only beyond ESTIMATE_WARN);
 3. the drift is measured against the usual ratio: (ours x usual - reported) / reported, flagged
    beyond COUNT_DRIFT_WARN. An estimate that always reads 8% low is the model's usual and is not
    flagged; a turn whose provider saw less than usual (a dropped message) is.
@@ -21,6 +22,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection
 from django.utils import timezone
@@ -37,6 +39,10 @@ logger = logging.getLogger(__name__)
 
 USUAL_WINDOW = 50
 USUAL_MIN = 5
+# Before a model has a usual ratio, an estimate (cl100k_base standing in for another family's
+# tokenizer) is compared with the provider's count with this wider margin: such estimates are
+# commonly 5-20% off, and flagging each new model's first turns teaches people to ignore flags.
+ESTIMATE_WARN = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +61,17 @@ def usual_ratio(history: Sequence[float]) -> float | None:
     return statistics.median(recent) if len(recent) >= USUAL_MIN else None
 
 
-def calibrate(ours: int, reported: int, history: Sequence[float]) -> Calibrated:
-    """The drift of one turn against the usual ratio of the turns before it (HISTORY, oldest first)."""
+def calibrate(ours: int, reported: int, history: Sequence[float], *, exact: bool) -> Calibrated:
+    """The drift of one turn against the usual ratio of the turns before it (HISTORY, oldest
+    first); without one, against zero, with the wider ESTIMATE_WARN margin unless EXACT."""
     ours = max(1, ours)
     usual = usual_ratio(history)
     expected = ours * (usual if usual is not None else 1.0)
     drift = (expected - reported) / reported
+    margin = COUNT_DRIFT_WARN if usual is not None or exact else ESTIMATE_WARN
     return Calibrated(
         ours=ours, ratio=reported / ours, usual_ratio=usual, usual_n=min(len(history), USUAL_WINDOW),
-        drift=drift, flagged=abs(drift) > COUNT_DRIFT_WARN,
+        drift=drift, flagged=abs(drift) > margin,
     )
 
 
@@ -115,28 +123,41 @@ def native_counts(project_id: int, inputs: Sequence[CountInput]) -> dict[int, tu
 
 
 # --- the analyzer ----------------------------------------------------------------------------
-def _history(project_id: int, models: list[str], batch: list[CountInput]) -> dict[str, list[float]]:
-    """Per model, the ratios of its last USUAL_WINDOW turns received up to the batch's last one,
-    outside the batch, oldest first (one query)."""
+Key = tuple[datetime, int]  # (received_at, snapshot_ref): the order turns are calibrated in
+
+
+def _history(project_id: int, models: list[str], batch: list[CountInput]) -> dict[str, list[tuple[Key, float]]]:
+    """Per model, in order, the analysed turns outside the batch that a batch turn may look back
+    on: the last USUAL_WINDOW before the batch's first turn and every one between its first and
+    its last (one query)."""
+    first, last = (batch[0].received_at, batch[0].ref), (batch[-1].received_at, batch[-1].ref)
+    refs = [i.ref for i in batch]
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT model_name, ratio FROM (
-                SELECT model_name, ratio, received_at, snapshot_ref,
+            SELECT model_name, received_at, snapshot_ref, ratio FROM (
+                SELECT model_name, received_at, snapshot_ref, ratio,
                        row_number() OVER (PARTITION BY model_name
                                           ORDER BY received_at DESC, snapshot_ref DESC) AS rn
                 FROM insights_turncount
-                WHERE project_id = %s AND model_name = ANY(%s) AND received_at <= %s
-                  AND NOT (snapshot_ref = ANY(%s::bigint[]))
-            ) h WHERE rn <= %s
-            ORDER BY model_name, received_at, snapshot_ref
+                WHERE project_id = %(p)s AND model_name = ANY(%(models)s)
+                  AND (received_at, snapshot_ref) < (%(first_at)s, %(first_ref)s)
+            ) h WHERE rn <= %(window)s
+            UNION ALL
+            SELECT model_name, received_at, snapshot_ref, ratio FROM insights_turncount
+            WHERE project_id = %(p)s AND model_name = ANY(%(models)s)
+              AND (received_at, snapshot_ref) > (%(first_at)s, %(first_ref)s)
+              AND (received_at, snapshot_ref) < (%(last_at)s, %(last_ref)s)
+              AND NOT (snapshot_ref = ANY(%(refs)s::bigint[]))
+            ORDER BY 2, 3
             """,
-            [project_id, models, max(i.received_at for i in batch), [i.ref for i in batch], USUAL_WINDOW],
+            {"p": project_id, "models": models, "first_at": first[0], "first_ref": first[1],
+             "last_at": last[0], "last_ref": last[1], "refs": refs, "window": USUAL_WINDOW},
         )
         rows = cur.fetchall()
-    out: dict[str, list[float]] = defaultdict(list)
-    for model, ratio in rows:
-        out[model].append(ratio)
+    out: dict[str, list[tuple[Key, float]]] = defaultdict(list)
+    for model, at, ref, ratio in rows:
+        out[model].append(((at, ref), ratio))
     return out
 
 
@@ -148,13 +169,21 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
         return
     natives = native_counts(project_id, batch)
     models = sorted({i.model_name for i in batch})
-    history = _history(project_id, models, batch)
+    others = _history(project_id, models, batch)
+    history: dict[str, list[float]] = defaultdict(list)
+    taken: dict[str, int] = defaultdict(int)
     rows: list[TurnCount] = []
     for i in batch:  # in the order received
+        # The analysed turns of other batches received before this one join its history first.
+        before, seen = others[i.model_name], taken[i.model_name]
+        while seen < len(before) and before[seen][0] < (i.received_at, i.ref):
+            history[i.model_name].append(before[seen][1])
+            seen += 1
+        taken[i.model_name] = seen
         native = natives.get(i.ref)
         ours = native[0] if native else i.counted
         assert i.reported is not None
-        c = calibrate(ours, i.reported, history[i.model_name])
+        c = calibrate(ours, i.reported, history[i.model_name], exact=native is not None or not i.counts_estimated)
         history[i.model_name].append(c.ratio)
         label = native[1] if native else f"{i.encoding or 'cl100k_base'}{' (estimated)' if i.counts_estimated else ''}"
         rows.append(TurnCount(

@@ -39,9 +39,11 @@ logger = logging.getLogger(__name__)
 
 USUAL_WINDOW = 50
 USUAL_MIN = 5
-# Before a model has a usual ratio, an estimate (cl100k_base standing in for another family's
-# tokenizer) is compared with the provider's count with this wider margin: such estimates are
-# commonly 5-20% off, and flagging each new model's first turns teaches people to ignore flags.
+# Before a model has a usual ratio, a count ingest marked estimated is compared with the
+# provider's with this wider margin: cl100k_base standing in for another family's tokenizer is
+# commonly 5-20% off, and so is the family's own vocabulary under a chat template that is not
+# quite the one the server applies. Flagging each new model's first turns teaches people to
+# ignore flags.
 ESTIMATE_WARN = 0.25
 
 
@@ -183,7 +185,7 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
         native = natives.get(i.ref)
         ours = native[0] if native else i.counted
         assert i.reported is not None
-        c = calibrate(ours, i.reported, history[i.model_name], exact=native is not None or not i.counts_estimated)
+        c = calibrate(ours, i.reported, history[i.model_name], exact=not i.counts_estimated)
         history[i.model_name].append(c.ratio)
         label = native[1] if native else f"{i.encoding or 'cl100k_base'}{' (estimated)' if i.counts_estimated else ''}"
         rows.append(TurnCount(

@@ -96,6 +96,7 @@ class LlamaServerTokenizer:
     base_url: str
     label: str = ""
     _path: str | None = None
+    _offset: int | None = None
 
     def __post_init__(self) -> None:
         root = self.base_url.rstrip("/")
@@ -129,7 +130,11 @@ class LlamaServerTokenizer:
     def _count_missing(self, texts: list[str]) -> list[int]:
         try:
             with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-                return [self._one(client, t) for t in texts]
+                if self._offset is None:
+                    # llama-cpp-python's endpoints add the model's BOS token to every text: the
+                    # count of an empty text is what each count carries besides the text itself.
+                    self._offset = self._one(client, "")
+                return [max(0, self._one(client, t) - self._offset) for t in texts]
         except (httpx.HTTPError, ValueError) as exc:
             raise TokenizerUnavailable(f"{type(exc).__name__}: {exc}") from exc
 

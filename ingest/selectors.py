@@ -488,7 +488,8 @@ def count_inputs(*, project_id: int, snapshot_refs: Sequence[int]) -> list[Count
         )
         rows = cur.fetchall()
     return [
-        CountInput(ref=ref, received_at=at, model_name=model, counted=total + REPLY_PRIMING, reported=reported,
+        CountInput(ref=ref, received_at=at, model_name=model, counted=total + REPLY_PRIMING,
+                   reported=reported,
                    counts_estimated=estimated, encoding=encoding or "",
                    tools=pgtext.unescape_json(orjson.loads(tools) if isinstance(tools, str) else tools))
         for ref, at, model, total, reported, estimated, encoding, tools in rows

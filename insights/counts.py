@@ -128,7 +128,9 @@ def native_counts(project_id: int, inputs: Sequence[CountInput]) -> dict[int, tu
 Key = tuple[datetime, int]  # (received_at, snapshot_ref): the order turns are calibrated in
 
 
-def _history(project_id: int, models: list[str], batch: list[CountInput]) -> dict[str, list[tuple[Key, float]]]:
+def _history(
+    project_id: int, models: list[str], batch: list[CountInput]
+) -> dict[str, list[tuple[Key, float]]]:
     """Per model, in order, the analysed turns outside the batch that a batch turn may look back
     on: the last USUAL_WINDOW before the batch's first turn and every one between its first and
     its last (one query)."""
@@ -187,10 +189,12 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
         assert i.reported is not None
         c = calibrate(ours, i.reported, history[i.model_name], exact=not i.counts_estimated)
         history[i.model_name].append(c.ratio)
-        label = native[1] if native else f"{i.encoding or 'cl100k_base'}{' (estimated)' if i.counts_estimated else ''}"
+        label = native[1] if native else (
+            f"{i.encoding or 'cl100k_base'}{' (estimated)' if i.counts_estimated else ''}")
         rows.append(TurnCount(
             project_id=project_id, snapshot_ref=i.ref, received_at=i.received_at, model_name=i.model_name,
-            counted=i.counted, native=native[0] if native else None, tokenizer=label[:300], reported=i.reported,
+            counted=i.counted, native=native[0] if native else None, tokenizer=label[:300],
+            reported=i.reported,
             ratio=c.ratio, usual_ratio=c.usual_ratio, usual_n=c.usual_n, drift=c.drift, flagged=c.flagged,
         ))
     TurnCount.objects.bulk_create(
@@ -219,5 +223,6 @@ def register() -> None:
     from insights import counts_selectors, pipeline
 
     pipeline.analyzer_add("counts", analyze_counts)
-    registry.expiring_table_add(registry.ExpiringTable(table=TurnCount._meta.db_table, time_column="received_at"))
+    registry.expiring_table_add(
+        registry.ExpiringTable(table=TurnCount._meta.db_table, time_column="received_at"))
     registry.count_drift_provider_set(counts_selectors.count_drifts)

@@ -7,8 +7,10 @@ Configured with `CTXOBS_TOKENIZERS`, a JSON object from a model-family prefix to
 - an `http(s)://` URL is a llama.cpp server holding a model of that family: its vocabulary
   tokenizes the text (llama-cpp-python's `POST /extras/tokenize/count`, or llama.cpp's own
   `POST /tokenize`);
-- anything else is the path of a Hugging Face `tokenizer.json`, read with the `tokenizers`
-  package when it is installed.
+- a path ending in `.gguf` is a GGUF model file whose vocabulary is loaded without its weights
+  (llama-cpp-python, the `local-model` extra);
+- any other path is a Hugging Face `tokenizer.json`, read with the `tokenizers` package when it
+  is installed (it is not a dependency of ctxobs).
 
 A model belongs to the longest prefix its name (lower case, after the last `/`) starts with.
 Counting happens in the worker, off the request path; a source that fails or is missing leaves
@@ -24,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -143,6 +145,43 @@ class LlamaServerTokenizer:
 
 
 @dataclass
+class GgufTokenizer:
+    """The vocabulary of a GGUF model file, loaded without its weights (llama-cpp-python)."""
+
+    path: str
+    label: str = ""
+    _llama: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.label = self.label or f"GGUF vocabulary {self.path}"
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise TokenizerUnavailable("llama-cpp-python is not installed") from exc
+            try:
+                self._llama = Llama(model_path=self.path, vocab_only=True, verbose=False)
+            except Exception as exc:  # noqa: BLE001 - a missing or unreadable file
+                raise TokenizerUnavailable(f"cannot read {self.path}: {exc}") from exc
+        return self._llama
+
+    def _count_missing(self, texts: list[str]) -> list[int]:
+        with self._lock:
+            llama = self._load()
+            try:
+                return [len(llama.tokenize(t.encode("utf-8", "replace"), add_bos=False, special=True))
+                        for t in texts]
+            except Exception as exc:  # noqa: BLE001
+                raise TokenizerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return _cached_count(self.label, texts, self._count_missing)
+
+
+@dataclass
 class TokenizerJsonTokenizer:
     """A Hugging Face `tokenizer.json`, read with the `tokenizers` package."""
 
@@ -186,12 +225,17 @@ def parse_sources(raw: str) -> dict[str, FamilyTokenizer]:
         raise ValueError("CTXOBS_TOKENIZERS must be a JSON object: {\"family prefix\": \"URL or path\"}")
     out: dict[str, FamilyTokenizer] = {}
     for family, source in data.items():
-        if not isinstance(family, str) or not family.strip() or not isinstance(source, str) or not source.strip():
+        if not (isinstance(family, str) and family.strip() and isinstance(source, str) and source.strip()):
             raise ValueError(f"CTXOBS_TOKENIZERS: {family!r} needs a URL or a path")
         src = source.strip()
-        out[family.strip().lower()] = (
-            LlamaServerTokenizer(src) if src.startswith(("http://", "https://")) else TokenizerJsonTokenizer(src)
-        )
+        tok: FamilyTokenizer
+        if src.startswith(("http://", "https://")):
+            tok = LlamaServerTokenizer(src)
+        elif src.lower().endswith(".gguf"):
+            tok = GgufTokenizer(src)
+        else:
+            tok = TokenizerJsonTokenizer(src)
+        out[family.strip().lower()] = tok
     return out
 
 

@@ -52,7 +52,8 @@ class TurnCount(models.Model):
             models.UniqueConstraint(fields=["project_id", "snapshot_ref"], name="insights_turncount_uniq"),
         ]
         indexes = [
-            models.Index(fields=["project_id", "model_name", "received_at"], name="insights_turncount_model_idx"),
+            models.Index(fields=["project_id", "model_name", "received_at"],
+                         name="insights_turncount_model_idx"),
             models.Index(fields=["project_id", "received_at"], name="insights_turncount_time_idx"),
         ]
 

@@ -3,6 +3,7 @@ idempotence, retention registration) and the pages that show it."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -38,7 +39,8 @@ def estimated_turn(turn: int, *, usual: float, dropped: int = 0, session_id: str
     ours = 1000  # 300 + 697 + 3 for the reply priming
     snap = snapshot(session_id=session_id, turn=turn, model=model, blocks=[b for b in blocks if b])
     snap["model"]["counts"] = "estimated"
-    snap["output"] = {"text": "ok", "usage": {"prompt_tokens": round(ours / (1 + usual)), "completion_tokens": 2}}
+    usage = {"prompt_tokens": round(ours / (1 + usual)), "completion_tokens": 2}
+    snap["output"] = {"text": "ok", "usage": usage}
     return snap
 
 
@@ -46,7 +48,8 @@ def post(api: Any, project: Project, snaps: list[dict[str, Any]]) -> list[int]:
     r = api.post_snapshots(snaps)
     assert r.status_code == 200, r.content
     ids = [s["snapshot_id"] for s in snaps]
-    by_id = dict(Snapshot.objects.filter(project=project, snapshot_id__in=ids).values_list("snapshot_id", "id"))
+    stored = Snapshot.objects.filter(project=project, snapshot_id__in=ids)
+    by_id = dict(stored.values_list("snapshot_id", "id"))
     return [by_id[uuid.UUID(i)] for i in ids]
 
 
@@ -108,7 +111,8 @@ def test_turns_without_reported_usage_are_left_out_and_projects_are_apart(api, p
 def test_the_per_turn_table_is_registered_for_retention_and_the_analyzer_by_name() -> None:
     from insights import pipeline
 
-    assert registry.ExpiringTable(table="insights_turncount", time_column="received_at") in registry.expiring_tables()
+    table = registry.ExpiringTable(table="insights_turncount", time_column="received_at")
+    assert table in registry.expiring_tables()
     assert dict(pipeline.analyzers())["counts"] is counts.analyze_counts
 
 
@@ -166,3 +170,52 @@ def test_the_turn_page_explains_openais_overhead_for_this_turn(api, project) -> 
     assert "OpenAI" in details and "× 3 messages" in details
     assert re.search(r"this turn</th><td class=\"r\">12</td>", details)
     assert "no usual ratio for this model yet" in details
+
+
+# --- the family's own tokenizer -----------------------------------------------------------------
+def gemma_turn(turn: int, session_id: str = "gemma") -> dict[str, Any]:
+    snap = snapshot(session_id=session_id, turn=turn, model="gemma-3-270m-it")
+    snap["output"] = {"text": "ok", "usage": {"prompt_tokens": 60}}
+    return snap
+
+
+def test_a_gguf_vocabulary_counts_the_prompt_with_the_gemma_template(api, project, settings) -> None:
+    from llama_cpp import Llama
+
+    from replay import localmodel
+
+    path = str(localmodel.model_path())
+    settings.CTXOBS_TOKENIZERS = json.dumps({"gemma": path, "gemma-3-270m-x": "http://127.0.0.1:9/none"})
+    snap = gemma_turn(0)
+    refs = post(api, project, [snap])
+    analyze_counts(project_id=project.pk, snapshot_refs=refs)
+    row = TurnCount.objects.get(project_id=project.pk, snapshot_ref=refs[0])
+    vocab = Llama(model_path=path, vocab_only=True, verbose=False)
+    texts = [m["content"] for b in snap["blocks"] for m in b["messages"]]
+    text_tokens = sum(len(vocab.tokenize(t.encode(), add_bos=False, special=True)) for t in texts)
+    # Gemma's template: 5 tokens around each of the 3 messages, 3 to prime the reply, <bos>.
+    assert row.native == text_tokens + 3 * 5 + 3 + 1
+    assert row.tokenizer == f"GGUF vocabulary {path}" and row.counted != row.native
+    assert row.ratio == pytest.approx(60 / row.native)
+
+
+@pytest.mark.parametrize(
+    "source", ["http://127.0.0.1:9/v1", "/nonexistent/model.gguf", "/nonexistent/tokenizer.json"])
+def test_a_tokenizer_that_cannot_count_leaves_ingests_estimate(
+    api, project, settings, source, caplog
+) -> None:
+    settings.CTXOBS_TOKENIZERS = json.dumps({"gemma": source})
+    refs = post(api, project, [gemma_turn(0)])
+    analyze_counts(project_id=project.pk, snapshot_refs=refs)
+    row = TurnCount.objects.get(project_id=project.pk, snapshot_ref=refs[0])
+    assert row.native is None and row.tokenizer == "cl100k_base (estimated)"
+    assert any("insights.tokenizer_unavailable" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("raw", ["[1]", '{"gemma": ""}', "{not json"])
+def test_a_malformed_tokenizer_setting_is_logged_and_ignored(api, project, settings, raw, caplog) -> None:
+    settings.CTXOBS_TOKENIZERS = raw
+    refs = post(api, project, [gemma_turn(0)])
+    analyze_counts(project_id=project.pk, snapshot_refs=refs)
+    assert TurnCount.objects.get(project_id=project.pk, snapshot_ref=refs[0]).native is None
+    assert any("insights.tokenizers_invalid" in r.getMessage() for r in caplog.records)

@@ -21,6 +21,7 @@ import pytest
 import ctxobs
 from core.models import Project
 from ingest.models import Snapshot
+from insights.counts_tokenizers import GgufTokenizer, LlamaServerTokenizer
 from insights.models import TurnCount
 from replay import localmodel
 from tests.processes import artifacts_dir
@@ -69,7 +70,8 @@ def chatml_server() -> Iterator[str]:
     port = localmodel.free_port()
     log_path = artifacts_dir() / "insights" / "chatml-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -96,12 +98,17 @@ def test_the_template_drops_the_second_system_message(chatml_server: str) -> Non
     llm = openai.OpenAI(base_url=chatml_server, api_key="local")
     user = {"role": "user", "content": QUESTIONS[0]}
     one = llm.chat.completions.create(model=MODEL, messages=[SYSTEM, user], max_tokens=1, temperature=0)
-    two = llm.chat.completions.create(model=MODEL, messages=[SYSTEM, RULES, user], max_tokens=1, temperature=0)
+    two = llm.chat.completions.create(
+        model=MODEL, messages=[SYSTEM, RULES, user], max_tokens=1, temperature=0)
     assert one.usage is not None and two.usage is not None
     assert one.usage.prompt_tokens == two.usage.prompt_tokens
-    rules_tokens = httpx.post(chatml_server.removesuffix("/v1") + "/extras/tokenize/count",
-                              json={"input": RULES["content"]}).json()["count"]
+    count_url = chatml_server.removesuffix("/v1") + "/extras/tokenize/count"
+    bos = httpx.post(count_url, json={"input": ""}).json()["count"]
+    rules_tokens = httpx.post(count_url, json={"input": RULES["content"]}).json()["count"] - bos
     assert rules_tokens > 100
+    # The model file's own vocabulary, read offline, counts the same as the server.
+    assert GgufTokenizer(str(localmodel.model_path())).count([RULES["content"]]) == [rules_tokens]
+    assert LlamaServerTokenizer(chatml_server).count([RULES["content"], ""]) == [rules_tokens, 0]
 
 
 def test_a_dropped_system_message_is_flagged_and_ordinary_turns_are_not(
@@ -115,8 +122,8 @@ def test_a_dropped_system_message_is_flagged_and_ordinary_turns_are_not(
     reported = []
     for question in QUESTIONS:
         r = llm.chat.completions.create(
-            model=MODEL, messages=[SYSTEM, {"role": "user", "content": question}], max_tokens=1, temperature=0,
-            ctxobs_session="chatml-agent")
+            model=MODEL, messages=[SYSTEM, {"role": "user", "content": question}], max_tokens=1,
+            temperature=0, ctxobs_session="chatml-agent")
         reported.append(r.usage.prompt_tokens if r.usage else None)
         assert obs.flush(timeout=30)
     r = llm.chat.completions.create(

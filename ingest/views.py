@@ -475,10 +475,8 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         if m["turn"] == snapshot.turn
     ]
     out = pgtext.shown(snapshot.output or {})
-    drift_shown, drift_flag, drift_title = _drift_view(
-        snapshot.count_drift,
-        registry.count_drifts(project_id=project.pk, snapshot_refs=[snapshot.id]).get(snapshot.id),
-    )
+    calibrated = registry.count_drifts(project_id=project.pk, snapshot_refs=[snapshot.id]).get(snapshot.id)
+    drift_shown, drift_flag, drift_title = _drift_view(snapshot.count_drift, calibrated)
     n_messages = sum(len(b["messages"]) for b in blocks)
     n_names = sum(1 for b in blocks for m in b["messages"] if m.get("name"))
     overhead = template_overhead(snapshot.model_name)
@@ -519,6 +517,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         drift_warn_pct=round(COUNT_DRIFT_WARN * 100),
         drift_pct=(drift_shown * 100) if drift_shown is not None else None,
         overhead=overhead,
+        count_calibrated=calibrated,
         overhead_messages=n_messages,
         overhead_names=n_names,
         overhead_total=overhead.total(n_messages, n_names),

@@ -27,6 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -103,7 +104,8 @@ class LlamaServerTokenizer:
     def __post_init__(self) -> None:
         root = self.base_url.rstrip("/")
         self.root = root.removesuffix("/v1")
-        self.label = self.label or f"llama.cpp server {self.root}"
+        # The label is shown on pages and in logs: the server's address, never credentials in the URL.
+        self.label = self.label or f"llama.cpp server {httpx.URL(self.root).copy_with(userinfo=b'')}"
 
     def _one(self, client: httpx.Client, text: str) -> int:
         paths = [self._path] if self._path else ["/extras/tokenize/count", "/tokenize"]
@@ -154,7 +156,7 @@ class GgufTokenizer:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.label = self.label or f"GGUF vocabulary {self.path}"
+        self.label = self.label or f"GGUF vocabulary {Path(self.path).name}"
 
     def _load(self) -> Any:
         if self._llama is None:
@@ -190,7 +192,8 @@ class TokenizerJsonTokenizer:
     _tok: Any = None
 
     def __post_init__(self) -> None:
-        self.label = self.label or f"tokenizer.json {self.path}"
+        p = Path(self.path)
+        self.label = self.label or f"{p.parent.name}/{p.name}"
 
     def _load(self) -> Any:
         if self._tok is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,6 +155,7 @@ def test_timeline_and_turn_page_show_the_drift_against_the_usual_ratio(api, proj
     turn = c.get(f"/p/{project.pk}/s/steady/t/6/").content.decode()
     assert 'id="count-drift">' in turn and "(0.0% drift)" in turn
     assert "why counts differ" in turn and "llama.cpp · Llama 3 template" in turn
+    assert 'Our count: 1,000 tokens, with <span class="mono">cl100k_base (estimated)</span>' in turn
     bad = c.get(f"/p/{project.pk}/s/steady/t/7/").content.decode()
     assert 'id="count-drift" class="bad"' in bad and "(25.0% drift)" in bad
 
@@ -195,7 +197,7 @@ def test_a_gguf_vocabulary_counts_the_prompt_with_the_gemma_template(api, projec
     text_tokens = sum(len(vocab.tokenize(t.encode(), add_bos=False, special=True)) for t in texts)
     # Gemma's template: 5 tokens around each of the 3 messages, 3 to prime the reply, <bos>.
     assert row.native == text_tokens + 3 * 5 + 3 + 1
-    assert row.tokenizer == f"GGUF vocabulary {path}" and row.counted != row.native
+    assert row.tokenizer == f"GGUF vocabulary {Path(path).name}" and row.counted != row.native
     assert row.ratio == pytest.approx(60 / row.native)
 
 
@@ -210,6 +212,15 @@ def test_a_tokenizer_that_cannot_count_leaves_ingests_estimate(
     row = TurnCount.objects.get(project_id=project.pk, snapshot_ref=refs[0])
     assert row.native is None and row.tokenizer == "cl100k_base (estimated)"
     assert any("insights.tokenizer_unavailable" in r.getMessage() for r in caplog.records)
+
+
+def test_tokenizer_labels_name_no_credentials_and_no_full_paths() -> None:
+    from insights.counts_tokenizers import parse_sources
+
+    toks = parse_sources(json.dumps({"a": "http://user:secret@10.0.0.5:8080/v1", "b": "/srv/m/x.gguf",
+                                     "c": "/srv/models/llama3/tokenizer.json"}))
+    assert [toks[k].label for k in "abc"] == [
+        "llama.cpp server http://10.0.0.5:8080", "GGUF vocabulary x.gguf", "llama3/tokenizer.json"]
 
 
 @pytest.mark.parametrize("raw", ["[1]", '{"gemma": ""}', "{not json"])

@@ -92,7 +92,7 @@ def native_counts(project_id: int, inputs: Sequence[CountInput]) -> dict[int, tu
     """Per snapshot whose model family has a tokenizer: (prompt tokens, the tokenizer's label).
     Messages are read for those snapshots only (three queries); each distinct text is counted once."""
     families = {i.ref: counts_tokenizers.for_model(i.model_name) for i in inputs}
-    refs = [ref for ref, t in families.items() if t is not None]
+    refs = [ref for ref, t in families.items() if t is not None and not counts_tokenizers.is_down(t)]
     if not refs:
         return {}
     blocks = selectors.snapshots_blocks(project_id=project_id, snapshot_refs=refs)
@@ -101,6 +101,8 @@ def native_counts(project_id: int, inputs: Sequence[CountInput]) -> dict[int, tu
     for ref in refs:
         family = families[ref]
         assert family is not None
+        if counts_tokenizers.is_down(family):
+            continue  # it failed on an earlier turn of this batch
         snap = by_ref[ref]
         texts: list[str] = []
         n_messages = n_names = 0
@@ -198,7 +200,7 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
             ratio=c.ratio, usual_ratio=c.usual_ratio, usual_n=c.usual_n, drift=c.drift, flagged=c.flagged,
         ))
     TurnCount.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["project_id", "snapshot_ref"],
+        rows, update_conflicts=True, unique_fields=["project", "snapshot_ref"],
         update_fields=["received_at", "model_name", "counted", "native", "tokenizer", "reported", "ratio",
                        "usual_ratio", "usual_n", "drift", "flagged"],
     )
@@ -210,7 +212,7 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
     ]
     if usual:
         ModelCountRatio.objects.bulk_create(
-            usual, update_conflicts=True, unique_fields=["project_id", "model_name"],
+            usual, update_conflicts=True, unique_fields=["project", "model_name"],
             update_fields=["ratio", "n", "updated_at"],
         )
     flagged = sum(r.flagged for r in rows)

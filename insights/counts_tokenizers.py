@@ -14,7 +14,8 @@ Configured with `CTXOBS_TOKENIZERS`, a JSON object from a model-family prefix to
 
 A model belongs to the longest prefix its name (lower case, after the last `/`) starts with.
 Counting happens in the worker, off the request path; a source that fails or is missing leaves
-the turn with ingest's count (tiktoken, marked estimated), and the failure is logged once a minute.
+the turn with ingest's count (tiktoken, marked estimated); the source is not asked again for
+RETRY_AFTER_S, and the failure is logged at most once a minute.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 HTTP_TIMEOUT_S = 5.0
 CACHE_ITEMS = 50_000
 LOG_EVERY_S = 60.0
+RETRY_AFTER_S = 30.0
 
 
 class TokenizerUnavailable(Exception):
@@ -269,9 +271,19 @@ def for_model(model: str) -> FamilyTokenizer | None:
     return best[1] if best else None
 
 
+_down_until: dict[str, float] = {}
+
+
 def unavailable(tok: FamilyTokenizer, exc: Exception) -> None:
-    """Log that TOK could not count, at most once a minute per source."""
+    """Record that TOK could not count: it is not asked again for RETRY_AFTER_S (a server that is
+    away must not cost a timeout per turn), and the failure is logged at most once a minute."""
     now = time.monotonic()
+    _down_until[tok.label] = now + RETRY_AFTER_S
     if now - _last_logged.get(tok.label, -LOG_EVERY_S) >= LOG_EVERY_S:
         _last_logged[tok.label] = now
         logger.warning("insights.tokenizer_unavailable source=%s error=%s", tok.label, exc)
+
+
+def is_down(tok: FamilyTokenizer) -> bool:
+    """Whether TOK failed less than RETRY_AFTER_S ago."""
+    return time.monotonic() < _down_until.get(tok.label, 0.0)

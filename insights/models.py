@@ -31,7 +31,9 @@ class TurnCount(models.Model):
     model family's own tokenizer when one is configured, else ingest's), the provider's count,
     their ratio, the model's usual ratio when the turn was analysed and the drift against it."""
 
-    project_id = models.BigIntegerField()
+    # Deleted with the project (in Django, like ingest's snapshots); no database-level constraint.
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False,
+                                related_name="+")
     snapshot_ref = models.BigIntegerField()
     received_at = models.DateTimeField()
     model_name = models.CharField(max_length=256)
@@ -49,12 +51,12 @@ class TurnCount(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project_id", "snapshot_ref"], name="insights_turncount_uniq"),
+            models.UniqueConstraint(fields=["project", "snapshot_ref"], name="insights_turncount_uniq"),
         ]
         indexes = [
-            models.Index(fields=["project_id", "model_name", "received_at"],
+            models.Index(fields=["project", "model_name", "received_at"],
                          name="insights_turncount_model_idx"),
-            models.Index(fields=["project_id", "received_at"], name="insights_turncount_time_idx"),
+            models.Index(fields=["project", "received_at"], name="insights_turncount_time_idx"),
         ]
 
     def __str__(self) -> str:
@@ -65,7 +67,8 @@ class ModelCountRatio(models.Model):
     """A model's usual ratio of reported to counted prompt tokens in a project: the median over
     its last turns with reported usage, updated by the counts analyzer."""
 
-    project_id = models.BigIntegerField()
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False,
+                                related_name="+")
     model_name = models.CharField(max_length=256)
     ratio = models.FloatField()
     n = models.IntegerField()
@@ -73,7 +76,7 @@ class ModelCountRatio(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project_id", "model_name"], name="insights_modelratio_uniq"),
+            models.UniqueConstraint(fields=["project", "model_name"], name="insights_modelratio_uniq"),
         ]
 
     def __str__(self) -> str:

@@ -1,3 +1,4 @@
+import django.db.models.deletion
 from django.db import migrations, models
 
 
@@ -5,6 +6,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("insights", "0001_initial"),
+        ("core", "0002_project_settings"),
     ]
 
     operations = [
@@ -12,7 +14,9 @@ class Migration(migrations.Migration):
             name="TurnCount",
             fields=[
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("project_id", models.BigIntegerField()),
+                ("project", models.ForeignKey(
+                    db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE,
+                    related_name="+", to="core.project")),
                 ("snapshot_ref", models.BigIntegerField()),
                 ("received_at", models.DateTimeField()),
                 ("model_name", models.CharField(max_length=256)),
@@ -28,11 +32,11 @@ class Migration(migrations.Migration):
             ],
             options={
                 "constraints": [
-                    models.UniqueConstraint(fields=("project_id", "snapshot_ref"), name="insights_turncount_uniq"),
+                    models.UniqueConstraint(fields=("project", "snapshot_ref"), name="insights_turncount_uniq"),
                 ],
                 "indexes": [
-                    models.Index(fields=["project_id", "model_name", "received_at"], name="insights_turncount_model_idx"),
-                    models.Index(fields=["project_id", "received_at"], name="insights_turncount_time_idx"),
+                    models.Index(fields=["project", "model_name", "received_at"], name="insights_turncount_model_idx"),
+                    models.Index(fields=["project", "received_at"], name="insights_turncount_time_idx"),
                 ],
             },
         ),
@@ -40,7 +44,9 @@ class Migration(migrations.Migration):
             name="ModelCountRatio",
             fields=[
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("project_id", models.BigIntegerField()),
+                ("project", models.ForeignKey(
+                    db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE,
+                    related_name="+", to="core.project")),
                 ("model_name", models.CharField(max_length=256)),
                 ("ratio", models.FloatField()),
                 ("n", models.IntegerField()),
@@ -48,7 +54,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "constraints": [
-                    models.UniqueConstraint(fields=("project_id", "model_name"), name="insights_modelratio_uniq"),
+                    models.UniqueConstraint(fields=("project", "model_name"), name="insights_modelratio_uniq"),
                 ],
             },
         ),

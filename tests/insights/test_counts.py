@@ -109,6 +109,14 @@ def test_turns_without_reported_usage_are_left_out_and_projects_are_apart(api, p
     assert count_drifts(project_id=other.pk, snapshot_refs=refs) == {}
 
 
+def test_the_figures_go_with_their_project(api, project) -> None:
+    refs = post(api, project, [estimated_turn(t, usual=-0.08) for t in range(6)])
+    analyze_counts(project_id=project.pk, snapshot_refs=refs)
+    assert TurnCount.objects.filter(project_id=project.pk).count() == 6
+    project.delete()
+    assert not TurnCount.objects.exists() and not ModelCountRatio.objects.exists()
+
+
 def test_the_per_turn_table_is_registered_for_retention_and_the_analyzer_by_name() -> None:
     from insights import pipeline
 
@@ -206,12 +214,18 @@ def test_a_gguf_vocabulary_counts_the_prompt_with_the_gemma_template(api, projec
 def test_a_tokenizer_that_cannot_count_leaves_ingests_estimate(
     api, project, settings, source, caplog
 ) -> None:
+    from insights import counts_tokenizers
+
     settings.CTXOBS_TOKENIZERS = json.dumps({"gemma": source})
-    refs = post(api, project, [gemma_turn(0)])
+    refs = post(api, project, [gemma_turn(t) for t in range(3)])
     analyze_counts(project_id=project.pk, snapshot_refs=refs)
-    row = TurnCount.objects.get(project_id=project.pk, snapshot_ref=refs[0])
-    assert row.native is None and row.tokenizer == "cl100k_base (estimated)"
-    assert any("insights.tokenizer_unavailable" in r.getMessage() for r in caplog.records)
+    rows = TurnCount.objects.filter(project_id=project.pk)
+    assert len(rows) == 3 and all(r.native is None and r.tokenizer == "cl100k_base (estimated)" for r in rows)
+    failures = [r for r in caplog.records if "insights.tokenizer_unavailable" in r.getMessage()]
+    assert len(failures) == 1
+    # The source is asked once, not once per turn, and not again for a while.
+    tok = counts_tokenizers.for_model("gemma-3-270m-it")
+    assert tok is not None and counts_tokenizers.is_down(tok)
 
 
 def test_tokenizer_labels_name_no_credentials_and_no_full_paths() -> None:

@@ -12,7 +12,7 @@ from core.models import Membership
 from core.services import project_create
 from ingest.models import Snapshot
 from insights.counts import analyze_counts
-from tests.ingest.test_browser import _login, _shot, browser_page  # noqa: F401 - the fixture
+from tests.ingest.test_browser import _login, _shot
 from tests.insights.test_counts import estimated_turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -51,6 +51,7 @@ class StartupFailed(Exception):
 class LocalModel:
     base_url: str
     stop: Callable[[], None]
+    model_file: Path | None = None  # the GGUF file it serves, when it has one
 
 
 class LocalModelStarter(Protocol):

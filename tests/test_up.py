@@ -197,9 +197,9 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             turn_url = f"{project_path}s/{quote(items[0]['session_id'], safe='')}/t/{answered[-1]['turn']}/"
             deadline = time.monotonic() + 60
             page = c.get(turn_url).text
-            while time.monotonic() < deadline and 'with <span class="mono">llama.cpp server' not in page:
+            while time.monotonic() < deadline and 'with <span class="mono">GGUF vocabulary' not in page:
                 time.sleep(1)
                 page = c.get(turn_url).text
-            assert 'with <span class="mono">llama.cpp server' in page, page[:3000]
+            assert 'with <span class="mono">GGUF vocabulary' in page, page[:3000]
     finally:
         _stop(proc)

@@ -275,6 +275,10 @@ CELERY_BEAT_SCHEDULE["insights.sweep"] = {
     "options": {"expires": 60.0},
 }
 
+# Token counts: each model family's own tokenizer, where one can be had offline (docs/insights.md,
+# "Token counts"): a JSON object {"family prefix": "llama.cpp server URL or tokenizer.json path"}.
+CTXOBS_TOKENIZERS = env_str("CTXOBS_TOKENIZERS", "")
+
 # --- e-mail -----------------------------------------------------------------
 EMAIL_BACKEND = env_str("CTXOBS_EMAIL_BACKEND") or (
     "django.core.mail.backends.smtp.EmailBackend"

@@ -54,6 +54,7 @@ class StartupFailed(Exception):
 class LocalModel:
     base_url: str
     stop: Callable[[], None]
+    model_file: Path | None = None  # the GGUF file it serves, when it has one
 
 
 class LocalModelStarter(Protocol):
@@ -231,3 +232,33 @@ def session_filter_add(flt: SessionFilter) -> None:
 
 def session_filters() -> list[SessionFilter]:
     return list(_session_filters.values())
+
+
+# --- count drift against a model's usual ratio --------------------------------------------------
+# The turn page and the timeline show the count drift (our prompt tokens vs the provider's). An app
+# that calibrates counts per model (insights' counts analyzer) provides, per snapshot, the drift
+# against the model's usual ratio; the pages fall back to the raw drift for snapshots it has no
+# figure for.
+@dataclass(frozen=True)
+class CountDrift:
+    drift: float  # (ours x usual ratio - reported) / reported
+    usual_drift: float | None  # the model's usual raw drift (1 / usual ratio - 1); None without a baseline
+    usual_n: int  # turns the usual ratio was learned from
+    flagged: bool
+    counted: int  # our prompt tokens the drift is measured from
+    tokenizer: str  # what counted them: the family's tokenizer, or ingest's encoding (estimated)
+
+
+CountDrifts = Callable[..., Mapping[int, CountDrift]]
+_count_drifts: list[CountDrifts] = []
+
+
+def count_drift_provider_set(provider: CountDrifts) -> None:
+    """PROVIDER(project_id=..., snapshot_refs=[...]) -> {snapshot_ref: CountDrift} (one query)."""
+    _count_drifts[:] = [provider]
+
+
+def count_drifts(*, project_id: int, snapshot_refs: Sequence[int]) -> Mapping[int, CountDrift]:
+    if not _count_drifts or not snapshot_refs:
+        return {}
+    return _count_drifts[0](project_id=project_id, snapshot_refs=list(snapshot_refs))

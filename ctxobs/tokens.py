@@ -492,3 +492,121 @@ def counting_for(model: str, encoding: str | None = None) -> ModelCounting:
 
 
 _counting: dict[tuple[str, str | None], ModelCounting] = {}
+
+
+# --- per-message overhead of each provider's chat template ---------------------------------
+# A provider counts more than the messages' text: the markers its chat template wraps around
+# each message, and the tokens that prime the reply. The numbers below are what those templates
+# add; the turn page explains them next to the count drift, and the server's own-tokenizer
+# counts (insights) use them for the template of the model's family.
+
+
+@dataclass(frozen=True)
+class TemplateOverhead:
+    """The tokens a chat template adds around the messages' text (None: not published)."""
+
+    provider: str
+    template: str
+    per_message: int | None
+    per_name: int | None
+    priming: int | None
+    per_request: int | None
+    notes: tuple[str, ...] = ()
+
+    def total(self, n_messages: int, n_names: int = 0) -> int | None:
+        """The overhead of a request with N_MESSAGES messages (N_NAMES of them named)."""
+        if self.per_message is None or self.priming is None:
+            return None
+        return (self.per_message * n_messages + (self.per_name or 0) * n_names
+                + self.priming + (self.per_request or 0))
+
+
+OPENAI_OVERHEAD = TemplateOverhead(
+    provider="OpenAI",
+    template="<|start|>{role}<|message|>{content}<|end|>",
+    per_message=TOKENS_PER_MESSAGE,
+    per_name=TOKENS_PER_NAME,
+    priming=REPLY_PRIMING,
+    per_request=0,
+    notes=("Each message is wrapped in 3 tokens, a name adds 1, and 3 more prime the reply "
+           "(OpenAI cookbook, \"How to count tokens with tiktoken\").",
+           "Tool definitions are rendered into the prompt as text: about 10 tokens per "
+           "function plus its parameters, and 12 once per request."),
+)
+
+_TEMPLATES: tuple[tuple[tuple[str, ...], TemplateOverhead], ...] = (
+    (("claude",), TemplateOverhead(
+        provider="Anthropic",
+        template="system prompt apart; user/assistant turns",
+        per_message=None,
+        per_name=None,
+        priming=None,
+        per_request=None,
+        notes=("Anthropic publishes no per-message figure and no offline tokenizer for its "
+               "current models: counts are estimates, and the model's usual ratio (learned from "
+               "its reported usage) absorbs the template's share.",
+               "The system prompt is sent apart from the messages; tool use adds a system "
+               "prompt of a few hundred tokens that the agent never sees.",
+               "Prompt caching does not change input_tokens' meaning, but cached tokens are "
+               "reported apart (cache_read_input_tokens, cache_creation_input_tokens)."),
+    )),
+    (("gemma",), TemplateOverhead(
+        provider="llama.cpp · Gemma template",
+        template="<bos><start_of_turn>{role}\\n{content}<end_of_turn>\\n … <start_of_turn>model\\n",
+        per_message=5,
+        per_name=0,
+        priming=3,
+        per_request=1,
+        notes=("Each turn is <start_of_turn>, the role, a newline, the text, <end_of_turn> and a "
+               "newline: 5 tokens; <start_of_turn>model and a newline prime the reply (3); <bos> "
+               "starts the prompt (1).",
+               "Gemma has no system role: the template writes the first system message into the "
+               "first user turn. Some templates refuse or drop a second system message; a drop "
+               "shows as a drift against the model's usual ratio."),
+    )),
+    (("llama-3", "llama3", "meta-llama-3", "llama-3.1", "llama-3.2", "llama-3.3"), TemplateOverhead(
+        provider="llama.cpp · Llama 3 template",
+        template="<|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>",
+        per_message=5,
+        per_name=0,
+        priming=4,
+        per_request=1,
+        notes=("Each message is <|start_header_id|>, the role, <|end_header_id|>, a blank line, the "
+               "text and <|eot_id|>: 5 tokens; the assistant header primes the reply (4); "
+               "<|begin_of_text|> starts the prompt (1).",),
+    )),
+    (("qwen", "chatml"), TemplateOverhead(
+        provider="llama.cpp · ChatML template",
+        template="<|im_start|>{role}\\n{content}<|im_end|>\\n … <|im_start|>assistant\\n",
+        per_message=5,
+        per_name=0,
+        priming=3,
+        per_request=0,
+        notes=("Each message is <|im_start|>, the role, a newline, the text, <|im_end|> and a "
+               "newline: 5 tokens; <|im_start|>assistant and a newline prime the reply (3).",
+               "llama-cpp-python's chatml format keeps only the first system message: a second "
+               "one is silently dropped."),
+    )),
+)
+
+
+def template_overhead(model: str) -> TemplateOverhead:
+    """The chat-template overhead of MODEL's family; OpenAI's rule for OpenAI models and for
+    any model whose family is not known (marked so in its notes)."""
+    name = (model or "").lower().split("/")[-1]
+    for prefixes, overhead in _TEMPLATES:
+        if name.startswith(prefixes):
+            return overhead
+    if is_openai_model(model):
+        return OPENAI_OVERHEAD
+    return TemplateOverhead(
+        provider=f"{OPENAI_OVERHEAD.provider} rule (family not known)",
+        template=OPENAI_OVERHEAD.template,
+        per_message=OPENAI_OVERHEAD.per_message,
+        per_name=OPENAI_OVERHEAD.per_name,
+        priming=OPENAI_OVERHEAD.priming,
+        per_request=0,
+        notes=("This model's template is not known to ctxobs: its overhead is counted by OpenAI's "
+               "rule, and the model's usual ratio (learned from its reported usage) absorbs the "
+               "difference.",),
+    )

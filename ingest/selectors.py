@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 
 from core import pgtext, registry
 from core.models import Project
+from ctxobs.tokens import REPLY_PRIMING
 from ctxobs.wire import unstorable, usable_window
 from ingest.models import (
     BLOCK_COMPRESSED,
@@ -31,6 +32,7 @@ from ingest.types import (
     BlockChange,
     BlockOutline,
     CompressionEventRow,
+    CountInput,
     Message,
     RecallItemRow,
     SnapshotDetail,
@@ -606,3 +608,25 @@ def turn_contents(
         out[r["snapshot_ref"]]["recall"].append(cast(RecallItemRow, {
             k: v for k, v in r.items() if k != "snapshot_ref"}))
     return out
+def count_inputs(*, project_id: int, snapshot_refs: Sequence[int]) -> list[CountInput]:
+    """The snapshots SNAPSHOT_REFS as the count calibration reads them, in the order they were
+    received (one query)."""
+    if not snapshot_refs:
+        return []
+    with connection.cursor() as cur:
+        # The project id as a sub-select: see `turn_neighbourhoods`.
+        cur.execute(
+            "SELECT id, received_at, model_name, total_tokens, prompt_tokens_reported, counts_estimated,"
+            " encoding, params -> 'tools' FROM ingest_snapshot"
+            " WHERE project_id = (SELECT %s::bigint) AND id = ANY(%s::bigint[])"
+            " ORDER BY received_at, id",
+            [project_id, list(snapshot_refs)],
+        )
+        rows = cur.fetchall()
+    return [
+        CountInput(ref=ref, received_at=at, model_name=model, counted=total + REPLY_PRIMING,
+                   reported=reported,
+                   counts_estimated=estimated, encoding=encoding or "",
+                   tools=pgtext.unescape_json(orjson.loads(tools) if isinstance(tools, str) else tools))
+        for ref, at, model, total, reported, estimated, encoding, tools in rows
+    ]

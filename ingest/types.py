@@ -309,6 +309,8 @@ class TurnTableRow(TypedDict):
     segments_title: NotRequired[str]
     alerts: NotRequired[int]
     drift_flag: NotRequired[bool]
+    drift_shown: NotRequired[float | None]
+    drift_title: NotRequired[str]
 
 
 class TurnsPage(TypedDict):
@@ -389,6 +391,7 @@ __all__ = [
     "BlockMoved",
     "BlockResized",
     "CompressionEventRow",
+    "CountInput",
     "Message",
     "OverviewTotals",
     "ProjectOverview",
@@ -482,3 +485,20 @@ class TurnContent(TypedDict):
     compression: list[CompressionEventRow]
     recall: list[RecallItemRow]
     prev_ref: int | None
+
+
+# --- for other apps: token-count calibration (insights.counts) -------------------
+@dataclass(frozen=True, slots=True)
+class CountInput:
+    """What the count calibration needs of one snapshot: its prompt tokens as ingest counted
+    them (blocks + reply priming), the provider's reported prompt tokens and the params as sent
+    (their `tools`)."""
+
+    ref: int
+    received_at: datetime
+    model_name: str
+    counted: int
+    reported: int | None
+    counts_estimated: bool
+    encoding: str
+    tools: Any

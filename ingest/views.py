@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -38,6 +38,7 @@ from config.redis_client import redis_client
 from core import pgtext, registry, signin
 from core.access import is_htmx, page_context, project_access, user_projects
 from core.models import Membership, Project
+from ctxobs.tokens import template_overhead
 from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
 from ingest import charts, dashboard, selectors
 from ingest.forms import SessionFilterForm
@@ -298,7 +299,24 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 # --- the session timeline -------------------------------------------------------------------
-def _decorate_turn(row: TurnTableRow, alerts_by_turn: dict[int, int]) -> TurnTableRow:
+def _drift_view(raw: float | None, calibrated: registry.CountDrift | None) -> tuple[float | None, bool, str]:
+    """The drift a page shows, whether it is flagged, and a title saying what it is measured
+    against: the model's usual ratio when an app calibrates counts (core.registry), else zero."""
+    if calibrated is None:
+        flag = raw is not None and abs(raw) > COUNT_DRIFT_WARN
+        return raw, flag, "our prompt tokens vs the provider's"
+    if calibrated.usual_drift is None:
+        basis = "no usual ratio for this model yet: measured against zero"
+    else:
+        basis = (f"against this model's usual drift of {calibrated.usual_drift * 100:+.1f}% "
+                 f"(median of {calibrated.usual_n} turns)")
+    raw_text = f"; raw {raw * 100:+.1f}%" if raw is not None else ""
+    return calibrated.drift, calibrated.flagged, f"{calibrated.drift * 100:+.1f}% {basis}{raw_text}"
+
+
+def _decorate_turn(
+    row: TurnTableRow, alerts_by_turn: dict[int, int], drifts: Mapping[int, registry.CountDrift] | None = None
+) -> TurnTableRow:
     # Class names and widths are made here, not by template filters: a page shows 100 turns of
     # up to 10 kinds each, and filter calls dominate the render time.
     usable = usable_window(row["context_window"], row["reserve_tokens"])
@@ -310,8 +328,8 @@ def _decorate_turn(row: TurnTableRow, alerts_by_turn: dict[int, int]) -> TurnTab
     ]
     row["segments_title"] = " · ".join(f"{k} {kinds[k]:,}" for k in order)
     row["alerts"] = alerts_by_turn.get(row["turn"], 0)
-    drift = row.get("count_drift")
-    row["drift_flag"] = drift is not None and abs(drift) > COUNT_DRIFT_WARN
+    row["drift_shown"], row["drift_flag"], row["drift_title"] = _drift_view(
+        row.get("count_drift"), (drifts or {}).get(row["id"]))
     return row
 
 
@@ -335,8 +353,9 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
     by_turn: dict[int, int] = {}
     for m in markers:
         by_turn[m["turn"]] = by_turn.get(m["turn"], 0) + 1
+    drifts = registry.count_drifts(project_id=project.pk, snapshot_refs=[r["id"] for r in turns["rows"]])
     for row in turns["rows"]:
-        _decorate_turn(row, by_turn)
+        _decorate_turn(row, by_turn, drifts)
     ctx = _page(
         request,
         project,
@@ -458,7 +477,11 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         if m["turn"] == snapshot.turn
     ]
     out = pgtext.shown(snapshot.output or {})
-    drift = snapshot.count_drift
+    calibrated = registry.count_drifts(project_id=project.pk, snapshot_refs=[snapshot.id]).get(snapshot.id)
+    drift_shown, drift_flag, drift_title = _drift_view(snapshot.count_drift, calibrated)
+    n_messages = sum(len(b["messages"]) for b in blocks)
+    n_names = sum(1 for b in blocks for m in b["messages"] if m.get("name"))
+    overhead = template_overhead(snapshot.model_name)
     # Partials other apps add to this page (replay's buttons), rendered with this page's context.
     extensions = registry.turn_page_extensions()
     extension_context: dict[str, Any] = {}
@@ -491,9 +514,15 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         if out.get("tool_calls")
         else "",
         usable=usable,
-        drift_flag=drift is not None and abs(drift) > COUNT_DRIFT_WARN,
+        drift_flag=drift_flag,
+        drift_title=drift_title,
         drift_warn_pct=round(COUNT_DRIFT_WARN * 100),
-        drift_pct=(drift * 100) if drift is not None else None,
+        drift_pct=(drift_shown * 100) if drift_shown is not None else None,
+        overhead=overhead,
+        count_calibrated=calibrated,
+        overhead_messages=n_messages,
+        overhead_names=n_names,
+        overhead_total=overhead.total(n_messages, n_names),
         kinds=[
             {
                 "kind": k,

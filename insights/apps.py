@@ -15,9 +15,10 @@ class InsightsConfig(AppConfig):
         from django.conf import settings
 
         from ingest.signals import snapshots_stored
-        from insights import lint_analyzer, lint_pages, pipeline
+        from insights import counts, lint_analyzer, lint_pages, pipeline
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
         if settings.CTXOBS_LINT:
             pipeline.analyzer_add("lint", lint_analyzer.lint_analyze)
         lint_pages.register()
+        counts.register()

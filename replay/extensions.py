@@ -29,7 +29,8 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
         localmodel.stop(server)
         raise StartupFailed(f"the local model server did not become ready: {exc}") from exc
     model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
-    return LocalModel(base_url=server.base_url, stop=lambda: localmodel.stop(server))
+    return LocalModel(
+        base_url=server.base_url, stop=lambda: localmodel.stop(server), model_file=server.model_file)
 
 
 def _turn_triage_context(*, project: Project, snapshot: Any, **_: Any) -> dict[str, Any]:

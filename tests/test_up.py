@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -187,5 +188,18 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             baseline = next(v for t in job["turns"] for v in t["variants"] if v["is_baseline"])
             # The local model saw fewer prompt tokens without the memory block: it reached the model.
             assert without["runs"][0]["prompt_tokens"] < baseline["runs"][0]["prompt_tokens"]
+        # The worker counted the demo's Gemma prompts with the local model's own vocabulary.
+        with httpx.Client(base_url=base, timeout=30, follow_redirects=True) as c:
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', c.get("/login/").text).group(1)
+            r = c.post("/login/", data={"username": found["user"], "password": found["password"],
+                                        "csrfmiddlewaretoken": token}, headers={"Referer": f"{base}/login/"})
+            project_path = re.search(r"/p/\d+/", str(r.url)).group(0)
+            turn_url = f"{project_path}s/{quote(items[0]['session_id'], safe='')}/t/{answered[-1]['turn']}/"
+            deadline = time.monotonic() + 60
+            page = c.get(turn_url).text
+            while time.monotonic() < deadline and 'with <span class="mono">GGUF vocabulary' not in page:
+                time.sleep(1)
+                page = c.get(turn_url).text
+            assert 'with <span class="mono">GGUF vocabulary' in page, page[:3000]
     finally:
         _stop(proc)

@@ -8,6 +8,7 @@ local model server (the one an installed app registered in core.registry). Ctrl-
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -110,6 +111,11 @@ class Command(BaseCommand):
         model_base: str | None = None
         if not opts["no_model"]:
             model_base = self._start_model(project, env, logs)
+        model_file = getattr(getattr(self, "_model", None), "model_file", None)
+        if model_file is not None:
+            # The workers count Gemma prompts with the local model's own vocabulary, read from its
+            # file (docs/insights.md): the server itself is busy answering the agent.
+            env.setdefault("CTXOBS_TOKENIZERS", json.dumps({"gemma": str(model_file)}))
 
         # One worker per queue group, so that alerts go out while replays run; one beat.
         for service in WORKER_QUEUES:

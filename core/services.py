@@ -51,6 +51,13 @@ def project_allow_private_set(*, project: Project, allow: bool) -> None:
     logger.info("ingest.project_allow_private project_id=%s allow=%s", project.pk, allow)
 
 
+def project_price_table_set(*, project: Project, table: dict[str, dict[str, float]]) -> None:
+    """Replace PROJECT's own model prices (checked by the caller; see insights.prices)."""
+    Project.objects.filter(pk=project.pk).update(price_table=table)
+    project.price_table = table
+    logger.info("core.project_price_table project_id=%s models=%d", project.pk, len(table))
+
+
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:
     qs = IngestKey.objects.filter(prefix=prefix, revoked_at__isnull=True)
     if project is not None:

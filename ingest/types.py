@@ -388,6 +388,7 @@ __all__ = [
     "BlockDiff",
     "BlockMoved",
     "BlockResized",
+    "CacheTurn",
     "CompressionEventRow",
     "Message",
     "OverviewTotals",
@@ -461,3 +462,27 @@ class SnapshotOutline:
 
     blocks: list[BlockOutline]
     change: BlockChange
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTurn:
+    """What the prompt-cache lens reads of one stored snapshot: its place in the session, the
+    request parameters and tags, the model's reported usage and its blocks as parallel
+    sequences in prompt order (see `ingest.selectors.cache_turn_pairs`)."""
+
+    ref: int
+    session_ref: int
+    turn: int
+    ts: datetime
+    received_at: datetime
+    model_name: str
+    params: dict[str, Any]
+    tags: dict[str, Any]
+    total_tokens: int
+    prompt_tokens_reported: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    block_keys: Sequence[str]
+    block_kinds: Sequence[str]
+    block_hashes: Sequence[str]
+    block_tokens: Sequence[int]

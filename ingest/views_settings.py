@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from config.errors import ApplicationError
-from core import members
+from core import members, registry
 from core.access import project_access
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
@@ -30,17 +30,24 @@ def _settings_ctx(
     mships = list(
         Membership.objects.filter(project=project).select_related("user").order_by("user__username")
     )
+    # Sections other apps add to this page (prices), each with its own context.
+    sections = registry.settings_sections()
+    section_context: dict[str, Any] = {}
+    for section in sections:
+        if section.context is not None:
+            section_context.update(section.context(request=request, project=project, membership=membership))
     return _page(
         request,
         project,
         membership,
+        settings_sections=[s.template for s in sections],
         keys=keys,
         members=mships,
         key_form=KeyCreateForm(),
         network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
-        **extra,
+        **{**section_context, **extra},
     )
 
 

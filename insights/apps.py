@@ -12,7 +12,15 @@ class InsightsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from core import registry
         from ingest.signals import snapshots_stored
-        from insights import pipeline
+        from insights import cache_analysis, cache_extensions, pipeline
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
+        # The prompt-cache lens.
+        pipeline.analyzer_add("cache", cache_analysis.cache_analyze)
+        registry.expiring_table_add(registry.ExpiringTable(table="insights_turncache", time_column="received_at"))
+        registry.turn_page_extension_add(cache_extensions.TURN_CACHE)
+        registry.timeline_overlays_add("insights.cache", cache_extensions.timeline_overlays)
+        registry.overview_panel_add(cache_extensions.OVERVIEW_PANEL)
+        registry.settings_section_add(cache_extensions.SETTINGS_SECTION)

@@ -23,3 +23,8 @@ class PendingAnalysis(models.Model):
 
     def __str__(self) -> str:
         return f"pending analysis #{self.pk} ({len(self.snapshot_refs)} snapshots)"
+
+
+from insights.cache_models import TurnCache  # noqa: E402 - the prompt-cache lens's table
+
+__all__ = ["PendingAnalysis", "TurnCache"]

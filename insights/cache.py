@@ -251,16 +251,13 @@ def shared_prefix(prev: TurnBlocks | None, cur: TurnBlocks) -> Prefix:
                       position=n, key=prev.keys[n], kind=prev.kinds[n])
     pkey, ckey = prev.keys[n], cur.keys[n]
     where = {"position": n, "key": ckey, "kind": cur.kinds[n]}
-    if cur.hashes[n] in prev.hashes[n + 1:] or prev.hashes[n] in cur.hashes[n + 1:]:
-        return Prefix(blocks=n, tokens=tokens, reason=REORDER,
-                      detail=f"'{ckey}' now where '{pkey}' was", **where)  # type: ignore[arg-type]
-    if pkey != ckey:
-        if pkey not in cur.keys:
-            return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{pkey}' left",
-                          position=n, key=pkey, kind=prev.kinds[n])
-        if ckey not in prev.keys:
-            return Prefix(blocks=n, tokens=tokens, reason=INSERTED,
-                          detail=f"'{ckey}' inserted before '{pkey}'", **where)  # type: ignore[arg-type]
+    if ckey not in prev.keys:
+        return Prefix(blocks=n, tokens=tokens, reason=INSERTED,
+                      detail=f"'{ckey}' inserted before '{pkey}'", **where)  # type: ignore[arg-type]
+    if pkey not in cur.keys:
+        return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{pkey}' left",
+                      position=n, key=pkey, kind=prev.kinds[n])
+    if pkey != ckey or cur.hashes[n] in prev.hashes[n + 1:] or prev.hashes[n] in cur.hashes[n + 1:]:
         return Prefix(blocks=n, tokens=tokens, reason=REORDER,
                       detail=f"'{ckey}' now where '{pkey}' was", **where)  # type: ignore[arg-type]
     before, after = prev.messages.get(n, ()), cur.messages.get(n, ())
@@ -365,7 +362,7 @@ def expected_cache(
                 read = max(read, ends[bp.position])
     top = ends[mine[-1].position]
     written = top - read if top >= minimum and top > read else 0
-    return Expected(read, written, mine[-1].ttl_s > ANTHROPIC_TTL_S, note)
+    return Expected(read, written, written > 0 and mine[-1].ttl_s > ANTHROPIC_TTL_S, note)
 
 
 def _ends(tokens: Sequence[int]) -> list[int]:

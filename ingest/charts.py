@@ -265,7 +265,8 @@ def timeline_figure(
                 "mode": "lines",
                 "line": {"color": ov.colour, "width": 1.6, "dash": ov.dash, "shape": "hv"},
                 "text": [_text(t) for t in ov.texts] if ov.texts else None,
-                "hovertemplate": ("%{text}" if ov.texts else "%{y:,}") + "<extra>" + _text(ov.name) + "</extra>",
+                "hovertemplate": ("%{text}" if ov.texts else "%{y:,}")
+                + "<extra>" + _text(ov.name) + "</extra>",
             }
         )
 

@@ -18,8 +18,10 @@ class InsightsConfig(AppConfig):
 
         snapshots_stored.connect(pipeline.on_snapshots_stored, dispatch_uid="insights.analyze")
         # The prompt-cache lens.
-        pipeline.analyzer_add("cache", cache_analysis.cache_analyze)
-        registry.expiring_table_add(registry.ExpiringTable(table="insights_turncache", time_column="received_at"))
+        pipeline.analyzer_add("cache", cache_analysis.cache_analyze_batch)
+        registry.expiring_table_add(
+            registry.ExpiringTable(table="insights_turncache", time_column="received_at")
+        )
         registry.turn_page_extension_add(cache_extensions.TURN_CACHE)
         registry.timeline_overlays_add("insights.cache", cache_extensions.timeline_overlays)
         registry.overview_panel_add(cache_extensions.OVERVIEW_PANEL)

@@ -174,8 +174,9 @@ def _tool_list(value: Any) -> Any:
     return value
 
 
-def content_reason(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
-                   *, kind: str = "", key: str = "") -> tuple[str, str]:
+def content_reason(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *, kind: str = "", key: str = ""
+) -> tuple[str, str]:
     """Why a block's content changed between two turns: (reason, detail)."""
     a, b = _text(before), _text(after)
     pa, pb = _parsed(a), _parsed(b)
@@ -238,8 +239,15 @@ def shared_prefix(prev: TurnBlocks | None, cur: TurnBlocks) -> Prefix:
         return Prefix(blocks=0, tokens=0, reason=FIRST_TURN)
     by_params = params_reason(prev.params, cur.params)
     if by_params is not None:
-        return Prefix(blocks=0, tokens=0, reason=by_params[0], detail=by_params[1], position=0,
-                      key="params", kind="params")
+        return Prefix(
+            blocks=0,
+            tokens=0,
+            reason=by_params[0],
+            detail=by_params[1],
+            position=0,
+            key="params",
+            kind="params",
+        )
     n = 0
     while n < len(prev.hashes) and n < len(cur.hashes) and prev.hashes[n] == cur.hashes[n]:
         n += 1
@@ -247,32 +255,41 @@ def shared_prefix(prev: TurnBlocks | None, cur: TurnBlocks) -> Prefix:
     if n == len(prev.hashes):
         return Prefix(blocks=n, tokens=tokens, reason=KEPT)
     if n == len(cur.hashes):
-        return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{prev.keys[n]}' left the end",
-                      position=n, key=prev.keys[n], kind=prev.kinds[n])
+        return Prefix(
+            blocks=n,
+            tokens=tokens,
+            reason=REMOVED,
+            detail=f"'{prev.keys[n]}' left the end",
+            position=n,
+            key=prev.keys[n],
+            kind=prev.kinds[n],
+        )
     pkey, ckey = prev.keys[n], cur.keys[n]
-    where = {"position": n, "key": ckey, "kind": cur.kinds[n]}
+
+    def at(reason: str, detail: str = "", extra: int = 0) -> Prefix:
+        return Prefix(blocks=n, tokens=tokens + extra, reason=reason, detail=detail, position=n, key=ckey,
+                      kind=cur.kinds[n])
+
     if ckey not in prev.keys:
-        return Prefix(blocks=n, tokens=tokens, reason=INSERTED,
-                      detail=f"'{ckey}' inserted before '{pkey}'", **where)  # type: ignore[arg-type]
+        return at(INSERTED, f"'{ckey}' inserted before '{pkey}'")
     if pkey not in cur.keys:
-        return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{pkey}' left",
-                      position=n, key=pkey, kind=prev.kinds[n])
-    if pkey != ckey or cur.hashes[n] in prev.hashes[n + 1:] or prev.hashes[n] in cur.hashes[n + 1:]:
-        return Prefix(blocks=n, tokens=tokens, reason=REORDER,
-                      detail=f"'{ckey}' now where '{pkey}' was", **where)  # type: ignore[arg-type]
+        return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{pkey}' left", position=n, key=pkey,
+                      kind=prev.kinds[n])
+    if pkey != ckey or cur.hashes[n] in prev.hashes[n + 1 :] or prev.hashes[n] in cur.hashes[n + 1 :]:
+        return at(REORDER, f"'{ckey}' now where '{pkey}' was")
     before, after = prev.messages.get(n, ()), cur.messages.get(n, ())
     kept = _leading_equal(before, after)
     if before and kept == len(before):
         # The block grew by messages at its end: its old content stays in the prefix, and
         # whatever came after it in the previous turn now comes after the new messages.
-        return Prefix(blocks=n, tokens=tokens + int(prev.tokens[n]), reason=GREW,
-                      detail=f"'{ckey}' grew by {len(after) - kept} message(s) in front of "
-                             f"{len(prev.hashes) - n - 1} later block(s)", **where)  # type: ignore[arg-type]
+        grown = len(after) - kept
+        return at(GREW, f"'{ckey}' grew by {grown} message(s) in front of {len(prev.hashes) - n - 1} later "
+                        "block(s)", int(prev.tokens[n]))
     partial = 0
     if kept and before:
         partial = round(int(prev.tokens[n]) * _size(before[:kept]) / max(1, _size(before)))
     reason, detail = content_reason(before[kept:], after[kept:], kind=cur.kinds[n], key=ckey)
-    return Prefix(blocks=n, tokens=tokens + partial, reason=reason, detail=detail, **where)  # type: ignore[arg-type]
+    return at(reason, detail, partial)
 
 
 # --- provider rules ---------------------------------------------------------------------------
@@ -289,7 +306,9 @@ def breakpoints(blocks: TurnBlocks) -> list[Breakpoint]:
     for pos in range(len(blocks.hashes)):
         ttl: float | None = None
         for m in blocks.messages.get(pos, ()):
-            for holder in [m, *(m.get("content") if isinstance(m.get("content"), list) else [])]:
+            content = m.get("content")
+            parts: list[Any] = list(content) if isinstance(content, list) else []
+            for holder in [m, *parts]:
                 cc = holder.get("cache_control") if isinstance(holder, Mapping) else None
                 if isinstance(cc, Mapping):
                     t = ANTHROPIC_LONG_TTL_S if str(cc.get("ttl", "")) == "1h" else ANTHROPIC_TTL_S

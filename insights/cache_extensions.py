@@ -20,8 +20,7 @@ def turn_context(*, project: Any, snapshot: Any, **_: Any) -> dict[str, Any]:
     if row is None:
         return {"cache": None}
     summary = cache_selectors.session_cache_summary(project_id=project.pk, session_ref=snapshot.session_ref)
-    shortfall = (row.reported_cached is not None
-                 and row.reported_cached + C.OPENAI_STEP <= row.expected_cached)
+    shortfall = row.reported_cached is not None and row.reported_cached + C.OPENAI_STEP <= row.expected_cached
     return {
         "cache": row,
         "cache_reason": C.REASONS.get(row.reason, row.reason),
@@ -32,7 +31,9 @@ def turn_context(*, project: Any, snapshot: Any, **_: Any) -> dict[str, Any]:
     }
 
 
-TURN_CACHE = TurnPageExtension(name="insights.cache", template="insights/_turn_cache.html", context=turn_context)
+TURN_CACHE = TurnPageExtension(
+    name="insights.cache", template="insights/_turn_cache.html", context=turn_context
+)
 
 
 def timeline_overlays(*, project_id: int, session_ref: int) -> list[TimelineOverlay]:
@@ -42,11 +43,24 @@ def timeline_overlays(*, project_id: int, session_ref: int) -> list[TimelineOver
     turns = [t for t, _, _, _ in line]
     reasons = [C.REASONS.get(r, r) for _, _, _, r in line]
     return [
-        TimelineOverlay(name="cached prefix", colour=PREFIX_COLOUR, turns=turns, values=[p for _, p, _, _ in line],
-                        texts=[f"{p:,} tokens shared with the previous turn ({why})"
-                               for (_, p, _, _), why in zip(line, reasons, strict=True)]),
-        TimelineOverlay(name="cache reads", colour=CACHED_COLOUR, turns=turns, values=[c for _, _, c, _ in line],
-                        texts=[f"{c:,} cached tokens" for _, _, c, _ in line], dash="dot"),
+        TimelineOverlay(
+            name="cached prefix",
+            colour=PREFIX_COLOUR,
+            turns=turns,
+            values=[p for _, p, _, _ in line],
+            texts=[
+                f"{p:,} tokens shared with the previous turn ({why})"
+                for (_, p, _, _), why in zip(line, reasons, strict=True)
+            ],
+        ),
+        TimelineOverlay(
+            name="cache reads",
+            colour=CACHED_COLOUR,
+            turns=turns,
+            values=[c for _, _, c, _ in line],
+            texts=[f"{c:,} cached tokens" for _, _, c, _ in line],
+            dash="dot",
+        ),
     ]
 
 
@@ -55,12 +69,18 @@ def overview_context(*, project: Any, since: date | None = None, **_: Any) -> di
     return {"cache_summary": cache_selectors.project_cache_summary(project_id=project.pk, since=start)}
 
 
-OVERVIEW_PANEL = PagePanel(name="insights.cache", template="insights/_overview_cache.html", context=overview_context)
+OVERVIEW_PANEL = PagePanel(
+    name="insights.cache", template="insights/_overview_cache.html", context=overview_context
+)
 
 
 def settings_context(*, project: Any, **_: Any) -> dict[str, Any]:
-    return {"price_own_count": len(project.price_table or {}), "price_default_count": len(prices.DEFAULT_PRICES)}
+    return {
+        "price_own_count": len(project.price_table or {}),
+        "price_default_count": len(prices.DEFAULT_PRICES),
+    }
 
 
-SETTINGS_SECTION = PagePanel(name="insights.prices", template="insights/_settings_prices.html",
-                             context=settings_context)
+SETTINGS_SECTION = PagePanel(
+    name="insights.prices", template="insights/_settings_prices.html", context=settings_context
+)

@@ -10,8 +10,9 @@ class TurnCache(models.Model):
     broke it, the cache reads the provider's rules expect against those it reported, and the
     turn's cost at the project's prices when the model is priced."""
 
-    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False,
-                                db_constraint=False, related_name="+")
+    project = models.ForeignKey(
+        "core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False, related_name="+"
+    )
     snapshot_ref = models.BigIntegerField()  # ingest Snapshot.id within the project
     session_ref = models.BigIntegerField()
     turn = models.IntegerField()
@@ -51,8 +52,9 @@ class TurnCache(models.Model):
         indexes = [
             models.Index(fields=["project", "session_ref", "turn"], name="insights_turncache_turn_idx"),
             models.Index(fields=["project", "received_at"], name="insights_turncache_recv_idx"),
-            models.Index(fields=["project", "assembly_version", "received_at"],
-                         name="insights_turncache_ver_idx"),
+            models.Index(
+                fields=["project", "assembly_version", "received_at"], name="insights_turncache_ver_idx"
+            ),
         ]
 
     def __str__(self) -> str:

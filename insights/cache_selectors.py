@@ -78,12 +78,22 @@ def _summary(where: str, params: dict[str, Any]) -> CacheSummary:
         for r in reasons:
             counts[r] = counts.get(r, 0) + 1
         ordered = sorted(counts, key=lambda r: (-counts[r], r))
-        breakers.append(Breaker(key=key, kind=kind, turns=n,
-                                reasons=", ".join(REASONS.get(r, r) for r in ordered)))
+        breakers.append(
+            Breaker(key=key, kind=kind, turns=n, reasons=", ".join(REASONS.get(r, r) for r in ordered))
+        )
     return CacheSummary(
-        turns=row[0], prompt_tokens=row[1], cached_tokens=row[2], expected_cached=row[3], reported_turns=row[4],
-        breaks=row[5], cost_no_cache=row[6], cost_expected=row[7], cost_actual=row[8], cost_lost=row[9],
-        priced_turns=row[10], breakers=breakers,
+        turns=row[0],
+        prompt_tokens=row[1],
+        cached_tokens=row[2],
+        expected_cached=row[3],
+        reported_turns=row[4],
+        breaks=row[5],
+        cost_no_cache=row[6],
+        cost_expected=row[7],
+        cost_actual=row[8],
+        cost_lost=row[9],
+        priced_turns=row[10],
+        breakers=breakers,
     )
 
 
@@ -153,5 +163,7 @@ def version_hit_rates(*, project_id: int, since: datetime | None = None) -> list
             {"p": project_id, "since": since},
         )
         rows = cur.fetchall()
-    return [VersionRate(str(v), first, int(n), int(p or 0), int(c or 0), int(sr), int(ss), int(t))
-            for v, first, n, p, c, sr, ss, t in rows]
+    return [
+        VersionRate(str(v), first, int(n), int(p or 0), int(c or 0), int(sr), int(ss), int(t))
+        for v, first, n, p, c, sr, ss, t in rows
+    ]

@@ -28,8 +28,12 @@ class Price:
     output: float
 
     def as_dict(self) -> dict[str, float]:
-        return {"input": self.input, "cached_input": self.cached_input, "cache_write": self.cache_write,
-                "output": self.output}
+        return {
+            "input": self.input,
+            "cached_input": self.cached_input,
+            "cache_write": self.cache_write,
+            "output": self.output,
+        }
 
 
 def _openai(inp: float, cached: float, out: float) -> Price:

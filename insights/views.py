@@ -17,7 +17,7 @@ MAX_PRICE_TABLE_CHARS = 200_000
 
 
 def _rows(project_table: dict[str, object]) -> list[dict[str, object]]:
-    table = prices.price_table(project_table)  # type: ignore[arg-type]
+    table = prices.price_table(project_table)
     own = {prices.model_key(str(k)) for k in project_table}
     return [{"model": name, "own": name in own, **p.as_dict()} for name, p in sorted(table.items())]
 
@@ -50,7 +50,12 @@ def price_table(request: HttpRequest, project_id: int) -> HttpResponse:
                 return redirect("insights:prices", project_id=project.pk)
         status = 400
     ctx = page_context(
-        request, project, membership, rows=_rows(project.price_table or {}), text=text,
-        errors=sorted(errors.items()), fields=prices.PRICE_FIELDS,
+        request,
+        project,
+        membership,
+        rows=_rows(project.price_table or {}),
+        text=text,
+        errors=sorted(errors.items()),
+        fields=prices.PRICE_FIELDS,
     )
     return render(request, "insights/prices.html", ctx, status=status)

@@ -2,9 +2,9 @@
 compare the cache hit rate of the project's newest `tags.assembly_version` with the previous
 version's, and raise one alert per rule and version when it fell by the rule's margin.
 
-Versions are ordered by the time their first turn arrived (within the last WINDOW_DAYS); each needs the rule's minimum of
-turns (first turns of sessions, which cannot hit the cache, do not count). The alert is
-anchored on the first turn of the newer version. Safe to run twice: the dedup key
+Versions are ordered by the time their first turn arrived (within the last WINDOW_DAYS); each
+needs the rule's minimum of turns (first turns of sessions, which cannot hit the cache, do not
+count). The alert is anchored on the first turn of the newer version. Safe to run twice: the dedup key
 "<rule>:cache:<version>" makes a second alert for the same version impossible."""
 
 from __future__ import annotations
@@ -39,17 +39,23 @@ def _dedup_key(rule_id: int, version: str) -> str:
 
 def cache_rules_evaluate(*, project_id: int) -> list[int]:
     """Evaluate the project's enabled cache-hit-rate rules; the ids of the alerts raised."""
-    rules = list(AlertRule.objects.filter(project_id=project_id, enabled=True, kind=K.CACHE_HIT_RATE_FELL)
-                 .order_by("id"))
+    rules = list(
+        AlertRule.objects.filter(project_id=project_id, enabled=True, kind=K.CACHE_HIT_RATE_FELL).order_by(
+            "id"
+        )
+    )
     if not rules:
         return []
-    rates = cache_selectors.version_hit_rates(project_id=project_id,
-                                              since=timezone.now() - timedelta(days=WINDOW_DAYS))
+    rates = cache_selectors.version_hit_rates(
+        project_id=project_id, since=timezone.now() - timedelta(days=WINDOW_DAYS)
+    )
     created: list[Alert] = []
     for rule in rules:
         params, errors = K.validate_params(rule.kind, rule.params)
         if errors:
-            logger.warning("alerts.cache_rule_invalid rule_id=%s fields=%s", rule.pk, ",".join(sorted(errors)))
+            logger.warning(
+                "alerts.cache_rule_invalid rule_id=%s fields=%s", rule.pk, ",".join(sorted(errors))
+            )
             continue
         ready = [v for v in rates if v.turns >= int(params["min_turns"])]
         if len(ready) < 2:
@@ -58,8 +64,14 @@ def cache_rules_evaluate(*, project_id: int) -> list[int]:
         drop = (old.hit_rate - new.hit_rate) * 100
         if drop < float(params["drop_points"]):
             continue
-        alert = _alert_create(project_id=project_id, rule=rule, old=old, new=new, drop=drop,
-                              threshold=float(params["drop_points"]))
+        alert = _alert_create(
+            project_id=project_id,
+            rule=rule,
+            old=old,
+            new=new,
+            drop=drop,
+            threshold=float(params["drop_points"]),
+        )
         if alert is not None:
             created.append(alert)
     if created:
@@ -72,24 +84,43 @@ def cache_rules_evaluate(*, project_id: int) -> list[int]:
     return [int(a.pk) for a in created]
 
 
-def _alert_create(*, project_id: int, rule: AlertRule, old: Any, new: Any, drop: float,
-                  threshold: float) -> Alert | None:
+def _alert_create(
+    *, project_id: int, rule: AlertRule, old: Any, new: Any, drop: float, threshold: float
+) -> Alert | None:
     key = _dedup_key(int(rule.pk), new.version)
     if Alert.objects.filter(project_id=project_id, dedup_key=key).exists():
         return None
     anchor = ingest_selectors.turn_neighbourhoods(
-        project_id=project_id, snapshot_refs=[new.first_snapshot_ref], window=0)
+        project_id=project_id, snapshot_refs=[new.first_snapshot_ref], window=0
+    )
     row = next((r for line in anchor.values() for r in line if r.ref == new.first_snapshot_ref), None)
     if row is None:  # the turn expired or was deleted since it was analysed
         return None
-    title = (f"Cache hit rate fell from {old.hit_rate * 100:.0f}% ({old.version}) to "
-             f"{new.hit_rate * 100:.0f}% ({new.version}) after the assembly version changed")
+    title = (
+        f"Cache hit rate fell from {old.hit_rate * 100:.0f}% ({old.version}) to "
+        f"{new.hit_rate * 100:.0f}% ({new.version}) after the assembly version changed"
+    )
     alert = Alert(
-        project_id=project_id, rule=rule, rule_kind=rule.kind, severity=rule.severity,
-        title=title[:TITLE_MAX_CHARS], session_ref=row.session_ref, session_id=row.session_id,
-        agent=row.agent, model=row.model_name, turn=row.turn, snapshot_ref=row.ref, ts=row.ts,
-        last_turn=row.turn, last_ts=row.ts, value=drop, threshold=threshold, peak_value=drop,
-        unit="points", contributors=[], dedup_key=key,
+        project_id=project_id,
+        rule=rule,
+        rule_kind=rule.kind,
+        severity=rule.severity,
+        title=title[:TITLE_MAX_CHARS],
+        session_ref=row.session_ref,
+        session_id=row.session_id,
+        agent=row.agent,
+        model=row.model_name,
+        turn=row.turn,
+        snapshot_ref=row.ref,
+        ts=row.ts,
+        last_turn=row.turn,
+        last_ts=row.ts,
+        value=drop,
+        threshold=threshold,
+        peak_value=drop,
+        unit="points",
+        contributors=[],
+        dedup_key=key,
     )
     try:
         with transaction.atomic():

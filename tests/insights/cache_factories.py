@@ -40,8 +40,15 @@ def cache_turn(
     extra: dict[str, Any] = {"output": {"text": "ok", "usage": usage}}
     if version is not None:
         extra["tags"] = {"assembly_version": version}
-    snap = snapshot(session_id=session_id, turn=turn, blocks=blocks, model=model, context_window=128000,
-                    ts=base + timedelta(seconds=seconds * turn), **extra)
+    snap = snapshot(
+        session_id=session_id,
+        turn=turn,
+        blocks=blocks,
+        model=model,
+        context_window=128000,
+        ts=base + timedelta(seconds=seconds * turn),
+        **extra,
+    )
     if params is not None:
         snap["params"] = params
     return snap

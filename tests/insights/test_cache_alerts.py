@@ -27,9 +27,13 @@ def _deploy(api: Any, project: Project, *, version: str, sessions: int, stable: 
     snaps = []
     for s in range(start, start + sessions):
         for t in range(4):
-            system = "You are a travel assistant." if stable else f"You are a travel assistant. Now 08:{t:02d}"
+            system = (
+                "You are a travel assistant." if stable else f"You are a travel assistant. Now 08:{t:02d}"
+            )
             cached = 3072 if stable and t else 0
-            snaps.append(cache_turn(t, session_id=f"{version}-{s}", system=system, version=version, cached=cached))
+            snaps.append(
+                cache_turn(t, session_id=f"{version}-{s}", system=system, version=version, cached=cached)
+            )
     r = api.post_snapshots(snaps)
     assert r.status_code == 200 and r.json()["created"] == len(snaps)
     refs = [selectors.snapshot_by_uuid(project=project, snapshot_id=x["snapshot_id"]).id for x in snaps]
@@ -38,10 +42,15 @@ def _deploy(api: Any, project: Project, *, version: str, sessions: int, stable: 
 
 @pytest.fixture
 def rule(project: Project) -> Any:
-    return rule_create(project=project, data={
-        "name": "cache after deploy", "kind": K.CACHE_HIT_RATE_FELL, "severity": "warning",
-        "params": {"drop_points": 20, "min_turns": 6},
-    })
+    return rule_create(
+        project=project,
+        data={
+            "name": "cache after deploy",
+            "kind": K.CACHE_HIT_RATE_FELL,
+            "severity": "warning",
+            "params": {"drop_points": 20, "min_turns": 6},
+        },
+    )
 
 
 def test_rule_params_are_checked() -> None:
@@ -55,7 +64,9 @@ def test_per_turn_evaluation_leaves_the_project_kind_alone() -> None:
     from datetime import UTC, datetime
 
     spec = R.RuleSpec(id=1, kind=K.CACHE_HIT_RATE_FELL, params={"drop_points": 1, "min_turns": 1})
-    turn = R.Turn(ref=1, turn=1, ts=datetime(2026, 12, 1, tzinfo=UTC), watermark=0.1, tier="ok", usable_tokens=1)
+    turn = R.Turn(
+        ref=1, turn=1, ts=datetime(2026, 12, 1, tzinfo=UTC), watermark=0.1, tier="ok", usable_tokens=1
+    )
     assert R.evaluate(spec, turn, []) is None
 
 

@@ -53,7 +53,8 @@ def test_a_timestamp_in_the_system_prompt_breaks_the_cache(api: Any, project: An
     assert rows[3].potential_cached > 3000
     assert rows[3].cost_lost == pytest.approx(rows[3].potential_cached * (2.5 - 1.25) / 1e6)
     assert rows[1].cost_actual == pytest.approx(
-        ((rows[1].prompt_tokens - 3200) * 2.5 + 3200 * 1.25 + 50 * 10) / 1e6)
+        ((rows[1].prompt_tokens - 3200) * 2.5 + 3200 * 1.25 + 50 * 10) / 1e6
+    )
 
 
 def test_analysis_runs_twice_to_the_same_rows(api: Any, project: Any) -> None:
@@ -65,7 +66,8 @@ def test_analysis_runs_twice_to_the_same_rows(api: Any, project: Any) -> None:
     cache_analyze(project_id=project.pk, snapshot_refs=refs)
     again = list(TurnCache.objects.filter(project=project).order_by("turn").values())
     assert [{k: v for k, v in r.items() if k != "id"} for r in first] == [
-        {k: v for k, v in r.items() if k != "id"} for r in again]
+        {k: v for k, v in r.items() if k != "id"} for r in again
+    ]
 
 
 def test_a_late_turn_recomputes_the_turn_after_it(api: Any, project: Any) -> None:

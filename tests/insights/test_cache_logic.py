@@ -16,7 +16,9 @@ def msg(content: Any, role: str = "system", **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": content, **extra}
 
 
-def turn(blocks: list[tuple[str, str, int, list[dict[str, Any]]]], params: dict[str, Any] | None = None) -> C.TurnBlocks:
+def turn(
+    blocks: list[tuple[str, str, int, list[dict[str, Any]]]], params: dict[str, Any] | None = None
+) -> C.TurnBlocks:
     """BLOCKS as (key, kind, tokens, messages); the content hash is the messages' JSON."""
     return C.TurnBlocks(
         hashes=[json.dumps(m, sort_keys=True) for _, _, _, m in blocks],
@@ -59,8 +61,11 @@ def test_new_user_message_breaks_at_the_user_block() -> None:
     [
         ("Today is 2026-12-01T08:00:00Z. Be brief.", "Today is 2026-12-01T08:05:13Z. Be brief.", C.TIMESTAMP),
         ("Now: Tue 08:00. Be brief.", "Now: Tue 08:05. Be brief.", C.TIMESTAMP),
-        ("request 0b6f3c1e-6a43-4d0e-9a53-3f1f0f8f2a10 follows", "request 9d2a1c7e-1b43-4e0e-8a53-1f1f0f8f2a77 follows",
-         C.VOLATILE_ID),
+        (
+            "request 0b6f3c1e-6a43-4d0e-9a53-3f1f0f8f2a10 follows",
+            "request 9d2a1c7e-1b43-4e0e-8a53-1f1f0f8f2a77 follows",
+            C.VOLATILE_ID,
+        ),
         ("trace req-1234 follows", "trace req-9876 follows", C.VOLATILE_ID),
         ('{"a": 1, "b": [1, 2]}', '{"b":[1,2],"a":1}', C.JSON_RESERIALISED),
         ("You are a travel assistant.", "You are a hotel assistant.", C.NEW_CONTENT),
@@ -87,15 +92,22 @@ def test_tool_definitions_reordered_in_a_block() -> None:
 
 
 def test_tools_in_the_request_parameters_reordered_share_nothing() -> None:
-    a = {"tools": [{"type": "function", "function": {"name": "search"}},
-                   {"type": "function", "function": {"name": "book"}}], "temperature": 0}
+    a = {
+        "tools": [
+            {"type": "function", "function": {"name": "search"}},
+            {"type": "function", "function": {"name": "book"}},
+        ],
+        "temperature": 0,
+    }
     b = {**a, "tools": list(reversed(a["tools"])), "temperature": 0.7}
     p = C.shared_prefix(turn([SYSTEM, user(0)], a), turn([SYSTEM, user(0)], b))
     assert (p.reason, p.blocks, p.tokens, p.key) == (C.TOOLS_REORDERED, 0, 0, "params")
 
 
 def test_sampling_parameters_do_not_change_the_prefix() -> None:
-    p = C.shared_prefix(turn([SYSTEM, user(0)], {"temperature": 0}), turn([SYSTEM, user(1)], {"temperature": 1}))
+    p = C.shared_prefix(
+        turn([SYSTEM, user(0)], {"temperature": 0}), turn([SYSTEM, user(1)], {"temperature": 1})
+    )
     assert (p.reason, p.blocks, p.key) == (C.NEW_CONTENT, 1, "user")
 
 
@@ -149,16 +161,29 @@ def test_partly_equal_block_counts_its_equal_leading_messages() -> None:
         ("gemma-3-270m", {}, {}, C.OTHER),
     ],
 )
-def test_provider_from_model_name_or_field(model: str, params: dict[str, Any], tags: dict[str, Any],
-                                           provider: str) -> None:
+def test_provider_from_model_name_or_field(
+    model: str, params: dict[str, Any], tags: dict[str, Any], provider: str
+) -> None:
     assert C.provider_of(model, params, tags) == provider
 
 
-def _expected(provider: str, prev: C.TurnBlocks | None, cur: C.TurnBlocks, gap: float | None = 10.0,
-              model: str = "gpt-4o") -> C.Expected:
+def _expected(
+    provider: str,
+    prev: C.TurnBlocks | None,
+    cur: C.TurnBlocks,
+    gap: float | None = 10.0,
+    model: str = "gpt-4o",
+) -> C.Expected:
     prefix = C.shared_prefix(prev, cur)
-    return C.expected_cache(provider=provider, model=model, prefix=prefix, prev=prev, cur=cur,
-                            prompt_tokens=sum(cur.tokens), gap_s=gap)
+    return C.expected_cache(
+        provider=provider,
+        model=model,
+        prefix=prefix,
+        prev=prev,
+        cur=cur,
+        prompt_tokens=sum(cur.tokens),
+        gap_s=gap,
+    )
 
 
 @pytest.mark.parametrize(
@@ -197,7 +222,9 @@ def test_anthropic_reads_up_to_the_breakpoint_and_writes_the_rest() -> None:
     hist1 = ("history", "history", 900, [cc("h1")])
     first = _expected(C.ANTHROPIC, None, turn([sysb, hist0, user(0)]), gap=None, model="claude-sonnet-4")
     assert (first.cached, first.written) == (0, 2300)
-    e = _expected(C.ANTHROPIC, turn([sysb, hist0, user(0)]), turn([sysb, hist1, user(1)]), model="claude-sonnet-4")
+    e = _expected(
+        C.ANTHROPIC, turn([sysb, hist0, user(0)]), turn([sysb, hist1, user(1)]), model="claude-sonnet-4"
+    )
     assert e.cached == 1500  # the system breakpoint; history changed after it
     assert e.written == 900  # up to this turn's last breakpoint
     assert not e.write_long
@@ -207,16 +234,24 @@ def test_anthropic_ttl_five_minutes_or_one_hour() -> None:
     short = ("system", "system", 1500, [cc("rules")])
     long = ("system", "system", 1500, [cc("rules", "1h")])
     late = 600.0
-    assert _expected(C.ANTHROPIC, turn([short, user(0)]), turn([short, user(1)]), gap=late,
-                     model="claude-sonnet-4").cached == 0
-    e = _expected(C.ANTHROPIC, turn([long, user(0)]), turn([long, user(1)]), gap=late, model="claude-sonnet-4")
+    assert (
+        _expected(
+            C.ANTHROPIC, turn([short, user(0)]), turn([short, user(1)]), gap=late, model="claude-sonnet-4"
+        ).cached
+        == 0
+    )
+    e = _expected(
+        C.ANTHROPIC, turn([long, user(0)]), turn([long, user(1)]), gap=late, model="claude-sonnet-4"
+    )
     assert e.cached == 1500 and e.write_long is False  # nothing new written after the read
 
 
 def test_anthropic_haiku_needs_2048_tokens() -> None:
     sysb = ("system", "system", 1500, [cc("rules")])
-    assert _expected(C.ANTHROPIC, turn([sysb, user(0)]), turn([sysb, user(1)]),
-                     model="claude-3-5-haiku").cached == 0
+    assert (
+        _expected(C.ANTHROPIC, turn([sysb, user(0)]), turn([sysb, user(1)]), model="claude-3-5-haiku").cached
+        == 0
+    )
 
 
 def test_at_most_four_breakpoints_count() -> None:
@@ -229,8 +264,14 @@ def test_cost_with_and_without_cache_and_money_lost() -> None:
     price = DEFAULT_PRICES["gpt-4o"]
     expected = C.Expected(cached=1024, written=0, write_long=False)
     potential = C.Expected(cached=2048, written=0, write_long=False)
-    c = C.cost(price=price, prompt_tokens=3000, completion_tokens=100, expected=expected, potential=potential,
-               reported_cached=512)
+    c = C.cost(
+        price=price,
+        prompt_tokens=3000,
+        completion_tokens=100,
+        expected=expected,
+        potential=potential,
+        reported_cached=512,
+    )
     assert c.no_cache == pytest.approx((3000 * 2.5 + 100 * 10) / 1e6)
     assert c.expected == pytest.approx(((3000 - 1024) * 2.5 + 1024 * 1.25 + 100 * 10) / 1e6)
     assert c.actual == pytest.approx(((3000 - 512) * 2.5 + 512 * 1.25 + 100 * 10) / 1e6)
@@ -239,10 +280,22 @@ def test_cost_with_and_without_cache_and_money_lost() -> None:
 
 def test_anthropic_cache_writes_cost_more() -> None:
     price = Price(3.0, 0.3, 3.75, 15.0)
-    write5 = C.cost(price=price, prompt_tokens=2000, completion_tokens=0, expected=C.Expected(0, 2000, False),
-                    potential=C.Expected(0, 0, False), reported_cached=None)
-    write60 = C.cost(price=price, prompt_tokens=2000, completion_tokens=0, expected=C.Expected(0, 2000, True),
-                     potential=C.Expected(0, 0, False), reported_cached=None)
+    write5 = C.cost(
+        price=price,
+        prompt_tokens=2000,
+        completion_tokens=0,
+        expected=C.Expected(0, 2000, False),
+        potential=C.Expected(0, 0, False),
+        reported_cached=None,
+    )
+    write60 = C.cost(
+        price=price,
+        prompt_tokens=2000,
+        completion_tokens=0,
+        expected=C.Expected(0, 2000, True),
+        potential=C.Expected(0, 0, False),
+        reported_cached=None,
+    )
     assert write5.expected == pytest.approx(2000 * 3.75 / 1e6)
     assert write60.expected == pytest.approx(2000 * 6.0 / 1e6)
     assert write5.actual is None

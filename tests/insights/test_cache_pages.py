@@ -24,8 +24,9 @@ HOSTILE = "<script>alert(1)</script>"
 def analysed(api: Any, project: Project) -> Project:
     snaps = [cache_turn(0, cached=0), cache_turn(1, cached=3072)]
     for i in (2, 3):
-        snaps.append(cache_turn(i, system=f"You are a travel assistant. {HOSTILE} Now: 2026-12-01 08:0{i}",
-                                cached=0))
+        snaps.append(
+            cache_turn(i, system=f"You are a travel assistant. {HOSTILE} Now: 2026-12-01 08:0{i}", cached=0)
+        )
     r = api.post_snapshots(snaps)
     assert r.status_code == 200
     refs = [selectors.snapshot_by_uuid(project=project, snapshot_id=s["snapshot_id"]).id for s in snaps]
@@ -48,8 +49,11 @@ def test_turn_page_shows_the_prefix_the_break_and_the_cost(analysed: Project) ->
 
 def test_turn_page_before_analysis_says_so(api: Any, project: Project) -> None:
     api.post_snapshots([cache_turn(0)])
-    html = login(make_user("vera", project)).get(
-        reverse("ingest:turn", args=[project.pk, "cache-1", 0])).content.decode()
+    html = (
+        login(make_user("vera", project))
+        .get(reverse("ingest:turn", args=[project.pk, "cache-1", 0]))
+        .content.decode()
+    )
     assert "Not analysed yet" in html
 
 
@@ -66,7 +70,7 @@ def test_overview_panel_shows_hit_rate_money_and_breakers(analysed: Project) -> 
     c = login(make_user("vera", analysed))
     html = c.get(reverse("ingest:overview", args=[analysed.pk]) + "?days=all").content.decode()
     assert 'id="cache-overview"' in html
-    assert 'id="cache-breakers"' in html and "<td class=\"mono\">system</td>" in html
+    assert 'id="cache-breakers"' in html and '<td class="mono">system</td>' in html
     assert "lost to cache misses" in html
 
 

@@ -16,10 +16,10 @@ CACHED_COLOUR = "#e8590c"
 
 
 def turn_context(*, project: Any, snapshot: Any, **_: Any) -> dict[str, Any]:
-    row = cache_selectors.turn_cache(project_id=project.pk, snapshot_ref=snapshot.id)
-    if row is None:
+    found = cache_selectors.turn_cache_in_session(project_id=project.pk, snapshot_ref=snapshot.id)
+    if found is None:
         return {"cache": None}
-    summary = cache_selectors.session_cache_summary(project_id=project.pk, session_ref=snapshot.session_ref)
+    row, summary = found
     shortfall = row.reported_cached is not None and row.reported_cached + C.OPENAI_STEP <= row.expected_cached
     return {
         "cache": row,

@@ -65,6 +65,72 @@ _BREAKERS = """
 """
 
 
+def _breakers(keys: list[str], kinds: list[str], reasons: list[str]) -> list[Breaker]:
+    """The blocks at which the cache broke most often, from one (key, kind, reason) per break."""
+    per: dict[str, dict[str, int]] = {}
+    kind_of: dict[str, str] = {}
+    for key, kind, reason in zip(keys, kinds, reasons, strict=True):
+        per.setdefault(key, {})
+        per[key][reason] = per[key].get(reason, 0) + 1
+        kind_of[key] = kind
+    top = sorted(per, key=lambda k: (-sum(per[k].values()), k))[:TOP_BREAKERS]
+    return [
+        Breaker(
+            key=k,
+            kind=kind_of[k],
+            turns=sum(per[k].values()),
+            reasons=", ".join(REASONS.get(r, r) for r in sorted(per[k], key=lambda r: (-per[k][r], r))),
+        )
+        for k in top
+    ]
+
+
+def turn_cache_in_session(*, project_id: int, snapshot_ref: int) -> tuple[TurnCache, CacheSummary] | None:
+    """A turn's figures and its session's summary, in one query; None before the turn is analysed."""
+    cols = [f.column for f in TurnCache._meta.concrete_fields]
+    t_cols = ", ".join(f"t.{c}" for c in cols)
+    sql = f"""
+        SELECT {t_cols}, a.* FROM insights_turncache t
+        CROSS JOIN LATERAL (
+            SELECT count(*), coalesce(sum(prompt_tokens), 0),
+                   coalesce(sum(coalesce(reported_cached, expected_cached)), 0),
+                   coalesce(sum(expected_cached), 0), count(reported_cached),
+                   count(*) FILTER (WHERE NOT (reason = ANY(%(ok)s))),
+                   coalesce(sum(cost_no_cache), 0), coalesce(sum(cost_expected), 0),
+                   coalesce(sum(coalesce(cost_actual, cost_expected)), 0), coalesce(sum(cost_lost), 0),
+                   count(cost_no_cache),
+                   coalesce(array_agg(break_key) FILTER (WHERE NOT (reason = ANY(%(ok)s))), '{{}}'),
+                   coalesce(array_agg(break_kind) FILTER (WHERE NOT (reason = ANY(%(ok)s))), '{{}}'),
+                   coalesce(array_agg(reason) FILTER (WHERE NOT (reason = ANY(%(ok)s))), '{{}}')
+            FROM insights_turncache s WHERE s.project_id = t.project_id AND s.session_ref = t.session_ref
+        ) a
+        WHERE t.project_id = %(p)s AND t.snapshot_ref = %(r)s
+    """  # noqa: S608 - the interpolated text is a fixed column list
+    with connection.cursor() as cur:
+        cur.execute(sql, {"p": project_id, "r": snapshot_ref, "ok": list(NOT_BREAKS)})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    n = len(cols)
+    turn = TurnCache(**{f.attname: v for f, v in zip(TurnCache._meta.concrete_fields, row[:n], strict=True)})
+    a = row[n:]
+    summary = CacheSummary(
+        turns=a[0],
+        prompt_tokens=a[1],
+        cached_tokens=a[2],
+        expected_cached=a[3],
+        reported_turns=a[4],
+        breaks=a[5],
+        cost_no_cache=a[6],
+        cost_expected=a[7],
+        cost_actual=a[8],
+        cost_lost=a[9],
+        priced_turns=a[10],
+        breakers=_breakers(list(a[11]), list(a[12]), list(a[13])),
+    )
+    return turn, summary
+
+
 def _summary(where: str, params: dict[str, Any]) -> CacheSummary:
     args = {**params, "ok": list(NOT_BREAKS), "n": TOP_BREAKERS}
     with connection.cursor() as cur:

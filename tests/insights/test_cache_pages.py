@@ -121,3 +121,13 @@ def test_prices_need_the_admin_role(analysed: Project) -> None:
     url = reverse("insights:prices", args=[analysed.pk])
     assert c.get(url).status_code in (403, 404)
     assert c.post(url, {"price_table": "{}"}).status_code in (403, 404)
+
+
+def test_the_lens_adds_one_query_to_the_turn_page(
+    analysed: Project, django_assert_max_num_queries: Any
+) -> None:
+    c = login(make_user("vera", analysed))
+    with django_assert_max_num_queries(17):
+        r = c.get(reverse("ingest:turn", args=[analysed.pk, "cache-1", 3]))
+    assert r.context["cache_session"].turns == 4
+    assert r.context["cache_session"].breakers[0].key == "system"

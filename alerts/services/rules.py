@@ -44,6 +44,7 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Validation failing", K.VALIDATION_FAILURE_RATE, "warning"),
     DefaultRule("Recall misses", K.RECALL_MISS_RATE, "info"),
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
+    DefaultRule("Cache hit rate fell after a deploy", K.CACHE_HIT_RATE_FELL, "warning"),
 )
 
 

@@ -50,6 +50,7 @@ PREFIX_PARAMS = ("tools", "functions", "tool_choice", "response_format", "system
 # Why the prefix ended where it did.
 FIRST_TURN = "first_turn"  # no previous turn in the session
 KEPT = "kept"  # the whole previous prompt is a prefix of this one: nothing broke
+TAIL = "tail"  # all but the previous turn's last, volatile block (its input) is kept
 PARAMS_CHANGED = "params_changed"
 TOOLS_REORDERED = "tools_reordered"
 JSON_RESERIALISED = "json_reserialised"
@@ -64,6 +65,7 @@ NEW_CONTENT = "new_content"
 REASONS: dict[str, str] = {
     FIRST_TURN: "first turn of the session",
     KEPT: "the whole previous prompt is kept as the prefix",
+    TAIL: "only the previous turn's input is not repeated",
     PARAMS_CHANGED: "request parameters rendered before the messages changed",
     TOOLS_REORDERED: "tool definitions reordered",
     JSON_RESERIALISED: "same JSON, serialised differently",
@@ -76,7 +78,10 @@ REASONS: dict[str, str] = {
     NEW_CONTENT: "new content",
 }
 # Reasons that do not break the cache.
-NOT_BREAKS = frozenset((FIRST_TURN, KEPT))
+NOT_BREAKS = frozenset((FIRST_TURN, KEPT, TAIL))
+# Kinds of block that change every turn by nature: a previous turn's last block of one of these
+# kinds not repeated is not a break.
+VOLATILE_TAIL_KINDS = frozenset(("user", "tool_results", "retrieval"))
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _DATETIME = (
@@ -254,42 +259,78 @@ def shared_prefix(prev: TurnBlocks | None, cur: TurnBlocks) -> Prefix:
     tokens = sum(int(t) for t in cur.tokens[:n])
     if n == len(prev.hashes):
         return Prefix(blocks=n, tokens=tokens, reason=KEPT)
-    if n == len(cur.hashes):
+    # Providers cache rendered messages, not blocks: follow the messages across block
+    # boundaries (the previous turn's question moved into this turn's history keeps it all).
+    pflat = [(b, m) for b in range(n, len(prev.hashes)) for m in prev.messages.get(b, ())]
+    cflat = [(b, m) for b in range(n, len(cur.hashes)) for m in cur.messages.get(b, ())]
+    m = 0
+    while m < len(pflat) and m < len(cflat) and canonical_json(pflat[m][1]) == canonical_json(cflat[m][1]):
+        m += 1
+    if pflat and m == len(pflat):
+        full = n + sum(
+            1 for b in range(n, len(cur.hashes)) if all(i < m for i, (cb, _) in enumerate(cflat) if cb == b)
+        )
+        return Prefix(blocks=full, tokens=sum(int(t) for t in prev.tokens), reason=KEPT)
+    pb = pflat[m][0] if m < len(pflat) else n
+    p_local = sum(1 for i in range(m) if pflat[i][0] == pb)
+    tokens = sum(int(t) for t in prev.tokens[:pb])
+    before_all = list(prev.messages.get(pb, ()))
+    if p_local and before_all:
+        tokens += round(int(prev.tokens[pb]) * _size(before_all[:p_local]) / max(1, _size(before_all)))
+    full = n + sum(1 for b in range(n, pb) if b < len(cur.hashes) and cur.hashes[b] == prev.hashes[b])
+    pkey = prev.keys[pb]
+    if m >= len(cflat):
         return Prefix(
-            blocks=n,
+            blocks=full,
             tokens=tokens,
             reason=REMOVED,
-            detail=f"'{prev.keys[n]}' left the end",
-            position=n,
-            key=prev.keys[n],
-            kind=prev.kinds[n],
+            detail=f"'{pkey}' left the end",
+            position=pb,
+            key=pkey,
+            kind=prev.kinds[pb],
         )
-    pkey, ckey = prev.keys[n], cur.keys[n]
+    cb = cflat[m][0]
+    c_local = sum(1 for i in range(m) if cflat[i][0] == cb)
+    ckey = cur.keys[cb]
 
-    def at(reason: str, detail: str = "", extra: int = 0) -> Prefix:
-        return Prefix(blocks=n, tokens=tokens + extra, reason=reason, detail=detail, position=n, key=ckey,
-                      kind=cur.kinds[n])
+    def at(reason: str, detail: str = "") -> Prefix:
+        return Prefix(
+            blocks=full,
+            tokens=tokens,
+            reason=reason,
+            detail=detail,
+            position=cb,
+            key=ckey,
+            kind=cur.kinds[cb],
+        )
 
+    if pb == len(prev.hashes) - 1 and p_local == 0 and prev.kinds[pb] in VOLATILE_TAIL_KINDS:
+        return at(TAIL, f"the previous turn's '{pkey}' is not repeated")
+    if p_local == 0 and pb > 0 and ckey == prev.keys[pb - 1] and c_local > 0:
+        grown = sum(1 for b, _ in cflat if b == cb) - c_local
+        return at(GREW, f"'{ckey}' grew by {grown} message(s) in front of '{pkey}'")
     if ckey not in prev.keys:
         return at(INSERTED, f"'{ckey}' inserted before '{pkey}'")
     if pkey not in cur.keys:
-        return Prefix(blocks=n, tokens=tokens, reason=REMOVED, detail=f"'{pkey}' left", position=n, key=pkey,
-                      kind=prev.kinds[n])
-    if pkey != ckey or cur.hashes[n] in prev.hashes[n + 1 :] or prev.hashes[n] in cur.hashes[n + 1 :]:
+        return Prefix(
+            blocks=full,
+            tokens=tokens,
+            reason=REMOVED,
+            detail=f"'{pkey}' left",
+            position=pb,
+            key=pkey,
+            kind=prev.kinds[pb],
+        )
+    if pkey != ckey or (
+        p_local == 0
+        and c_local == 0
+        and (cur.hashes[cb] in prev.hashes[pb + 1 :] or prev.hashes[pb] in cur.hashes[cb + 1 :])
+    ):
         return at(REORDER, f"'{ckey}' now where '{pkey}' was")
-    before, after = prev.messages.get(n, ()), cur.messages.get(n, ())
-    kept = _leading_equal(before, after)
-    if before and kept == len(before):
-        # The block grew by messages at its end: its old content stays in the prefix, and
-        # whatever came after it in the previous turn now comes after the new messages.
-        grown = len(after) - kept
-        return at(GREW, f"'{ckey}' grew by {grown} message(s) in front of {len(prev.hashes) - n - 1} later "
-                        "block(s)", int(prev.tokens[n]))
-    partial = 0
-    if kept and before:
-        partial = round(int(prev.tokens[n]) * _size(before[:kept]) / max(1, _size(before)))
-    reason, detail = content_reason(before[kept:], after[kept:], kind=cur.kinds[n], key=ckey)
-    return at(reason, detail, partial)
+    reason, detail = content_reason(
+        before_all[p_local:], list(cur.messages.get(cb, ()))[c_local:], kind=cur.kinds[cb], key=ckey
+    )
+    return at(reason, detail)
 
 
 # --- provider rules ---------------------------------------------------------------------------

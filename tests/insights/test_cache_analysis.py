@@ -40,7 +40,7 @@ def test_a_timestamp_in_the_system_prompt_breaks_the_cache(api: Any, project: An
     assert cache_analyze(project_id=project.pk, snapshot_refs=refs) == 4
     rows = {r.turn: r for r in TurnCache.objects.filter(project=project)}
     assert rows[0].reason == C.FIRST_TURN and rows[0].expected_cached == 0
-    assert rows[1].reason == C.INSERTED  # the history block appeared in front of the question
+    assert rows[1].reason == C.TAIL  # history appeared where the old question was: no break
     assert rows[1].prefix_tokens == SYSTEM_TOKENS + 200
     assert rows[1].expected_cached == (SYSTEM_TOKENS + 200) // 128 * 128
     assert rows[1].reported_cached == 3200

@@ -26,7 +26,11 @@ def cached_project(db: Any) -> Project:
     Membership.objects.create(project=project, user=user, role="admin")
     snaps = []
     for t in range(8):
-        system = "You are a travel assistant." if t < 4 else f"You are a travel assistant. Now 2026-12-01 08:{t:02d}"
+        system = (
+            "You are a travel assistant."
+            if t < 4
+            else f"You are a travel assistant. Now 2026-12-01 08:{t:02d}"
+        )
         snaps.append(cache_turn(t, cached=3072 if 0 < t < 4 else 0))
         snaps[-1]["blocks"][0]["messages"][0]["content"] = system
     ingest(project, snaps)

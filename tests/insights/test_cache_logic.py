@@ -51,9 +51,24 @@ def test_appended_turn_keeps_the_whole_previous_prompt() -> None:
     assert (p.blocks, p.tokens, p.reason) == (2, 1800, C.KEPT)
 
 
-def test_new_user_message_breaks_at_the_user_block() -> None:
+def test_only_a_new_question_at_the_end_is_no_break() -> None:
     p = C.shared_prefix(turn([SYSTEM, MEMORY, user(0)]), turn([SYSTEM, MEMORY, user(1)]))
-    assert (p.blocks, p.tokens, p.reason, p.key, p.position) == (2, 1800, C.NEW_CONTENT, "user", 2)
+    assert (p.blocks, p.tokens, p.reason, p.key, p.position) == (2, 1800, C.TAIL, "user", 2)
+    assert p.reason in C.NOT_BREAKS
+
+
+def test_the_previous_question_moved_into_history_keeps_the_whole_prompt() -> None:
+    q0 = msg("question 0", role="user")
+    prev = turn([SYSTEM, ("history", "history", 100, [msg("hi", role="user")]), ("user", "user", 20, [q0])])
+    cur = turn(
+        [
+            SYSTEM,
+            ("history", "history", 160, [msg("hi", role="user"), q0, msg("answer", role="assistant")]),
+            user(1),
+        ]
+    )
+    p = C.shared_prefix(prev, cur)
+    assert (p.reason, p.tokens, p.blocks) == (C.KEPT, 1620, 1)  # history now runs past the prefix
 
 
 @pytest.mark.parametrize(
@@ -108,7 +123,7 @@ def test_sampling_parameters_do_not_change_the_prefix() -> None:
     p = C.shared_prefix(
         turn([SYSTEM, user(0)], {"temperature": 0}), turn([SYSTEM, user(1)], {"temperature": 1})
     )
-    assert (p.reason, p.blocks, p.key) == (C.NEW_CONTENT, 1, "user")
+    assert (p.reason, p.blocks, p.key) == (C.TAIL, 1, "user")
 
 
 def test_response_format_change_breaks_from_the_start() -> None:

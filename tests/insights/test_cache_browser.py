@@ -40,7 +40,9 @@ def cached_project(db: Any) -> Project:
 
 
 def test_cache_lens_in_the_browser(
-    live_server: Any, cached_project: Project, browser_page: tuple[Any, list[str]]
+    live_server: Any,
+    cached_project: Project,
+    browser_page: tuple[Any, list[str]],  # noqa: F811 - the fixture imported above
 ) -> None:
     page, errors = browser_page
     base = live_server.url.replace("127.0.0.1", "localhost")

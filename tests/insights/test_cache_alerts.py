@@ -100,3 +100,32 @@ def test_too_few_turns_of_the_new_version_wait(api: Any, project: Project, rule:
     assert not Alert.objects.filter(rule=rule).exists()
     _deploy(api, project, version="v2", sessions=1, stable=False, start=1)
     assert Alert.objects.filter(rule=rule).count() == 1
+
+
+def test_rule_editor_offers_the_cache_kind_and_saves_it(project: Project) -> None:
+    from django.urls import reverse
+
+    from tests.ingest.test_views import login, make_user
+
+    c = login(make_user("eddie", project, "editor"))
+    url = reverse("alerts:rule_new", args=[project.pk])
+    html = c.get(url, {"kind": K.CACHE_HIT_RATE_FELL}).content.decode()
+    assert "drop_points" in html and "min_turns" in html
+    form = {
+        "kind": K.CACHE_HIT_RATE_FELL,
+        "name": "cache",
+        "severity": "warning",
+        "enabled": "on",
+        "p_drop_points": "abc",
+        "p_min_turns": "5",
+        "cooldown_turns": "20",
+        "cooldown_seconds": "1800",
+    }
+    r = c.post(url, form)
+    assert r.status_code == 422 and "must be a number" in r.content.decode()
+    r = c.post(url, {**form, "p_drop_points": "25"})
+    assert r.status_code == 302
+    from alerts.models import AlertRule
+
+    saved = AlertRule.objects.get(project=project, name="cache")
+    assert saved.kind == K.CACHE_HIT_RATE_FELL and saved.params == {"drop_points": 25.0, "min_turns": 5}

@@ -17,6 +17,7 @@ VALIDATION_FAILURE_RATE = "validation_failure_rate"
 RECALL_MISS_RATE = "recall_miss_rate"
 COUNT_DRIFT = "count_drift"
 LINT_FINDING = "lint_finding"
+CACHE_HIT_RATE_FELL = "cache_hit_rate_fell"
 
 KINDS: dict[str, str] = {
     TIER_CROSSING: "Tier crossing",
@@ -27,7 +28,15 @@ KINDS: dict[str, str] = {
     RECALL_MISS_RATE: "Recall misses",
     COUNT_DRIFT: "Count drift",
     LINT_FINDING: "Lint finding",
+    CACHE_HIT_RATE_FELL: "Cache hit rate fell",
 }
+# Kinds judged over a project's turns rather than turn by turn in a session: the prompt-cache
+# lens compares the hit rate of the newest `tags.assembly_version` with the previous one's
+# (alerts.services.cache_rules), after the insights analyzer has stored its figures.
+PROJECT_KINDS = (CACHE_HIT_RATE_FELL,)
+# The kinds the `kind` columns of the alert tables list as Django choices (which only Django's
+# admin forms read; rules are checked against KINDS): the per-session kinds.
+STORED_KINDS = {k: v for k, v in KINDS.items() if k not in PROJECT_KINDS}
 
 SEVERITIES = ("info", "warning", "critical")
 ALERT_TIERS = TIERS[1:]  # warn, compress, force, break
@@ -179,6 +188,27 @@ PARAMS: dict[str, tuple[ParamSpec, ...]] = {
             choices=tuple(LINT_CHECKS),
             help="fires on a turn where the contamination lint found one of these (comma-separated);"
             " empty means any check",
+        ),
+    ),
+    CACHE_HIT_RATE_FELL: (
+        ParamSpec(
+            "drop_points",
+            "Drop (points)",
+            float,
+            15.0,
+            0.1,
+            100.0,
+            help="fires when the newest assembly version's cache hit rate is this many percentage "
+                 "points below the previous version's",
+        ),
+        ParamSpec(
+            "min_turns",
+            "Minimum turns per version",
+            int,
+            20,
+            1,
+            100_000,
+            help="turns (after the first of their session) each version needs before it is compared",
         ),
     ),
 }

@@ -9,9 +9,9 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS, KINDS, SEVERITIES
+from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS, SEVERITIES, STORED_KINDS
 
-KIND_CHOICES = list(KINDS.items())
+KIND_CHOICES = list(STORED_KINDS.items())
 SEVERITY_CHOICES = [(s, s) for s in SEVERITIES]
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 TITLE_MAX_CHARS = 500

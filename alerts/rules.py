@@ -22,6 +22,7 @@ from alerts.kinds import (
     COUNT_DRIFT,
     DEFAULT_COOLDOWN_TURNS,
     LINT_FINDING,
+    PROJECT_KINDS,
     RECALL_MISS_RATE,
     TIER_CROSSING,
     VALIDATION_FAILURE_RATE,
@@ -210,6 +211,9 @@ def evaluate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding 
                     f"(last {len(window)} turns)",
                 )
         return None
+
+    if kind in PROJECT_KINDS:
+        return None  # judged over the project's turns: alerts.services.cache_rules
 
     if kind == COUNT_DRIFT:
         if current.count_drift is None:

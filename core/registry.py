@@ -262,3 +262,61 @@ def count_drifts(*, project_id: int, snapshot_refs: Sequence[int]) -> Mapping[in
     if not _count_drifts or not snapshot_refs:
         return {}
     return _count_drifts[0](project_id=project_id, snapshot_refs=list(snapshot_refs))
+
+
+# --- Timeline overlays, overview panels and settings sections ------------------------------
+# Lines another app draws over a session's timeline chart, on its token axis: (project_id,
+# session_ref) -> overlays, each a named series of (turn, tokens) points with a hover text each.
+@dataclass(frozen=True)
+class TimelineOverlay:
+    name: str
+    colour: str
+    turns: Sequence[int]
+    values: Sequence[float]
+    texts: Sequence[str] = ()
+    dash: str = "solid"
+
+
+TimelineOverlays = Callable[..., Sequence[TimelineOverlay]]
+_timeline_overlays: dict[str, TimelineOverlays] = {}
+
+
+def timeline_overlays_add(name: str, provider: TimelineOverlays) -> None:
+    _timeline_overlays[name] = provider
+
+
+def timeline_overlays(*, project_id: int, session_ref: int) -> list[TimelineOverlay]:
+    out: list[TimelineOverlay] = []
+    for provider in _timeline_overlays.values():
+        out.extend(provider(project_id=project_id, session_ref=session_ref))
+    return out
+
+
+# A partial template on the project overview or the settings page; CONTEXT is called with
+# keyword arguments request, project, membership (and, on the overview, since: the first day
+# shown, or None for all time) and returns the partial's context.
+@dataclass(frozen=True)
+class PagePanel:
+    name: str
+    template: str
+    context: Callable[..., dict[str, Any]] | None = None
+
+
+_overview_panels: dict[str, PagePanel] = {}
+_settings_sections: dict[str, PagePanel] = {}
+
+
+def overview_panel_add(panel: PagePanel) -> None:
+    _overview_panels[panel.name] = panel
+
+
+def overview_panels() -> list[PagePanel]:
+    return list(_overview_panels.values())
+
+
+def settings_section_add(section: PagePanel) -> None:
+    _settings_sections[section.name] = section
+
+
+def settings_sections() -> list[PagePanel]:
+    return list(_settings_sections.values())

@@ -72,6 +72,8 @@ def project_triage_set(*, project: Project, enabled: bool, daily_calls: int) -> 
     logger.info(
         "core.project_triage project_id=%s enabled=%s daily_calls=%s", project.pk, enabled, daily_calls
     )
+
+
 # Bounds of a project's context-window overrides (Project.model_windows).
 MODEL_WINDOWS_MAX_ENTRIES = 200
 MODEL_NAME_MAX_CHARS = 200
@@ -102,6 +104,13 @@ def project_model_windows_set(*, project: Project, windows: Mapping[str, int]) -
     Project.objects.filter(pk=project.pk).update(model_windows=value)
     project.model_windows = value
     logger.info("ingest.project_model_windows project_id=%s models=%d", project.pk, len(value))
+
+
+def project_price_table_set(*, project: Project, table: dict[str, dict[str, float]]) -> None:
+    """Replace PROJECT's own model prices (checked by the caller; see insights.prices)."""
+    Project.objects.filter(pk=project.pk).update(price_table=table)
+    project.price_table = table
+    logger.info("core.project_price_table project_id=%s models=%d", project.pk, len(table))
 
 
 def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestKey:

@@ -21,6 +21,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from core.registry import TimelineOverlay
 from ctxobs.wire import BLOCK_KINDS, TIERS
 from ingest.types import AlertMarker, TurnChartRow
 
@@ -142,9 +143,11 @@ def timeline_figure(
     thresholds: tuple[float, float, float, float],
     alerts: Sequence[AlertMarker] = (),
     findings: Sequence[AlertMarker] = (),
+    overlays: Sequence[TimelineOverlay] = (),
 ) -> go.Figure:
     """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
-    the tier bands; markers for compression events, validation failures and alerts.
+    the tier bands; markers for compression events, validation failures and alerts; the lines
+    other apps registered (core.registry.timeline_overlays) on the token axis.
 
     ROWS are timeline rows (turn, watermark, kind_tokens, n_compression, n_validation_failed);
     ALERTS are markers with turn, severity, title; FINDINGS (lint findings) the same.
@@ -253,6 +256,20 @@ def timeline_figure(
                 )
         pick = [index[t] for t in sorted(by_turn)]
         markers(pick, name, symbol, colour, ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)])
+    for ov in overlays:
+        traces.append(
+            {
+                "type": "scatter",
+                "x": typed_array([int(t) for t in ov.turns]),
+                "y": typed_array([float(v) for v in ov.values]),
+                "name": ov.name,
+                "mode": "lines",
+                "line": {"color": ov.colour, "width": 1.6, "dash": ov.dash, "shape": "hv"},
+                "text": [_text(t) for t in ov.texts] if ov.texts else None,
+                "hovertemplate": ("%{text}" if ov.texts else "%{y:,}")
+                + "<extra>" + _text(ov.name) + "</extra>",
+            }
+        )
 
     top = max(100.0, max(wm_list) + 5 if wm_list else 100.0)
     bounds = [0.0, *[t * 100 for t in thresholds], top]

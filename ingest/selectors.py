@@ -31,6 +31,7 @@ from ingest.models import (
 from ingest.types import (
     BlockChange,
     BlockOutline,
+    CacheTurn,
     CompressionEventRow,
     CountInput,
     Message,
@@ -630,3 +631,63 @@ def count_inputs(*, project_id: int, snapshot_refs: Sequence[int]) -> list[Count
                    tools=pgtext.unescape_json(orjson.loads(tools) if isinstance(tools, str) else tools))
         for ref, at, model, total, reported, estimated, encoding, tools in rows
     ]
+# The columns of a `CacheTurn`, in its field order.
+CACHE_TURN_COLUMNS = (
+    "id", "session_ref", "turn", "ts", "received_at", "model_name", "params", "tags", "total_tokens",
+    "prompt_tokens_reported", "completion_tokens", "cached_tokens", "block_keys", "block_kinds",
+    "block_hashes", "block_tokens",
+)
+
+
+def _cache_turn(row: Sequence[object]) -> CacheTurn:
+    values = list(row)
+    for i in (6, 7):  # params, tags: jsonb read as text by a raw query
+        v = values[i]
+        if isinstance(v, str | bytes):
+            text = v.decode() if isinstance(v, bytes) else v
+            decoded = orjson.loads(text)
+            v = pgtext.unescape_json(decoded) if pgtext.ESC in text else decoded
+        values[i] = v or {}
+    return CacheTurn(*values)  # type: ignore[arg-type]
+
+
+def cache_turn_pairs(
+    *, project_id: int, snapshot_refs: Sequence[int]
+) -> list[tuple[CacheTurn, CacheTurn | None]]:
+    """Each of SNAPSHOT_REFS and the snapshot of the next turn of its session (whose previous
+    turn a late arrival changes), each with the snapshot of the previous turn of its session
+    (None for a session's first turn). One query, whatever the length of the sessions."""
+    if not snapshot_refs:
+        return []
+    cols = ", ".join(CACHE_TURN_COLUMNS)
+    t_cols = ", ".join(f"t.{c}" for c in CACHE_TURN_COLUMNS)
+    p_cols = ", ".join(f"p.{c}" for c in CACHE_TURN_COLUMNS)
+    # The project id as a sub-select: see `turn_neighbourhoods`.
+    sql = f"""
+        WITH n AS (
+            SELECT id, session_ref, turn FROM ingest_snapshot
+            WHERE project_id = (SELECT %(p)s::bigint) AND id = ANY(%(refs)s::bigint[])
+        ), targets AS (
+            SELECT id FROM n
+            UNION
+            SELECT x.id FROM n JOIN LATERAL (
+                SELECT s.id FROM ingest_snapshot s
+                WHERE s.project_id = %(p)s AND s.session_ref = n.session_ref AND s.turn > n.turn
+                ORDER BY s.turn, s.ts, s.snapshot_id LIMIT 1
+            ) x ON true
+        )
+        SELECT {t_cols}, {p_cols}
+        FROM targets
+        JOIN ingest_snapshot t ON t.project_id = %(p)s AND t.id = targets.id
+        LEFT JOIN LATERAL (
+            SELECT {cols} FROM ingest_snapshot s
+            WHERE s.project_id = t.project_id AND s.session_ref = t.session_ref AND s.turn < t.turn
+            ORDER BY s.turn DESC, s.ts DESC, s.snapshot_id DESC LIMIT 1
+        ) p ON true
+        ORDER BY t.id
+    """  # noqa: S608 - the interpolated text is a fixed column list
+    with connection.cursor() as cur:
+        cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs)})
+        rows = cur.fetchall()
+    n = len(CACHE_TURN_COLUMNS)
+    return [(_cache_turn(r[:n]), _cache_turn(r[n:]) if r[n] is not None else None) for r in rows]

@@ -22,6 +22,8 @@ Message = dict[str, Any]  # one chat message exactly as the agent sent it
 
 # --- a stored snapshot ----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+
+
 class SnapshotRef:
     """A stored snapshot as other apps see it: its ids, place in its session, and what a replay
     needs of it besides its blocks (the saved parameters and answer)."""
@@ -390,6 +392,7 @@ __all__ = [
     "BlockDiff",
     "BlockMoved",
     "BlockResized",
+    "CacheTurn",
     "CompressionEventRow",
     "CountInput",
     "Message",
@@ -418,6 +421,8 @@ __all__ = [
 
 # --- for other apps: per-turn evaluation (alerts) ------------------------------
 @dataclass(frozen=True, slots=True)
+
+
 class TurnRow:
     """One stored snapshot as a per-turn evaluation reads it: its place in the session, its
     derived measures and, when asked for, its blocks as parallel sequences in prompt order.
@@ -489,6 +494,8 @@ class TurnContent(TypedDict):
 
 # --- for other apps: token-count calibration (insights.counts) -------------------
 @dataclass(frozen=True, slots=True)
+
+
 class CountInput:
     """What the count calibration needs of one snapshot: its prompt tokens as ingest counted
     them (blocks + reply priming), the provider's reported prompt tokens and the params as sent
@@ -502,3 +509,29 @@ class CountInput:
     counts_estimated: bool
     encoding: str
     tools: Any
+
+
+@dataclass(frozen=True, slots=True)
+
+
+class CacheTurn:
+    """What the prompt-cache lens reads of one stored snapshot: its place in the session, the
+    request parameters and tags, the model's reported usage and its blocks as parallel
+    sequences in prompt order (see `ingest.selectors.cache_turn_pairs`)."""
+
+    ref: int
+    session_ref: int
+    turn: int
+    ts: datetime
+    received_at: datetime
+    model_name: str
+    params: dict[str, Any]
+    tags: dict[str, Any]
+    total_tokens: int
+    prompt_tokens_reported: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    block_keys: Sequence[str]
+    block_kinds: Sequence[str]
+    block_hashes: Sequence[str]
+    block_tokens: Sequence[int]

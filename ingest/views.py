@@ -249,6 +249,13 @@ def overview(request: HttpRequest, project_id: int) -> HttpResponse:
         ),
     }
     t = stats["totals"]
+    # Panels other apps add to the overview (the prompt-cache lens), each with its own context.
+    panels = registry.overview_panels()
+    panel_context: dict[str, Any] = {}
+    for panel in panels:
+        if panel.context is not None:
+            panel_context.update(panel.context(request=request, project=project, membership=membership,
+                                               since=since))
     return render(
         request,
         "ingest/overview.html",
@@ -256,6 +263,8 @@ def overview(request: HttpRequest, project_id: int) -> HttpResponse:
             request,
             project,
             membership,
+            **panel_context,
+            overview_panels=[p.template for p in panels],
             stats=stats,
             totals=t,
             days=days,
@@ -383,7 +392,10 @@ def chart_data(request: HttpRequest, project_id: int, session_id: str) -> HttpRe
     rows = dashboard.timeline_rows(project=project, session=session)
     markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
     findings = dashboard.session_findings(project_id=project.pk, session_ref=session.id)
-    fig = charts.timeline_figure(rows=rows, thresholds=project.thresholds, alerts=markers, findings=findings)
+    overlays = registry.timeline_overlays(project_id=project.pk, session_ref=session.id)
+    fig = charts.timeline_figure(
+        rows=rows, thresholds=project.thresholds, alerts=markers, findings=findings, overlays=overlays
+    )
     return HttpResponse(fig.to_json(engine="json"), content_type="application/json")
 
 

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from config.errors import ApplicationError
-from core import members
+from core import members, registry
 from core.access import project_access
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import (
@@ -45,10 +45,17 @@ def _settings_ctx(
         Membership.objects.filter(project=project).select_related("user").order_by("user__username")
     )
     extra.setdefault("windows_form", ModelWindowsForm.for_project(project))
+    # Sections other apps add to this page (prices), each with its own context.
+    sections = registry.settings_sections()
+    section_context: dict[str, Any] = {}
+    for section in sections:
+        if section.context is not None:
+            section_context.update(section.context(request=request, project=project, membership=membership))
     return _page(
         request,
         project,
         membership,
+        settings_sections=[s.template for s in sections],
         keys=keys,
         members=mships,
         key_form=KeyCreateForm(),
@@ -59,6 +66,7 @@ def _settings_ctx(
             "triage_form": TriageForm(
                 initial={"enabled": project.triage_enabled, "daily_calls": project.triage_daily_calls}
             ),
+            **section_context,
             **extra,
         },
     )

@@ -113,3 +113,6 @@ class ModelCountRatio(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name}: {self.ratio:.3f}"
+from insights.cache_models import TurnCache  # noqa: E402 - the prompt-cache lens's table
+
+__all__ = ["PendingAnalysis", "TurnCache"]

@@ -46,6 +46,7 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
     DefaultRule("Prompt injection or red line lost", K.LINT_FINDING, "critical",
                 {"checks": ["pinned_compressed", "prompt_injection"]}),
+    DefaultRule("Cache hit rate fell after a deploy", K.CACHE_HIT_RATE_FELL, "warning"),
 )
 
 

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('core', '0002_project_settings'),
-        ('insights', '0001_initial'),
+        ('insights', '0003_counts'),
     ]
 
     operations = [

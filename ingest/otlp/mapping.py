@@ -219,6 +219,12 @@ def _compaction_message(
     encrypted = text is None
     if text is None:
         text = _text(p.get("encrypted_content"))
+    msg: dict[str, Any] = {
+        "role": role if role in ("system", "user", "assistant", "developer") else "user",
+        "content": text,
+        TAG_BLOCK: "summary",
+        TAG_KIND: "summary",
+    }
     if compactions is not None:
         compactions.append(
             {
@@ -227,13 +233,8 @@ def _compaction_message(
                 "encrypted": encrypted,
             }
         )
-    return {
-        "role": role if role in ("system", "user", "assistant", "developer") else "user",
-        "content": text,
-        TAG_BLOCK: "summary",
-        TAG_KIND: "summary",
-        _COMPACTION_MARK: len(compactions) - 1 if compactions is not None else 0,
-    }
+        msg[_COMPACTION_MARK] = len(compactions) - 1
+    return msg
 
 
 def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

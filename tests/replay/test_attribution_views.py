@@ -137,3 +137,22 @@ def test_the_verdicts_say_needs_more_samples_under_three_baseline_samples(
     page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
     assert 'class="verdict samples"' in page and "(2 samples; moved" in page
     assert "too few for a verdict" in page
+
+
+def test_the_attribution_button_shows_its_cost_then_starts_the_job(
+    api: Any, editor_client: Any, private_project: Any, stub_endpoint: Any
+) -> None:
+    wire = planted_code_snapshot()
+    post(api, wire)
+    url = f"/p/{private_project.pk}/replays/new"
+    data = {"snapshot_id": wire["snapshot_id"], "kind": "attribution"}
+    resp = editor_client.post(url, data)
+    assert resp.status_code == 200
+    assert 'id="est-calls">35<' in resp.content.decode()  # 3 baseline samples + 32 ablations
+    resp = editor_client.post(url, {**data, "confirm": "1", "samples": "3"})
+    job = ReplayJob.objects.get()
+    assert resp.status_code == 302 and job.kind == "attribution" and job.n_runs == 35
+    # A block with one sentence cannot be split: the page says why, nothing is started.
+    resp = editor_client.post(url, {**data, "block": "memory"})
+    assert resp.status_code == 400 and "at least two sentences" in resp.content.decode()
+    assert ReplayJob.objects.count() == 1

@@ -85,19 +85,25 @@ def project_has_data(project: Project) -> bool:
 
 
 # Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
-# turn, rule_kind, severity, title and alert_id (the timeline's alert markers).
+# turn, rule_kind, severity, title and alert_id (the timeline's alert markers). SOURCE says what they
+# are: "alert" (alerts' fired alerts) or another name ("lint": lint findings); markers carry it too.
 SessionMarkers = Callable[..., Sequence[Mapping[str, object]]]
-_session_markers: dict[str, SessionMarkers] = {}
+_session_markers: dict[str, tuple[str, SessionMarkers]] = {}
 
 
-def session_markers_add(name: str, provider: SessionMarkers) -> None:
-    _session_markers[name] = provider
+def session_markers_add(name: str, provider: SessionMarkers, *, source: str = "alert") -> None:
+    _session_markers[name] = (source, provider)
 
 
-def session_markers(*, project_id: int, session_ref: int) -> list[Mapping[str, object]]:
+def session_markers(
+    *, project_id: int, session_ref: int, sources: Sequence[str] | None = None
+) -> list[Mapping[str, object]]:
+    """The markers of a session, of the providers of SOURCES (all when None)."""
     out: list[Mapping[str, object]] = []
-    for provider in _session_markers.values():
-        out.extend(provider(project_id=project_id, session_ref=session_ref))
+    for source, provider in _session_markers.values():
+        if sources is None or source in sources:
+            found = provider(project_id=project_id, session_ref=session_ref)
+            out.extend({"source": source, **m} for m in found)
     return out
 
 

@@ -7,7 +7,9 @@ pyproject.toml).
 - Turn page extensions: a partial template rendered on a turn's page, with the page's context
   (project, membership, snapshot, blocks…) and whatever its context provider adds.
 - The local model server that `manage.py ctxobs_up` starts for the demo project.
-- Session markers: events another app pins on a session's timeline (alerts' fired alerts).
+- Session markers: events another app pins on a session's timeline (alerts' fired alerts, lint
+  findings), each provider with its source.
+- Sessions-list filters: a select another app adds to the sessions list (the lint's "finding").
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ pyproject.toml).
 - Turn page extensions: a partial template rendered on a turn's page, with the page's context
   (project, membership, snapshot, blocks…) and whatever its context provider adds.
 - The local model server that `manage.py ctxobs_up` starts for the demo project.
-- Session markers: events another app pins on a session's timeline (alerts' fired alerts).
+- Session markers: events another app pins on a session's timeline (alerts' fired alerts, lint
+  findings), each provider with its source.
+- Sessions-list filters: a select another app adds to the sessions list (the lint's "finding").
 - Flagged turns (an alert fired on it, its output failed validation), alert page extensions,
   extra webhook fields of an alert and follow-up messages about sent alerts: how alerts and
   replay's auto-triage reach each other without importing each other.
+- Timeline overlays, overview panels and settings sections (the prompt-cache lens, prices).
 """
 
 from __future__ import annotations
@@ -89,19 +92,25 @@ def project_has_data(project: Project) -> bool:
 
 
 # Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
-# turn, rule_kind, severity, title and alert_id (the timeline's alert markers).
+# turn, rule_kind, severity, title and alert_id (the timeline's alert markers). SOURCE says what they
+# are: "alert" (alerts' fired alerts) or another name ("lint": lint findings); markers carry it too.
 SessionMarkers = Callable[..., Sequence[Mapping[str, object]]]
-_session_markers: dict[str, SessionMarkers] = {}
+_session_markers: dict[str, tuple[str, SessionMarkers]] = {}
 
 
-def session_markers_add(name: str, provider: SessionMarkers) -> None:
-    _session_markers[name] = provider
+def session_markers_add(name: str, provider: SessionMarkers, *, source: str = "alert") -> None:
+    _session_markers[name] = (source, provider)
 
 
-def session_markers(*, project_id: int, session_ref: int) -> list[Mapping[str, object]]:
+def session_markers(
+    *, project_id: int, session_ref: int, sources: Sequence[str] | None = None
+) -> list[Mapping[str, object]]:
+    """The markers of a session, of the providers of SOURCES (all when None)."""
     out: list[Mapping[str, object]] = []
-    for provider in _session_markers.values():
-        out.extend(provider(project_id=project_id, session_ref=session_ref))
+    for source, provider in _session_markers.values():
+        if sources is None or source in sources:
+            found = provider(project_id=project_id, session_ref=session_ref)
+            out.extend({"source": source, **m} for m in found)
     return out
 
 

@@ -54,14 +54,19 @@ TURN_TABLE_FIELDS = (
 def session_alerts(*, project_id: int, session_ref: int) -> list[AlertMarker]:
     """Alert markers of a session (turn, rule_kind, severity, title, alert_id); [] without alerts."""
     # Provided by the alerts app when installed (core.registry), so ingest never imports it.
-    markers = registry.session_markers(project_id=project_id, session_ref=session_ref)
-    return cast(list[AlertMarker], [m for m in markers if m.get("source", "alert") == "alert"])
+    markers = registry.session_markers(project_id=project_id, session_ref=session_ref, sources=("alert",))
+    return cast(list[AlertMarker], markers)
 
 
-def session_findings(*, project_id: int, session_ref: int) -> list[AlertMarker]:
-    """Markers other apps pin on a session that are not alerts (lint findings: source "lint")."""
-    markers = registry.session_markers(project_id=project_id, session_ref=session_ref)
-    return cast(list[AlertMarker], [m for m in markers if m.get("source", "alert") != "alert"])
+def session_markers_split(
+    *, project_id: int, session_ref: int
+) -> tuple[list[AlertMarker], list[AlertMarker]]:
+    """A session's alert markers and its other markers (lint findings: source "lint"), from one
+    call of each provider."""
+    markers = cast(list[AlertMarker], registry.session_markers(project_id=project_id,
+                                                               session_ref=session_ref))
+    alerts = [m for m in markers if m.get("source") == "alert"]
+    return alerts, [m for m in markers if m.get("source") != "alert"]
 
 
 def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dict[int, list[float]]:

@@ -334,6 +334,7 @@ class AlertMarker(TypedDict):
     title: str
     alert_id: int
     state: str
+    source: NotRequired[str]  # "alert", or what else put the marker there ("lint": a lint finding)
 
 
 # --- the project overview -------------------------------------------------------------------

@@ -358,7 +358,7 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
     turns = dashboard.turns_page(
         project=project, session=session, page=_int(request.GET.get("page"), 1), per_page=TURNS_PER_PAGE
     )
-    markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
+    markers, findings = dashboard.session_markers_split(project_id=project.pk, session_ref=session.id)
     by_turn: dict[int, int] = {}
     for m in markers:
         by_turn[m["turn"]] = by_turn.get(m["turn"], 0) + 1
@@ -373,7 +373,7 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
         turns=turns,
         alerts=markers[:50],
         n_alerts=len(markers),
-        n_findings=len(dashboard.session_findings(project_id=project.pk, session_ref=session.id)),
+        n_findings=len(findings),
         turn_url_prefix=reverse(
             "ingest:timeline", kwargs={"project_id": project.pk, "session_id": session.session_id}
         )
@@ -390,8 +390,7 @@ def chart_data(request: HttpRequest, project_id: int, session_id: str) -> HttpRe
     project, _ = project_access(request, project_id)
     session = _session_or_404(project, session_id)
     rows = dashboard.timeline_rows(project=project, session=session)
-    markers = dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
-    findings = dashboard.session_findings(project_id=project.pk, session_ref=session.id)
+    markers, findings = dashboard.session_markers_split(project_id=project.pk, session_ref=session.id)
     overlays = registry.timeline_overlays(project_id=project.pk, session_ref=session.id)
     fig = charts.timeline_figure(
         rows=rows, thresholds=project.thresholds, alerts=markers, findings=findings, overlays=overlays

@@ -29,5 +29,5 @@ def register() -> None:
     sessions list's filter."""
     registry.expiring_table_add(ExpiringTable(table="insights_finding", time_column="received_at"))
     registry.turn_page_extension_add(TURN_FINDINGS)
-    registry.session_markers_add("insights.lint", lint_selectors.session_finding_markers)
+    registry.session_markers_add("insights.lint", lint_selectors.session_finding_markers, source="lint")
     registry.session_filter_add(FINDING_FILTER)

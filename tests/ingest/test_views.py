@@ -582,10 +582,10 @@ def test_session_pages_query_count_is_constant(
 ) -> None:
     ingest(project, demo_session(turns=n, compress_at=3))
     u = urls(project, "support-7431", turn=n - 1)
-    # 18: the turn page's and the timeline's count drift against each model's usual ratio (insights,
-    # through core.registry) is one query, the prompt-cache lens's turn panel one more.
+    # 19: 16 of the pages' own, and one each for the lint's findings (timeline markers, the turn
+    # page's card), the count drift against each model's usual ratio and the prompt-cache lens.
     for name in ("timeline", "chart", "turn", "compare", "overview"):
-        with django_assert_max_num_queries(18):
+        with django_assert_max_num_queries(19):
             admin_client.get(u[name])
 
 
@@ -613,8 +613,9 @@ def test_turn_page_query_count_is_the_same_for_a_short_and_a_long_session(
     counts = {}
     for sid, turn in (("short", 4), ("long", 140)):
         for query in ("", "?compare=1"):
-            # The page's own, the count drift's and the prompt-cache lens's turn panel (insights).
-            with django_assert_max_num_queries(18) as ctx:
+            # 16 of the page's own, and one each for the lint's findings card, the count drift
+            # against each model's usual ratio and the prompt-cache lens's turn panel.
+            with django_assert_max_num_queries(19) as ctx:
                 r = admin_client.get(reverse("ingest:turn", args=[project.pk, sid, turn]) + query)
             assert r.status_code == 200
             # The change (against the previous turn, or the one asked for) and the block list with

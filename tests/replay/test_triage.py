@@ -298,7 +298,10 @@ def test_one_triage_per_turn_and_only_for_projects_that_opted_in(api: Any, proje
             [registry.TurnFlagged(project_id=project.pk, snapshot_ref=ref, reason="alert", alert_id=12)]
         )
     (t,) = Triage.objects.filter(project=project)
-    assert (t.snapshot_ref, t.turn, t.session_id, t.status) == (ref, 0, "d", "queued")
+    assert (t.snapshot_ref, t.turn, t.session_id) == (ref, 0, "d")
+    # A worker left running by an earlier test may already have started it (and skipped it: the
+    # project has no endpoint); either way there is one.
+    assert t.status in ("queued", "skipped")
     assert t.alert_ids == [11, 12]
 
 
@@ -317,8 +320,16 @@ def test_triage_settings_and_the_api(client: Any, api: Any, project: Any) -> Non
     wire = planted_turn(session_id="api", turn=0)
     post(api, wire)
     ref = _ref(project, wire)
-    triage_services.triages_record(
-        flags=[registry.TurnFlagged(project_id=project.pk, snapshot_ref=ref, reason="alert", alert_id=None)]
+    # Stored as the listener stores it, without queueing its start: this test cancels it first.
+    snap = Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"])
+    Triage.objects.create(
+        project=project,
+        snapshot_ref=ref,
+        snapshot_uuid=snap.snapshot_id,
+        session_id="api",
+        turn=0,
+        received_at=snap.received_at,
+        trigger="alert",
     )
     t = Triage.objects.get(project=project, snapshot_ref=ref)
     got = api.get("/triage", snapshot_id=wire["snapshot_id"])

@@ -76,7 +76,7 @@ def test_the_analyzer_is_registered_idempotent_and_reads_in_a_few_queries(
     # The ingest recorded the analysis owed, in its own transaction.
     assert PendingAnalysis.objects.filter(project=project).exists()
     with django_assert_max_num_queries(12):  # reads do not grow with the number of turns
-        pipeline.analyze(project_id=project.pk, snapshot_refs=refs)
+        lint_analyze(project_id=project.pk, snapshot_refs=refs)
     n = Finding.objects.filter(project=project).count()
     assert n >= len(cases)
     lint_analyze(project_id=project.pk, snapshot_refs=refs)

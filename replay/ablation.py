@@ -634,11 +634,11 @@ def plan_attribution(
             f"ablations must be from {attribution.MIN_ABLATIONS} to {attribution.MAX_ABLATIONS}"
         )
     sources = attribution_sources(blocks, block_key)
-    if block_key and len(sources) > attribution.MAX_SENTENCES:
-        raise VariantError(
-            f"block {block_key[:128]!r} has {len(sources)} sentences; "
-            f"sentence-level attribution takes at most {attribution.MAX_SENTENCES}"
+    if len(sources) > attribution.MAX_SOURCES:
+        what = f"block {block_key[:128]!r} has {len(sources)} sentences" if block_key else (
+            f"this context has {len(sources)} blocks besides the system prompt and the question"
         )
+        raise VariantError(f"{what}; attribution takes at most {attribution.MAX_SOURCES}")
     if len(sources) < 2:
         what = (
             f"sentences in block {block_key[:128]!r}"

@@ -21,7 +21,7 @@ DEFAULT_ABLATIONS = 32
 MIN_ABLATIONS = 8
 MAX_ABLATIONS = 128
 KEEP_P = 0.5
-MAX_SENTENCES = 48
+MAX_SOURCES = 48
 # Kinds that stay in every ablation: the instructions and the question are not sources.
 FIXED_KINDS = ("system", "user")
 LASSO_ALPHA = 0.01

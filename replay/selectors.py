@@ -67,9 +67,10 @@ def _usage(run: ReplayRun | None) -> dict[str, Any]:
     }
 
 
-def job_results(*, job: ReplayJob) -> JobResults:
+def job_results(*, job: ReplayJob, attribute: bool = True) -> JobResults:
     """Per turn: the baseline samples and their spread (the noise floor), and each variant's
-    effect against it; plus the leave-one-out bars and the many-turn summary. Two queries."""
+    effect against it; plus the leave-one-out bars and the many-turn summary. Two queries; an
+    attribution job's fit (one more, for the blocks) unless ATTRIBUTE is False."""
     variants = list(ReplayVariant.objects.filter(job=job).order_by("position"))
     runs = list(ReplayRun.objects.filter(job=job).order_by("variant_id", "sample"))
     by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
@@ -109,7 +110,7 @@ def job_results(*, job: ReplayJob) -> JobResults:
                 s["changed"] += int(bool(e["changed"]))
                 measured = e.get("effect")
                 s["exact"] += int(bool(measured and measured["exact_baseline"]))
-    if job.kind == ReplayJob.Kind.ATTRIBUTION:
+    if attribute and job.kind == ReplayJob.Kind.ATTRIBUTION:
         _attribute(job=job, turns=ordered)
     failures = [r for r in runs if r.status == ReplayRun.Status.FAILED]
     return {
@@ -205,6 +206,11 @@ def _attribute(*, job: ReplayJob, turns: list[TurnResult]) -> None:
             if eff and eff.get("distance") is not None:
                 masks.append(attribution.mask_of(e["variant"].operations, sources, block_key))
                 responses.append(_response(eff))
+            elif e.get("no_change"):
+                # An ablation whose request is the baseline's (nothing it removes reaches the
+                # request) is not sent: its answer is the baseline's own.
+                masks.append(attribution.mask_of(e["variant"].operations, sources, block_key))
+                responses.append(1.0)
         texts = [r.output_text for r in t.get("baseline_runs", [])]
         calls = [r.tool_calls for r in t.get("baseline_runs", [])]
         band = 0.0

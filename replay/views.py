@@ -171,7 +171,7 @@ def replay_progress(request: HttpRequest, project_id: int, job_id: int) -> HttpR
     show its full results (charts included)."""
     project, membership = project_access(request, project_id, "viewer")
     job = _job_or_404(project, job_id)
-    results = selectors.job_results(job=job)
+    results = selectors.job_results(job=job, attribute=False)  # the partial shows no chart
     resp = render(
         request, "replay/_progress.html", _page(request, project, membership, job=job, results=results)
     )

@@ -10,7 +10,7 @@ import pytest
 
 from core.services import ingest_key_create
 from replay import selectors
-from replay.models import ReplayJob
+from replay.models import ReplayJob, ReplayVariant
 from replay.services.jobs import replay_job_create
 from replay.services.runs import replay_run_execute
 from tests.replay.helpers import planted_code_snapshot, post
@@ -42,8 +42,11 @@ def test_an_attribution_job_ranks_the_block_the_answer_rests_on_first_with_its_f
         endpoint=stub_endpoint,
         spec={"kind": "attribution", "snapshot_id": wire["snapshot_id"], "ablations": 24, "seed": 1},
     )
-    assert job.kind == "attribution" and job.n_runs == 3 + 24
-    assert job.estimate["model_calls"] == 27
+    # An ablation that keeps every source is the baseline's request: planned, never sent.
+    unchanged = ReplayVariant.objects.filter(job=job, no_change=True).count()
+    assert unchanged <= 1
+    assert job.kind == "attribution" and job.n_runs == 3 + 24 - unchanged
+    assert job.estimate["model_calls"] == 27 - unchanged
     _run(job, stub_server, _memory_answer)
     (turn,) = selectors.job_results(job=job)["turns"]
     att = turn["attribution"]
@@ -148,10 +151,15 @@ def test_the_attribution_button_shows_its_cost_then_starts_the_job(
     data = {"snapshot_id": wire["snapshot_id"], "kind": "attribution"}
     resp = editor_client.post(url, data)
     assert resp.status_code == 200
-    assert 'id="est-calls">35<' in resp.content.decode()  # 3 baseline samples + 32 ablations
+    preview = resp.content.decode()
     resp = editor_client.post(url, {**data, "confirm": "1", "samples": "3"})
     job = ReplayJob.objects.get()
-    assert resp.status_code == 302 and job.kind == "attribution" and job.n_runs == 35
+    # 3 baseline samples + 32 ablations, less an ablation that keeps every source (the baseline's
+    # own request, never sent).
+    unchanged = ReplayVariant.objects.filter(job=job, no_change=True).count()
+    assert unchanged <= 1
+    assert f'id="est-calls">{35 - unchanged}<' in preview
+    assert resp.status_code == 302 and job.kind == "attribution" and job.n_runs == 35 - unchanged
     # A block with one sentence cannot be split: the page says why, nothing is started.
     resp = editor_client.post(url, {**data, "block": "memory"})
     assert resp.status_code == 400 and "at least two sentences" in resp.content.decode()

@@ -24,6 +24,7 @@ from alerts.services import episodes
 from alerts.services import rules as rule_services
 from core.access import is_htmx, page_context, project_access
 from core.models import Membership, Project
+from ingest import selectors as ingest_selectors
 
 PAGE_SIZE = 50
 
@@ -73,10 +74,11 @@ def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpRe
     if alert is None:
         raise Http404("no such alert")
     deliveries = selectors.alert_deliveries(alert=alert) if membership.at_least("admin") else []
+    turn_expired = not ingest_selectors.snapshots_existing(project_id=project.pk, snapshot_refs=[alert.snapshot_ref])
     return render(
         request,
         "alerts/alert_detail.html",
-        _page(request, project, membership, alert=alert, deliveries=deliveries),
+        _page(request, project, membership, alert=alert, deliveries=deliveries, turn_expired=turn_expired),
     )
 
 

@@ -201,6 +201,8 @@ CTXOBS_TASK_TIME_LIMITS: dict[str, tuple[float, float]] = {
     "replay.*": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
     # A webhook or SMTP send is bounded by the channel's timeout (at most 30 s).
     "alerts.*": (120.0, 150.0),
+    # Expiry deletes in bounded batches; a run cut short goes on at the next tick.
+    "ingest.expire": (1800.0, 1860.0),
     "*": (120.0, 150.0),
 }
 CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT = CTXOBS_TASK_TIME_LIMITS["*"]
@@ -264,6 +266,22 @@ CELERY_BEAT_SCHEDULE["alerts.sweep"] = {
     "schedule": CTXOBS_ALERT_SWEEP_SECONDS,
     # A sweep queued while no worker ran is worthless once the next one is due.
     "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
+}
+
+# --- storage upkeep ----------------------------------------------------------
+# Day partitions of the snapshot tables are created this often, a week ahead (ingest.partitions);
+# expiry (ingest.retention) removes what each project's retention has passed.
+CTXOBS_PARTITIONS_EVERY_S = env_float("CTXOBS_PARTITIONS_EVERY_S", 3600.0)
+CTXOBS_EXPIRE_EVERY_S = env_float("CTXOBS_EXPIRE_EVERY_S", 3600.0)
+CELERY_BEAT_SCHEDULE["ingest.partitions_ensure"] = {
+    "task": "ingest.partitions_ensure",
+    "schedule": CTXOBS_PARTITIONS_EVERY_S,
+    "options": {"expires": CTXOBS_PARTITIONS_EVERY_S},
+}
+CELERY_BEAT_SCHEDULE["ingest.expire"] = {
+    "task": "ingest.expire",
+    "schedule": CTXOBS_EXPIRE_EVERY_S,
+    "options": {"expires": CTXOBS_EXPIRE_EVERY_S},
 }
 
 # --- e-mail -----------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from core.models import Membership
+from core.models import RETENTION_DAYS_MAX, Membership
 from ctxobs.wire import TIERS
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -98,3 +98,12 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+# --- retention ----------------------------------------------------------------
+class RetentionForm(forms.Form):
+    retention_days = forms.IntegerField(
+        min_value=1, max_value=RETENTION_DAYS_MAX, label="keep turns for (days)",
+        error_messages={"max_value": f"At most {RETENTION_DAYS_MAX} days.",
+                        "min_value": "At least 1 day.", "invalid": "A whole number of days."},
+    )

@@ -34,6 +34,7 @@ urlpatterns = [
     path("p/<int:project_id>/settings/", views_settings.project_settings, name="settings"),
     path("p/<int:project_id>/settings/keys/", views_settings.key_create, name="key_create"),
     path("p/<int:project_id>/settings/network/", views_settings.project_network, name="network"),
+    path("p/<int:project_id>/settings/retention/", views_settings.project_retention, name="retention"),
     path(
         "p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views_settings.key_revoke, name="key_revoke"
     ),

@@ -1,5 +1,5 @@
-"""Project settings pages (admin): ingest keys, members and their roles, and the project's
-network policy for model endpoints and webhooks.
+"""Project settings pages (admin): ingest keys, members and their roles, the project's
+network policy for model endpoints and webhooks, and how long its turns are kept.
 
 Each view resolves its project with core.access.project_access and requires the admin role.
 """
@@ -17,9 +17,10 @@ from django.views.decorators.http import require_POST
 from config.errors import ApplicationError
 from core import members
 from core.access import project_access
-from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
+from core.models import RETENTION_DAYS_MAX, SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import ingest_key_create, ingest_key_revoke, project_allow_private_set
-from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm
+from ingest.forms import KeyCreateForm, MemberAddForm, MemberRoleForm, NetworkForm, RetentionForm
+from ingest.services import project_retention_set
 from ingest.views import _page
 
 
@@ -40,7 +41,8 @@ def _settings_ctx(
         network_form=NetworkForm(initial={"allow_private": project.allow_private_endpoints}),
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
-        **extra,
+        **{"retention_form": RetentionForm(initial={"retention_days": project.retention_days}),
+           "retention_max": RETENTION_DAYS_MAX, **extra},
     )
 
 
@@ -144,4 +146,19 @@ def member_remove(request: HttpRequest, project_id: int, membership_id: int) -> 
         messages.success(request, "Member removed.")
     except ApplicationError as e:
         messages.error(request, e.detail)
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+# --- retention ----------------------------------------------------------------
+@login_required
+@require_POST
+def project_retention(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    form = RetentionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "ingest/settings.html",
+                      _settings_ctx(request, project, membership, retention_form=form), status=400)
+    days = form.cleaned_data["retention_days"]
+    project_retention_set(project=project, days=days)
+    messages.success(request, f"Turns are now kept for {days} days after they arrive.")
     return redirect("ingest:settings", project_id=project.pk)

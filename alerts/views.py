@@ -74,7 +74,8 @@ def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpRe
     if alert is None:
         raise Http404("no such alert")
     deliveries = selectors.alert_deliveries(alert=alert) if membership.at_least("admin") else []
-    turn_expired = not ingest_selectors.snapshots_existing(project_id=project.pk, snapshot_refs=[alert.snapshot_ref])
+    turn_expired = not ingest_selectors.snapshots_existing(
+        project_id=project.pk, snapshot_refs=[alert.snapshot_ref])
     return render(
         request,
         "alerts/alert_detail.html",

@@ -119,9 +119,13 @@ def _export(args: argparse.Namespace) -> int:
     if not args.session and not args.since:
         print("ctxobs export: pass --session ID, or --since (and --until)", file=sys.stderr)
         return 2
-    query = {k: v for k, v in (("session_id", args.session), ("since", args.since), ("until", args.until)) if v}
+    pairs = (("session_id", args.session), ("since", args.since), ("until", args.until))
+    query = {k: v for k, v in pairs if v}
     url = endpoint.rstrip("/") + "/api/v1/export?" + urllib.parse.urlencode(query)
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})
+    if not url.startswith(("http://", "https://")):
+        print("ctxobs export: the endpoint must be an http(s) URL", file=sys.stderr)
+        return 2
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})  # noqa: S310 - http(s)
     out = Path(args.output)
     tmp = out.with_name(out.name + ".part")
     lines = 0
@@ -181,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     push.add_argument("-v", "--verbose", action="store_true")
     export = sub.add_parser("export", help="save snapshots as JSONL in the wire format (for `ctxobs push`)")
     export.add_argument("--session", help="one session's snapshots")
-    export.add_argument("--since", help="snapshots that arrived at or after this time (ISO 8601, with offset)")
+    export.add_argument("--since", help="snapshots that arrived at or after this time (ISO 8601, "
+                        "with offset)")
     export.add_argument("--until", help="... and before this time")
     export.add_argument("-o", "--output", required=True, help="the JSONL file to write")
     export.add_argument("--endpoint", help="server base URL (default: CTXOBS_ENDPOINT)")

@@ -264,7 +264,8 @@ def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> Htt
         if session is None:
             raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
                            "or was never sent")
-    snaps = selectors.snapshots_export(project=project, session=session, since=filters.since, until=filters.until)
+    snaps = selectors.snapshots_export(project=project, session=session, since=filters.since,
+                                       until=filters.until)
     resp = StreamingHttpResponse(export_lines(snaps), content_type="application/x-ndjson; charset=utf-8")
     name = f"{project.name}-{filters.session_id or 'export'}.jsonl"
     resp["Content-Disposition"] = f'attachment; filename="{_safe_filename(name)}"'

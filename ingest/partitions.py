@@ -65,7 +65,8 @@ def _bound(day: date) -> str:
 
 
 def _unique_snapshot_index(cur: Any, name: str) -> None:
-    cur.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "{name}_uniq_snapshot_id" ON "{name}" (project_id, snapshot_id)')
+    cur.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "{name}_uniq_snapshot_id" '
+                f'ON "{name}" (project_id, snapshot_id)')
 
 
 def partitions_list(table: str, *, using: str = DEFAULT_DB_ALIAS) -> list[Partition]:
@@ -146,7 +147,8 @@ def partitions_ensure(*, days_ahead: int = DAYS_AHEAD, start: date | None = None
                 logger.warning("ingest.partition_create_failed table=%s day=%s error=%s",
                                table, day, type(exc).__name__)
     if created:
-        logger.info("ingest.partitions_created count=%d first=%s last=%s", len(created), created[0], created[-1])
+        logger.info("ingest.partitions_created count=%d first=%s last=%s",
+                    len(created), created[0], created[-1])
     return created
 
 

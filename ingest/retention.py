@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -53,7 +54,7 @@ def project_cutoff(project: Project, now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(days=project.retention_days)
 
 
-def _delete_batches(sql: str, params: list[object]) -> int:
+def _delete_batches(sql: str, params: list[Any]) -> int:
     """Run a bounded DELETE (SQL must delete at most BATCH rows) until it deletes fewer; the rows
     deleted. Each batch commits on its own."""
     total = 0
@@ -71,8 +72,10 @@ def _derived_delete(*, project_id: int | None, before: datetime) -> int:
     """Rows of the registered derived tables older than BEFORE (of one project, or of all)."""
     n = 0
     for t in registry.expiring_tables():
-        where = f'"{t.time_column}" < %s' + (f' AND "{t.project_column}" = %s' if project_id is not None else "")
-        params: list[object] = [before] + ([project_id] if project_id is not None else [])
+        where = f'"{t.time_column}" < %s'
+        if project_id is not None:
+            where += f' AND "{t.project_column}" = %s'
+        params: list[Any] = [before] + ([project_id] if project_id is not None else [])
         n += _delete_batches(
             f'DELETE FROM "{t.table}" WHERE {where} AND (tableoid, ctid) IN '
             f'(SELECT tableoid, ctid FROM "{t.table}" WHERE {where} LIMIT {BATCH})',
@@ -170,7 +173,8 @@ def _contents_delete(project_id: int, cutoff: datetime, report: ExpiryReport) ->
     # A text last seen on a day before the cutoff's day is referred to only by turns received
     # before the cutoff; a block's messages are never last seen before it (ingest.store).
     day = cutoff.astimezone(UTC).date()
-    for table, attr in (("ingest_blockcontent", "blocks_deleted"), ("ingest_messagecontent", "messages_deleted")):
+    tables = (("ingest_blockcontent", "blocks_deleted"), ("ingest_messagecontent", "messages_deleted"))
+    for table, attr in tables:
         n = _delete_batches(
             f"DELETE FROM {table} WHERE project_id = %s AND last_seen < %s AND hash IN "
             f"(SELECT hash FROM {table} WHERE project_id = %s AND last_seen < %s LIMIT {BATCH})",

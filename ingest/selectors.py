@@ -496,14 +496,15 @@ def _events_many(project_id: int, refs: list[int]) -> dict[int, SnapshotEvents]:
     out: dict[int, SnapshotEvents] = {r: {"compression": [], "recall": [], "validation": []} for r in refs}
     flt = {"project_id": project_id, "snapshot_ref__in": refs}
     for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
-            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref"):
-        ref = c.pop("snapshot_ref")
-        out[ref]["compression"].append(cast(CompressionEventRow, c))
+            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
+            "ref"):
+        out[c["snapshot_ref"]]["compression"].append(
+            cast(CompressionEventRow, {k: v for k, v in c.items() if k != "snapshot_ref"}))
     for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
-            "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block",
-            "preview"):
-        ref = r.pop("snapshot_ref")
-        out[ref]["recall"].append(cast(RecallItemRow, r))
+            "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
+            "block", "preview"):
+        out[r["snapshot_ref"]]["recall"].append(
+            cast(RecallItemRow, {k: v for k, v in r.items() if k != "snapshot_ref"}))
     for v in ValidationOutcome.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "layer", "check_name", "passed", "code", "message", "attempt"):
         out[v["snapshot_ref"]]["validation"].append(

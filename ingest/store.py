@@ -379,8 +379,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
             rows = [contents[h] for h in maybe_new]
             cur.execute(
                 """
-                INSERT INTO ingest_blockcontent AS c (project_id, hash, message_hashes, chars, tokens, encoding,
-                    created_at, last_seen)
+                INSERT INTO ingest_blockcontent AS c (project_id, hash, message_hashes, chars, tokens,
+                    encoding, created_at, last_seen)
                 SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s, %s
                 FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
                     AS x(hash, mh, chars, tokens, encoding)
@@ -423,7 +423,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 for p in fresh:
                     for pos, c in enumerate(p.snap["compression"]):
                         copy.write_row(CompressionRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now, ts=p.snap["ts"],
+                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                            ts=p.snap["ts"],
                             strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
                             tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
                             ref=pgtext.escape_text(c["ref"])))
@@ -442,7 +443,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 for p in fresh:
                     for pos, v in enumerate(p.snap["validation"]):
                         copy.write_row(ValidationRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now, layer=v["layer"],
+                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                            layer=v["layer"],
                             check=v["check"], passed=v["passed"], code=v["code"],
                             message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
 

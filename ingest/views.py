@@ -404,8 +404,9 @@ def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMes
 def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot:
     snap = selectors.snapshot_by_turn(project=project, session=session, turn=turn)
     if snap is None:
-        raise Http404(f"Turn {turn} of session {session.session_id} is not stored: it has expired (this "
-                      f"project keeps turns {project.retention_days} days after they arrive) or was never sent.")
+        raise Http404(f"Turn {turn} of session {session.session_id} is not stored: it has expired "
+                      f"(this project keeps turns {project.retention_days} days after they arrive) "
+                      "or was never sent.")
     return snap
 
 

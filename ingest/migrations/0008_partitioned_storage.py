@@ -31,7 +31,7 @@ INDEXES = {
 }
 PK_PLAIN = {
     "ingest_snapshot": "project_id, id",
-    **{t: "project_id, snapshot_ref, position" for t in CHILDREN},
+    **dict.fromkeys(CHILDREN, "project_id, snapshot_ref, position"),
 }
 
 

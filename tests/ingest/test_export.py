@@ -28,10 +28,17 @@ def _session(sid: str, turns: int) -> list[dict[str, Any]]:
     out = []
     for t in range(turns):
         s = full_snapshot(session_id=sid, turn=t)
-        s["blocks"].append(block("retrieval", "retrieval", messages=[
-            message("tool", f"doc {t} \u00e9\u4e2d <b>", tool_call_id=f"r{t}")]))
+        s["blocks"].append(
+            block(
+                "retrieval",
+                "retrieval",
+                messages=[message("tool", f"doc {t} \u00e9\u4e2d <b>", tool_call_id=f"r{t}")],
+            )
+        )
         s["blocks"].append(block("tools", "tools", messages=[]))
-        s["params"]["tools"] = [{"type": "function", "function": {"name": "search_flights", "parameters": {}}}]
+        s["params"]["tools"] = [
+            {"type": "function", "function": {"name": "search_flights", "parameters": {}}}
+        ]
         out.append(s)
     return out
 
@@ -40,25 +47,56 @@ def _stored(project: Project) -> list[tuple[Any, ...]]:
     rows = []
     for s in Snapshot.objects.filter(project=project).order_by("session_id", "turn"):
         ev = snapshot_events(project_id=project.pk, snapshot_ref=s.id)
-        rows.append((str(s.snapshot_id), s.session_id, s.turn, s.ts, s.block_keys, s.block_hashes, s.block_tokens,
-                     s.block_flags, s.total_tokens, s.watermark, s.tier, s.output, s.tags, s.params, ev))
+        rows.append(
+            (
+                str(s.snapshot_id),
+                s.session_id,
+                s.turn,
+                s.ts,
+                s.block_keys,
+                s.block_hashes,
+                s.block_tokens,
+                s.block_flags,
+                s.total_tokens,
+                s.watermark,
+                s.tier,
+                s.output,
+                s.tags,
+                s.params,
+                ev,
+            )
+        )
     return rows
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctxobs", *args], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ctxobs", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_export_then_push_into_another_project_gives_the_same_turns(live_server: Any, tmp_path: Path) -> None:
     source, source_key = project_create(name="source")
     target, target_key = project_create(name="target")
-    assert snapshot_batch_ingest(project=source, batch=_session("keep", 4) + _session("other", 2)).created == 6
+    assert (
+        snapshot_batch_ingest(project=source, batch=_session("keep", 4) + _session("other", 2)).created == 6
+    )
     out = tmp_path / "keep.jsonl"
 
-    exported = _cli("export", "--session", "keep", "-o", str(out),
-                    env={"CTXOBS_ENDPOINT": live_server.url, "CTXOBS_API_KEY": source_key})
+    exported = _cli(
+        "export",
+        "--session",
+        "keep",
+        "-o",
+        str(out),
+        env={"CTXOBS_ENDPOINT": live_server.url, "CTXOBS_API_KEY": source_key},
+    )
     assert exported.returncode == 0, exported.stderr
     assert json.loads(exported.stdout) == {"file": str(out), "snapshots": 4}
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -87,8 +125,9 @@ def test_export_by_arrival_time_and_its_errors(client: Client) -> None:
     assert len(body.splitlines()) == 3
     r = client.get("/api/v1/export", {"since": (now + timedelta(hours=1)).isoformat()}, **auth)
     assert b"".join(r.streaming_content) == b""
-    r = client.get("/api/v1/export", {"since": now.isoformat(), "until": (now - timedelta(hours=1)).isoformat()},
-                   **auth)
+    r = client.get(
+        "/api/v1/export", {"since": now.isoformat(), "until": (now - timedelta(hours=1)).isoformat()}, **auth
+    )
     assert r.status_code == 400 and "since" in r.json()["detail"]
     r = client.get("/api/v1/export", {"since": "yesterday"}, **auth)
     assert r.status_code in (400, 422) and "since" in r.content.decode()

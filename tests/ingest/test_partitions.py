@@ -35,9 +35,12 @@ def test_the_snapshot_tables_are_partitioned_by_day_with_a_week_ahead() -> None:
         with connection.cursor() as cur:
             cur.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [table])
             assert cur.fetchone()[0] == "p"
-            cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
-                        "ORDER BY array_position(i.indkey, a.attnum)", [table])
+            cur.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
+                "ORDER BY array_position(i.indkey, a.attnum)",
+                [table],
+            )
             key = [r[0] for r in cur.fetchall()]
         assert key[0] == "project_id" and key[-1] == "received_at"
         days = {p.day for p in partitions.partitions_list(table)}
@@ -51,9 +54,12 @@ def test_ingest_writes_into_todays_partition_and_ensure_is_idempotent(project: P
     assert res.created == 1
     ref = Snapshot.objects.get(project=project).id
     today = datetime.now(tz=UTC).date()
-    assert _where("ingest_snapshot", project_id=project.pk, id=ref) == [partitions.partition_name("ingest_snapshot", today)]
+    assert _where("ingest_snapshot", project_id=project.pk, id=ref) == [
+        partitions.partition_name("ingest_snapshot", today)
+    ]
     assert _where("ingest_compressionevent", project_id=project.pk, snapshot_ref=ref) == [
-        partitions.partition_name("ingest_compressionevent", today)]
+        partitions.partition_name("ingest_compressionevent", today)
+    ]
     assert partitions.partitions_ensure() == []
 
 
@@ -73,8 +79,12 @@ def test_rows_beyond_the_partitions_land_in_the_default_one_and_move_when_their_
     assert partitions.partition_name("ingest_snapshot", far.date()) in created
     assert _where("ingest_snapshot", id=snap.id) == [partitions.partition_name("ingest_snapshot", far.date())]
     # A resend is still found across partitions.
-    assert snapshot_batch_ingest(project=project, batch=[snapshot(
-        session_id="far", turn=0, snapshot_id=str(snap.snapshot_id))]).duplicate == 1
+    assert (
+        snapshot_batch_ingest(
+            project=project, batch=[snapshot(session_id="far", turn=0, snapshot_id=str(snap.snapshot_id))]
+        ).duplicate
+        == 1
+    )
 
 
 # --- the migration, with rows present -------------------------------------------------------
@@ -100,7 +110,9 @@ def scratch_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[BaseDat
                 cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
-def _migrate(conn: BaseDatabaseWrapper, targets: list[tuple[str, str | None]] | None = None) -> MigrationExecutor:
+def _migrate(
+    conn: BaseDatabaseWrapper, targets: list[tuple[str, str | None]] | None = None
+) -> MigrationExecutor:
     executor = MigrationExecutor(conn)
     executor.migrate(targets if targets is not None else executor.loader.graph.leaf_nodes())
     return MigrationExecutor(conn)
@@ -112,17 +124,33 @@ def _seed(executor: MigrationExecutor) -> dict[str, Any]:
     old = datetime.now(tz=UTC) - timedelta(days=12)
     project = apps.get_model("core", "Project").objects.using(db).create(name="shop")
     apps.get_model("ingest", "AgentSession").objects.using(db).create(
-        project=project, session_id="s-1", first_seen=old, last_seen=old, turn_count=2)
+        project=project, session_id="s-1", first_seen=old, last_seen=old, turn_count=2
+    )
     ids = [uuid.uuid4(), uuid.uuid4()]
     for turn, (sid, at) in enumerate(zip(ids, (old, old + timedelta(days=11)), strict=True)):
         apps.get_model("ingest", "Snapshot").objects.using(db).create(
-            project=project, id=turn + 1, snapshot_id=sid, session_ref=1, session_id="s-1", turn=turn, ts=at,
-            received_at=at, model_name="m", context_window=1000, reserve_tokens=100, total_tokens=10,
-            watermark=0.01, tier="ok", block_hashes=["a" * 32])
+            project=project,
+            id=turn + 1,
+            snapshot_id=sid,
+            session_ref=1,
+            session_id="s-1",
+            turn=turn,
+            ts=at,
+            received_at=at,
+            model_name="m",
+            context_window=1000,
+            reserve_tokens=100,
+            total_tokens=10,
+            watermark=0.01,
+            tier="ok",
+            block_hashes=["a" * 32],
+        )
         apps.get_model("ingest", "CompressionEvent").objects.using(db).create(
-            project=project, snapshot_ref=turn + 1, position=0, ts=at, strategy="truncate")
+            project=project, snapshot_ref=turn + 1, position=0, ts=at, strategy="truncate"
+        )
     apps.get_model("ingest", "BlockContent").objects.using(db).create(
-        project=project, hash="a" * 32, message_hashes=["b" * 32], chars=3, created_at=old)
+        project=project, hash="a" * 32, message_hashes=["b" * 32], chars=3, created_at=old
+    )
     return {"project_id": project.pk, "ids": ids, "days": [old.date(), (old + timedelta(days=11)).date()]}
 
 
@@ -130,11 +158,15 @@ def _check(seed: dict[str, Any]) -> None:
     db = ALIAS
     snaps = list(Snapshot.objects.using(db).filter(project_id=seed["project_id"]).order_by("turn"))
     assert [s.snapshot_id for s in snaps] == seed["ids"]
-    events = list(CompressionEvent.objects.using(db).filter(project_id=seed["project_id"]).order_by("snapshot_ref"))
+    events = list(
+        CompressionEvent.objects.using(db).filter(project_id=seed["project_id"]).order_by("snapshot_ref")
+    )
     assert [(e.snapshot_ref, e.received_at) for e in events] == [(s.id, s.received_at) for s in snaps]
     with connections[db].cursor() as cur:
         cur.execute("SELECT tableoid::regclass::text FROM ingest_snapshot ORDER BY turn")
-        assert [r[0] for r in cur.fetchall()] == [partitions.partition_name("ingest_snapshot", d) for d in seed["days"]]
+        assert [r[0] for r in cur.fetchall()] == [
+            partitions.partition_name("ingest_snapshot", d) for d in seed["days"]
+        ]
         cur.execute("SELECT last_seen FROM ingest_blockcontent")
         assert cur.fetchone()[0] == datetime.now(tz=UTC).date()
 

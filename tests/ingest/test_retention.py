@@ -39,10 +39,15 @@ def _age(project: Project, days: int) -> None:
     partitions.partitions_ensure(start=datetime.now(tz=UTC).date() - timedelta(days=days + 1))
     with connection.cursor() as cur:
         for table in partitions.PARTITIONED_TABLES:
-            cur.execute(f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) "
-                        "WHERE project_id = %s", [days, project.pk])
+            cur.execute(
+                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) "
+                "WHERE project_id = %s",
+                [days, project.pk],
+            )
         for table in ("ingest_blockcontent", "ingest_messagecontent"):
-            cur.execute(f"UPDATE {table} SET last_seen = last_seen - %s WHERE project_id = %s", [days, project.pk])
+            cur.execute(
+                f"UPDATE {table} SET last_seen = last_seen - %s WHERE project_id = %s", [days, project.pk]
+            )
     _forget_contents()
 
 
@@ -50,7 +55,10 @@ def _session(sid: str, turns: int, *, shared: str = SYSTEM_PROMPT) -> list[dict[
     out = []
     for t in range(turns):
         snap = full_snapshot(session_id=sid, turn=t)
-        snap["blocks"] = [block("system", "system", shared, pinned=True), block("user", "user", f"{sid} question {t}")]
+        snap["blocks"] = [
+            block("system", "system", shared, pinned=True),
+            block("user", "user", f"{sid} question {t}"),
+        ]
         out.append(snap)
     return out
 
@@ -76,7 +84,9 @@ def derived_table(db: Any) -> Iterator[str]:
     """A derived per-turn table of another app, registered for expiry."""
     name = "test_turn_figures"
     with connection.cursor() as cur:
-        cur.execute(f"CREATE TABLE {name} (project_id bigint NOT NULL, received_at timestamptz NOT NULL, v int)")
+        cur.execute(
+            f"CREATE TABLE {name} (project_id bigint NOT NULL, received_at timestamptz NOT NULL, v int)"
+        )
     registry.expiring_table_add(registry.ExpiringTable(table=name, time_column="received_at"))
     yield name
     registry._expiring.pop(name, None)
@@ -94,8 +104,10 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     overview_refresh(project_id=short.pk)
     now = datetime.now(tz=UTC)
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {derived_table} VALUES (%s, %s, 1), (%s, %s, 2), (%s, %s, 3)",
-                    [short.pk, now - timedelta(days=10), short.pk, now, long.pk, now - timedelta(days=10)])
+        cur.execute(
+            f"INSERT INTO {derived_table} VALUES (%s, %s, 1), (%s, %s, 2), (%s, %s, 3)",
+            [short.pk, now - timedelta(days=10), short.pk, now, long.pk, now - timedelta(days=10)],
+        )
     # A new session of the short project uses the same system prompt as the old one.
     snapshot_batch_ingest(project=short, batch=_session("new", 2))
     old_user_text = "old question 0"
@@ -110,12 +122,15 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     assert list(AgentSession.objects.filter(project=short).values_list("session_id", flat=True)) == ["new"]
     assert AgentSession.objects.filter(project=long).count() == 1
     # Texts: the shared system prompt stays, the old turns' own user texts go.
-    texts = [m["content"] for m in MessageContent.objects.filter(project=short).values_list("message", flat=True)]
+    texts = [
+        m["content"] for m in MessageContent.objects.filter(project=short).values_list("message", flat=True)
+    ]
     assert SYSTEM_PROMPT in texts and old_user_text not in texts
     assert not any("old question" in t for t in texts)
     assert BlockContent.objects.filter(project=short).count() == 3  # system + two new user blocks
     # Every kept turn still has all its blocks' texts.
     from ingest.selectors import snapshots_blocks
+
     refs = list(Snapshot.objects.filter(project=short).values_list("id", flat=True))
     for blocks in snapshots_blocks(project_id=short.pk, snapshot_refs=refs).values():
         assert [len(b["messages"]) for b in blocks] == [1, 1]
@@ -123,8 +138,10 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     with connection.cursor() as cur:
         cur.execute(f"SELECT v FROM {derived_table} ORDER BY v")
         assert [r[0] for r in cur.fetchall()] == [2, 3]
-        cur.execute("SELECT count(*) FROM ingest_overview_day WHERE project_id = %s AND day < %s",
-                    [short.pk, (now - timedelta(days=5)).date()])
+        cur.execute(
+            "SELECT count(*) FROM ingest_overview_day WHERE project_id = %s AND day < %s",
+            [short.pk, (now - timedelta(days=5)).date()],
+        )
         assert cur.fetchone()[0] == 0
 
 
@@ -137,13 +154,18 @@ def test_whole_days_are_dropped_once_every_projects_retention_has_passed_them(de
     _age(b, 10)
     old_day = (datetime.now(tz=UTC) - timedelta(days=10)).date()
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {derived_table} VALUES (%s, %s, 1)", [b.pk, datetime.now(tz=UTC) - timedelta(days=10)])
+        cur.execute(
+            f"INSERT INTO {derived_table} VALUES (%s, %s, 1)",
+            [b.pk, datetime.now(tz=UTC) - timedelta(days=10)],
+        )
 
     report = retention.expire()
 
     assert partitions.partition_name("ingest_snapshot", old_day) in report.partitions_dropped
     assert report.snapshots_deleted == 6
-    assert old_day not in {p.day for t in partitions.PARTITIONED_TABLES for p in partitions.partitions_list(t)}
+    assert old_day not in {
+        p.day for t in partitions.PARTITIONED_TABLES for p in partitions.partitions_list(t)
+    }
     assert AgentSession.objects.filter(project__in=[a, b]).count() == 0
     assert BlockContent.objects.filter(project__in=[a, b]).count() == 0
     assert MessageContent.objects.filter(project__in=[a, b]).count() == 0
@@ -183,13 +205,37 @@ def test_alert_and_replay_pages_of_an_expired_turn_say_so_and_the_turn_page_is_a
     snap = Snapshot.objects.get(project=p, turn=1)
     rule = AlertRule.objects.create(project=p, name="drift", kind="count_drift")
     alert = Alert.objects.create(
-        project=p, rule=rule, rule_kind="count_drift", severity="warning", title="drift", session_ref=snap.session_ref,
-        session_id="gone", turn=1, snapshot_ref=snap.id, ts=snap.ts, last_turn=1, last_ts=snap.ts, value=1,
-        threshold=0.5, peak_value=1, dedup_key="d:1:1")
-    endpoint = ModelEndpoint.objects.create(project=p, name="local", base_url="http://127.0.0.1:1/v1", model="m")
+        project=p,
+        rule=rule,
+        rule_kind="count_drift",
+        severity="warning",
+        title="drift",
+        session_ref=snap.session_ref,
+        session_id="gone",
+        turn=1,
+        snapshot_ref=snap.id,
+        ts=snap.ts,
+        last_turn=1,
+        last_ts=snap.ts,
+        value=1,
+        threshold=0.5,
+        peak_value=1,
+        dedup_key="d:1:1",
+    )
+    endpoint = ModelEndpoint.objects.create(
+        project=p, name="local", base_url="http://127.0.0.1:1/v1", model="m"
+    )
     job = ReplayJob.objects.create(project=p, endpoint=endpoint, kind="plain", status="done")
-    ReplayVariant.objects.create(job=job, position=0, snapshot_ref=snap.id, snapshot_uuid=snap.snapshot_id,
-                                 session_id="gone", turn=1, label="baseline", is_baseline=True)
+    ReplayVariant.objects.create(
+        job=job,
+        position=0,
+        snapshot_ref=snap.id,
+        snapshot_uuid=snap.snapshot_id,
+        session_id="gone",
+        turn=1,
+        label="baseline",
+        is_baseline=True,
+    )
     client = _admin(p)
     alert_url, job_url = f"/p/{p.pk}/alerts/{alert.pk}/", f"/p/{p.pk}/replays/{job.pk}/"
     assert "turn expired" not in client.get(alert_url).content.decode()
@@ -228,7 +274,11 @@ def test_retention_is_shown_and_edited_in_settings_within_its_bounds() -> None:
     client = _admin(p)
     page = client.get(f"/p/{p.pk}/settings/").content.decode()
     assert 'id="retention"' in page and 'value="30"' in page and 'max="3650"' in page
-    for bad, message in (("3651", "At most 3650 days."), ("0", "At least 1 day."), ("x", "A whole number of days.")):
+    for bad, message in (
+        ("3651", "At most 3650 days."),
+        ("0", "At least 1 day."),
+        ("x", "A whole number of days."),
+    ):
         r = client.post(f"/p/{p.pk}/settings/retention/", {"retention_days": bad})
         assert r.status_code == 400 and message in r.content.decode()
     p.refresh_from_db()

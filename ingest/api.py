@@ -250,14 +250,15 @@ def export_lines(snapshots: Any) -> Iterator[bytes]:
         yield json.dumps(snap, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-@router.get("/export", auth=ProjectReadAuth(), response={400: Detail, 401: Detail, 404: Detail},
+@router.get("/export", auth=ProjectReadAuth(), response={401: Detail, 404: Detail},
             tags=["read"], summary="Snapshots as JSONL in the wire format (one session, or those that "
-            "arrived in [since, until)); `ctxobs push` sends such a file back")
+            "arrived in [since, until)); `ctxobs push` sends such a file back",
+            openapi_extra={"responses": {"200": {
+                "description": "One wire snapshot (the body of POST /snapshots' items) per line",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}})
 def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> HttpResponseBase:
     caller = request.auth  # type: ignore[attr-defined]
     project = caller.project
-    if filters.since and filters.until and filters.since >= filters.until:
-        raise BadRequest("since: must be before until")
     session = None
     if filters.session_id is not None:
         session = selectors.session_get(project=project, session_id=filters.session_id)

@@ -128,7 +128,7 @@ def test_export_by_arrival_time_and_its_errors(client: Client) -> None:
     r = client.get(
         "/api/v1/export", {"since": now.isoformat(), "until": (now - timedelta(hours=1)).isoformat()}, **auth
     )
-    assert r.status_code == 400 and "since" in r.json()["detail"]
+    assert r.status_code == 200 and b"".join(r.streaming_content) == b""  # an empty range
     r = client.get("/api/v1/export", {"since": "yesterday"}, **auth)
     assert r.status_code in (400, 422) and "since" in r.content.decode()
     r = client.get("/api/v1/export", {"session_id": "nope"}, **auth)

@@ -77,10 +77,13 @@ def _shared_contents(cur: Any, pid: int, day: str) -> None:
             created_at, last_seen)
         SELECT m.project_id, md5('block-' || m.hash), ARRAY[m.hash], length(m.message::text), 300,
                'o200k_base', now(), %(day)s::date
-        FROM ingest_messagecontent m WHERE m.project_id = %(pid)s
+        FROM ingest_messagecontent m
+        WHERE m.project_id = %(pid)s AND m.hash IN (
+            SELECT md5('msg-' || k) FROM unnest(ARRAY['system', 'tools']) k
+            UNION ALL SELECT md5('msg-memory-' || g) FROM generate_series(0, %(m)s - 1) g)
         ON CONFLICT DO NOTHING
         """,
-        {"pid": pid, "day": day},
+        {"pid": pid, "day": day, "m": SHARED_MEMORIES},
     )
 
 
@@ -287,8 +290,11 @@ def main() -> None:
 
         def expire() -> None:
             t0 = time.perf_counter()
-            # At midnight: the cutoff falls exactly at the end of the oldest day.
-            report = retention.expire(now=today)
+            try:
+                # At midnight: the cutoff falls exactly at the end of the oldest day.
+                report = retention.expire(now=today)
+            finally:
+                connection.close()
             expiry.update(seconds=round(time.perf_counter() - t0, 2), dropped=report.partitions_dropped,
                           snapshots=report.snapshots_deleted, sessions=report.sessions_deleted,
                           blocks=report.blocks_deleted, messages=report.messages_deleted)

@@ -83,6 +83,8 @@ def partitions_list(table: str, *, using: str = DEFAULT_DB_ALIAS) -> list[Partit
         rows = cur.fetchall()
     out: list[Partition] = []
     for name, bound in rows:
+        if bound is None:  # dropped by a concurrent transaction since the catalog scan began
+            continue
         if bound == "DEFAULT":
             out.append(Partition(table, name, None))
             continue

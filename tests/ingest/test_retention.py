@@ -341,3 +341,40 @@ def test_expiry_runs_beside_ingest_without_errors_or_long_waits(monkeypatch: pyt
     assert Snapshot.objects.filter(project=old).count() == 0
     assert Snapshot.objects.filter(project=live).count() == 5 + 10 * len(latencies)
     assert len(latencies) >= 5 and max(latencies) < 2.0, latencies
+
+
+# --- the beat tasks on a real worker ------------------------------------------------------------
+def test_beat_runs_partition_upkeep_and_expiry() -> None:
+    from django.conf import settings
+
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"ingest.partitions_ensure", "ingest.expire"} <= tasks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_celery_worker_runs_expiry_and_partition_upkeep(celery_worker_process: Any) -> None:
+    from ingest.tasks import expire_task, partitions_ensure_task
+    from tests.waiting import wait_until
+
+    p = _project("p", 5)
+    snapshot_batch_ingest(project=p, batch=_session("s", 3))
+    _age(p, 10)
+    last = datetime.now(tz=UTC).date() + timedelta(days=partitions.DAYS_AHEAD)
+    for table in reversed(partitions.PARTITIONED_TABLES):
+        partitions.partition_drop(partitions.Partition(table, partitions.partition_name(table, last), last))
+
+    expire_task.delay()
+    partitions_ensure_task.delay()
+
+    wait_until(
+        lambda: not (Snapshot.objects.filter(project=p).exists() or AgentSession.objects.filter(project=p).exists()),
+        60,
+        "the worker to expire the turns and their session",
+    )
+    wait_until(
+        lambda: all(
+            last in {q.day for q in partitions.partitions_list(t)} for t in partitions.PARTITIONED_TABLES
+        ),
+        60,
+        "the worker to create the partitions ahead",
+    )

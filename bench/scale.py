@@ -99,7 +99,8 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
                 INSERT INTO ingest_session (project_id, session_id, agent, model, turn_count, max_turn,
                     first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
                     alert_count)
-                SELECT %(pid)s, 'bulk-' || %(tag)s || '-' || g, (ARRAY['travel-bot','support-bot','coder'])[1 + g %% 3],
+                SELECT %(pid)s, 'bulk-' || %(tag)s || '-' || g,
+                       (ARRAY['travel-bot','support-bot','coder'])[1 + g %% 3],
                        'gpt-4o', %(turns)s, %(turns)s - 1, %(day)s + (g %% 80000) * interval '1 s',
                        %(day)s + (g %% 80000) * interval '1 s' + interval '25 min', 0.3 + (g %% 60) / 100.0,
                        CASE WHEN g %% 60 >= 55 THEN 'force' WHEN g %% 60 >= 40 THEN 'compress'
@@ -113,13 +114,16 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
                 n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,
                 prompt_tokens_reported, completion_tokens, latency_ms, count_drift, prev_turn, change,
                 block_keys, block_kinds, block_hashes, block_tokens, block_flags)
-            SELECT %(pid)s, gen_random_uuid(), s.id, s.session_id, t, s.agent, s.first_seen + t * interval '30 s',
-                   LEAST(s.first_seen + t * interval '30 s', %(day)s + interval '86399 s'), 'gpt-4o', 128000, 19200,
+            SELECT %(pid)s, gen_random_uuid(), s.id, s.session_id, t, s.agent,
+                   s.first_seen + t * interval '30 s',
+                   LEAST(s.first_seen + t * interval '30 s', %(day)s + interval '86399 s'),
+                   'gpt-4o', 128000, 19200,
                    'o200k_base', false, '{"temperature": 0}'::jsonb, '{"env": "prod"}'::jsonb,
                    900 + 60 * t, (900 + 60 * t) / 108800.0, 'ok',
                    jsonb_build_object('system', 300, 'tools', 300, 'memory', 300, 'user', 60 * t),
                    4, 0, (t %% 5 = 0)::int, (t %% 5 = 0)::int, 1, 0, 0, false,
-                   jsonb_build_object('text', 'Answer ' || t, 'finish_reason', 'stop'), 900 + 60 * t, 40, 800, 0,
+                   jsonb_build_object('text', 'Answer ' || t, 'finish_reason', 'stop'),
+                   900 + 60 * t, 40, 800, 0,
                    CASE WHEN t > 0 THEN t - 1 END,
                    '{"entered": [], "left": [], "grew": ["user"], "shrank": []}'::jsonb,
                    ARRAY['system', 'tools', 'memory', 'user'], ARRAY['system', 'tools', 'memory', 'user'],
@@ -136,10 +140,12 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
             """
             INSERT INTO ingest_messagecontent (project_id, hash, message, last_seen)
             SELECT %(pid)s, md5(x.session_id || '/' || x.turn), jsonb_build_object('role', 'user', 'content',
-                   'Question ' || x.turn || ' of ' || x.session_id || ': find me a flight to Guangzhou on Friday.'),
+                   'Question ' || x.turn || ' of ' || x.session_id
+                   || ': find me a flight to Guangzhou on Friday.'),
                    %(d)s::date
             FROM (SELECT session_id, turn FROM ingest_snapshot
-                  WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+                  WHERE project_id = %(pid)s AND received_at >= %(day)s
+                    AND received_at < %(day)s + interval '1 day'
                     AND session_id LIKE 'bulk-' || %(tag)s || '-%%') x
             ON CONFLICT DO NOTHING
             """,
@@ -147,7 +153,8 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
         )
         cur.execute(
             """
-            INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding, created_at,
+            INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,
+                created_at,
                 last_seen)
             SELECT %(pid)s, md5('block-' || m.hash), ARRAY[m.hash], 90, 20, 'o200k_base', now(), %(d)s::date
             FROM ingest_messagecontent m WHERE m.project_id = %(pid)s AND m.last_seen = %(d)s::date
@@ -157,7 +164,8 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
         )
         cur.execute(
             """
-            INSERT INTO ingest_validationoutcome (project_id, snapshot_ref, position, received_at, layer, "check",
+            INSERT INTO ingest_validationoutcome (project_id, snapshot_ref, position, received_at, layer,
+                "check",
                 passed, code, message, attempt)
             SELECT project_id, id, 0, received_at, 'structure', 'json_schema', true, '', '', 1
             FROM ingest_snapshot
@@ -168,9 +176,11 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
         )
         cur.execute(
             """
-            INSERT INTO ingest_recallitem (project_id, snapshot_ref, position, received_at, memory_id, channel,
+            INSERT INTO ingest_recallitem (project_id, snapshot_ref, position, received_at, memory_id,
+                channel,
                 score, rank, injected, stale, conflicting, block, preview)
-            SELECT project_id, id, 0, received_at, 'm-' || (session_ref %% %(m)s), 'vector', 0.8, 1, true, false,
+            SELECT project_id, id, 0, received_at, 'm-' || (session_ref %% %(m)s), 'vector', 0.8, 1,
+                   true, false,
                    false, 'memory', 'the user prefers window seats'
             FROM ingest_snapshot
             WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
@@ -192,7 +202,8 @@ def disk_bytes() -> int:
         cur.execute(
             """
             SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
-            WHERE c.relkind = 'r' AND (c.relname LIKE 'ingest_snapshot%%' OR c.relname LIKE 'ingest_compression%%'
+            WHERE c.relkind = 'r' AND (c.relname LIKE 'ingest_snapshot%%'
+               OR c.relname LIKE 'ingest_compression%%'
                OR c.relname LIKE 'ingest_recall%%' OR c.relname LIKE 'ingest_validation%%'
                OR c.relname IN ('ingest_session', 'ingest_blockcontent', 'ingest_messagecontent'))
             """
@@ -261,7 +272,8 @@ def main() -> None:
         rate_small = http_rate(base, key, args.http_batches, 11)
         sid = "bulk-small-7"
         pages_small = pages(client, project.pk, sid)
-        print(f"at {count():,}: ingest {rate_small['snapshots_per_s']:.0f}/s; pages {json.dumps(pages_small)}",
+        print(f"at {count():,}: ingest {rate_small['snapshots_per_s']:.0f}/s; "
+              f"pages {json.dumps(pages_small)}",
               flush=True)
 
         # 2. Up to N, one day at a time.
@@ -303,7 +315,8 @@ def main() -> None:
         thread.start()
         during = http_rate(base, key, args.http_batches, 13)
         thread.join()
-        print(f"expiry of {oldest.date()}: {expiry}; ingest meanwhile {during['snapshots_per_s']:.0f}/s", flush=True)
+        print(f"expiry of {oldest.date()}: {expiry}; "
+              f"ingest meanwhile {during['snapshots_per_s']:.0f}/s", flush=True)
     finally:
         if proc is not None:
             proc.terminate()
@@ -318,7 +331,8 @@ def main() -> None:
         "snapshots": n,
         "days": args.days,
         "generate_s": {"small": round(gen_small_s, 1), "bulk": round(gen_bulk_s, 1)},
-        "ingest_per_s": {"at_100k": round(rate_small["snapshots_per_s"]), "at_n": round(rate_big["snapshots_per_s"]),
+        "ingest_per_s": {"at_100k": round(rate_small["snapshots_per_s"]),
+                         "at_n": round(rate_big["snapshots_per_s"]),
                          "during_expiry": round(during["snapshots_per_s"])},
         "ingest_end_vs_start": ratio(rate_big["snapshots_per_s"], rate_small["snapshots_per_s"]),
         "ingest_during_expiry_vs_end": ratio(during["snapshots_per_s"], rate_big["snapshots_per_s"]),

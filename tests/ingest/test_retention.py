@@ -367,7 +367,9 @@ def test_a_celery_worker_runs_expiry_and_partition_upkeep(celery_worker_process:
     partitions_ensure_task.delay()
 
     wait_until(
-        lambda: not (Snapshot.objects.filter(project=p).exists() or AgentSession.objects.filter(project=p).exists()),
+        lambda: not (
+            Snapshot.objects.filter(project=p).exists() or AgentSession.objects.filter(project=p).exists()
+        ),
         60,
         "the worker to expire the turns and their session",
     )

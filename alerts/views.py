@@ -25,6 +25,7 @@ from alerts.services import rules as rule_services
 from core import registry
 from core.access import is_htmx, page_context, project_access
 from core.models import Membership, Project
+from ingest import selectors as ingest_selectors
 
 PAGE_SIZE = 50
 
@@ -83,6 +84,8 @@ def alert_detail(request: HttpRequest, project_id: int, alert_id: int) -> HttpRe
         alert=alert,
         deliveries=deliveries,
         alert_extensions=[ext.template for ext in extensions],
+        turn_expired=not ingest_selectors.snapshots_existing(
+            project_id=project.pk, snapshot_refs=[alert.snapshot_ref]),
     )
     for ext in extensions:
         if ext.context is not None:

@@ -202,6 +202,8 @@ CTXOBS_TASK_TIME_LIMITS: dict[str, tuple[float, float]] = {
     "replay.*": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
     # A webhook or SMTP send is bounded by the channel's timeout (at most 30 s).
     "alerts.*": (120.0, 150.0),
+    # Expiry deletes in bounded batches; a run cut short goes on at the next tick.
+    "ingest.expire": (1800.0, 1860.0),
     "*": (120.0, 150.0),
 }
 CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT = CTXOBS_TASK_TIME_LIMITS["*"]
@@ -278,6 +280,22 @@ CELERY_BEAT_SCHEDULE["insights.sweep"] = {
 # Token counts: each model family's own tokenizer, where one can be had offline (docs/insights.md,
 # "Token counts"): a JSON object {"family prefix": "llama.cpp server URL or tokenizer.json path"}.
 CTXOBS_TOKENIZERS = env_str("CTXOBS_TOKENIZERS", "")
+
+# --- storage upkeep ----------------------------------------------------------
+# Day partitions of the snapshot tables are created this often, a week ahead (ingest.partitions);
+# expiry (ingest.retention) removes what each project's retention has passed.
+CTXOBS_PARTITIONS_EVERY_S = env_float("CTXOBS_PARTITIONS_EVERY_S", 3600.0)
+CTXOBS_EXPIRE_EVERY_S = env_float("CTXOBS_EXPIRE_EVERY_S", 3600.0)
+CELERY_BEAT_SCHEDULE["ingest.partitions_ensure"] = {
+    "task": "ingest.partitions_ensure",
+    "schedule": CTXOBS_PARTITIONS_EVERY_S,
+    "options": {"expires": CTXOBS_PARTITIONS_EVERY_S},
+}
+CELERY_BEAT_SCHEDULE["ingest.expire"] = {
+    "task": "ingest.expire",
+    "schedule": CTXOBS_EXPIRE_EVERY_S,
+    "options": {"expires": CTXOBS_EXPIRE_EVERY_S},
+}
 
 # --- e-mail -----------------------------------------------------------------
 EMAIL_BACKEND = env_str("CTXOBS_EMAIL_BACKEND") or (

@@ -1,4 +1,5 @@
-"""`ctxobs` command line: `ctxobs push [PATH ...]` sends spooled snapshots.
+"""`ctxobs` command line: `ctxobs push [PATH ...]` sends spooled snapshots; `ctxobs export`
+saves a session, or what a project received in a time range, as such a JSONL file.
 
 The SDK sends its spool by itself once the server answers again; `push` is for the offline case
 (a machine that recorded without a server, a spool copied elsewhere). PATH is a spool directory
@@ -7,6 +8,10 @@ delivered) or a JSONL file; with no PATH, the default spool directory of the end
 Pushing is idempotent: the server deduplicates by snapshot_id, so a file (or part of it) that
 was already delivered is reported as duplicates, not stored twice.
 Exit status: 0 all delivered (created or duplicate), 1 some rejected, 2 some not delivered.
+
+`ctxobs export (--session ID | --since T [--until T]) -o FILE` writes the snapshots in the wire
+format, one a line (GET /api/v1/export), so that `ctxobs push FILE` to any project restores them:
+archive before retention removes them. Exit status: 0 written, 1 refused by the server, 2 not reached.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import json
 import logging
 import os
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from ctxobs.spool import Spool, resolve_spool_dir
@@ -102,6 +110,44 @@ def _push(args: argparse.Namespace) -> int:
     return worst
 
 
+def _export(args: argparse.Namespace) -> int:
+    endpoint = args.endpoint or os.environ.get("CTXOBS_ENDPOINT", "")
+    api_key = args.api_key or os.environ.get("CTXOBS_API_KEY", "")
+    if not endpoint:
+        print("ctxobs export: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
+        return 2
+    if not args.session and not args.since:
+        print("ctxobs export: pass --session ID, or --since (and --until)", file=sys.stderr)
+        return 2
+    pairs = (("session_id", args.session), ("since", args.since), ("until", args.until))
+    query = {k: v for k, v in pairs if v}
+    url = endpoint.rstrip("/") + "/api/v1/export?" + urllib.parse.urlencode(query)
+    if not url.startswith(("http://", "https://")):
+        print("ctxobs export: the endpoint must be an http(s) URL", file=sys.stderr)
+        return 2
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})  # noqa: S310 - http(s)
+    out = Path(args.output)
+    tmp = out.with_name(out.name + ".part")
+    lines = 0
+    try:
+        with urllib.request.urlopen(req, timeout=args.timeout) as resp, open(tmp, "wb") as fh:  # noqa: S310
+            for line in resp:
+                fh.write(line)
+                lines += 1
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(2000).decode("utf-8", "replace")
+        print(f"ctxobs export: the server answered {exc.code}: {detail}", file=sys.stderr)
+        tmp.unlink(missing_ok=True)
+        return 1
+    except (OSError, urllib.error.URLError) as exc:
+        print(f"ctxobs export: cannot export from {endpoint}: {exc}", file=sys.stderr)
+        tmp.unlink(missing_ok=True)
+        return 2
+    os.replace(tmp, out)
+    print(json.dumps({"file": str(out), "snapshots": lines}))
+    return 0
+
+
 def _parse(lines: list[bytes]) -> tuple[list[_Item], int]:
     items: list[_Item] = []
     bad = 0
@@ -137,10 +183,22 @@ def main(argv: list[str] | None = None) -> int:
         "directories always lose their delivered files)"
     )
     push.add_argument("-v", "--verbose", action="store_true")
+    export = sub.add_parser("export", help="save snapshots as JSONL in the wire format (for `ctxobs push`)")
+    export.add_argument("--session", help="one session's snapshots")
+    export.add_argument("--since", help="snapshots that arrived at or after this time (ISO 8601, "
+                        "with offset)")
+    export.add_argument("--until", help="... and before this time")
+    export.add_argument("-o", "--output", required=True, help="the JSONL file to write")
+    export.add_argument("--endpoint", help="server base URL (default: CTXOBS_ENDPOINT)")
+    export.add_argument("--api-key", help="project key (default: CTXOBS_API_KEY)")
+    export.add_argument("--timeout", type=float, default=300.0)
+    export.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.command == "push":
         return _push(args)
+    if args.command == "export":
+        return _export(args)
     return 2
 
 

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from isal import isal_zlib
 from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
@@ -209,7 +210,8 @@ def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     project = caller.project
     session = selectors.session_get(project=project, session_id=session_id)
     if session is None:
-        raise NotFound("no such session")
+        raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
+                       "or was never sent")
     turns, window = selectors.session_timeline_turns(project=project, session=session)
     doc = {
         "session": _session_out(session),
@@ -231,5 +233,45 @@ def snapshot_get(request: HttpRequest, snapshot_id: str) -> SnapshotDetail:
     caller = request.auth  # type: ignore[attr-defined]
     snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     if snap is None:
-        raise NotFound("no such snapshot")
+        raise NotFound(f"no such snapshot: it has expired (turns are kept {caller.project.retention_days} "
+                       "days) or was never sent")
     return selectors.snapshot_full(snapshot=snap)
+
+
+class ExportFilters(Schema):
+    session_id: str | None = None
+    since: Instant | None = None
+    until: Instant | None = None
+
+
+def export_lines(snapshots: Any) -> Iterator[bytes]:
+    """JSONL: one wire snapshot per line."""
+    for snap in snapshots:
+        yield json.dumps(snap, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+@router.get("/export", auth=ProjectReadAuth(), response={401: Detail, 404: Detail},
+            tags=["read"], summary="Snapshots as JSONL in the wire format (one session, or those that "
+            "arrived in [since, until)); `ctxobs push` sends such a file back",
+            openapi_extra={"responses": {"200": {
+                "description": "One wire snapshot (the body of POST /snapshots' items) per line",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}})
+def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> HttpResponseBase:
+    caller = request.auth  # type: ignore[attr-defined]
+    project = caller.project
+    session = None
+    if filters.session_id is not None:
+        session = selectors.session_get(project=project, session_id=filters.session_id)
+        if session is None:
+            raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
+                           "or was never sent")
+    snaps = selectors.snapshots_export(project=project, session=session, since=filters.since,
+                                       until=filters.until)
+    resp = StreamingHttpResponse(export_lines(snaps), content_type="application/x-ndjson; charset=utf-8")
+    name = f"{project.name}-{filters.session_id or 'export'}.jsonl"
+    resp["Content-Disposition"] = f'attachment; filename="{_safe_filename(name)}"'
+    return resp
+
+
+def _safe_filename(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]

@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from core import registry
-from core.models import TRIAGE_DAILY_CALLS_MAX, Membership, Project
+from core.models import RETENTION_DAYS_MAX, TRIAGE_DAILY_CALLS_MAX, Membership, Project
 from core.services import MODEL_NAME_MAX_CHARS, MODEL_WINDOWS_MAX_ENTRIES
 from ctxobs.wire import LIMITS, TIERS
 
@@ -170,3 +170,12 @@ class ModelWindowsForm(forms.Form):
             more = [f"and {len(errors) - 10} more"] if len(errors) > 10 else []
             raise forms.ValidationError(errors[:10] + more)
         return windows
+
+
+# --- retention ----------------------------------------------------------------
+class RetentionForm(forms.Form):
+    retention_days = forms.IntegerField(
+        min_value=1, max_value=RETENTION_DAYS_MAX, label="keep turns for (days)",
+        error_messages={"max_value": f"At most {RETENTION_DAYS_MAX} days.",
+                        "min_value": "At least 1 day.", "invalid": "A whole number of days."},
+    )

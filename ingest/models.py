@@ -4,6 +4,11 @@ Hot tables (sessions, snapshots, block contents, message contents, compression e
 recall items, validation outcomes) have composite primary keys led by `project_id`, the
 distribution column if the store is ever sharded by project. They reference each other by
 (project_id, id) pairs rather than ForeignKeys, which Django cannot point at composite keys.
+
+Snapshots and their child rows (compression, recall, validation) live in tables range-partitioned
+by `received_at`, one partition per day (migration 0008, ingest.partitions): their real primary
+keys end with `received_at`, which the keys declared here leave out (the ORM reads and writes them
+by those). Retention drops whole days (ingest.retention).
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ class Snapshot(models.Model):
     block_refs = EscapedJSONField(null=True, blank=True)  # refs per block; null when no block has any
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "snapshot_id"], name="uniq_snapshot_id")]
+        # snapshot_id is unique per project within each day partition (ingest.partitions).
         indexes = [
             models.Index(fields=["project", "session_ref", "turn"], name="snapshot_session_turn_idx"),
             models.Index(fields=["project", "ts"], name="snapshot_ts_idx"),
@@ -143,6 +148,7 @@ class BlockContent(models.Model):
     tokens = models.IntegerField(null=True)
     encoding = models.CharField(max_length=64, default="", blank=True)
     created_at = models.DateTimeField()
+    last_seen = models.DateField()  # the last UTC day a stored turn referred to it
 
     def __str__(self) -> str:
         return f"block {self.hash}"
@@ -155,6 +161,7 @@ class MessageContent(models.Model):
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     hash = models.CharField(max_length=32)
     message = EscapedJSONField()
+    last_seen = models.DateField()  # never before the last_seen of a block that holds it
 
     def __str__(self) -> str:
         return f"message {self.hash}"
@@ -165,6 +172,7 @@ class CompressionEvent(models.Model):
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
+    received_at = models.DateTimeField()  # the snapshot's: the partition key
     ts = models.DateTimeField()
     strategy = models.CharField(max_length=64)
     block = models.CharField(max_length=128, default="", blank=True)
@@ -186,6 +194,7 @@ class RecallItem(models.Model):
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
+    received_at = models.DateTimeField()  # the snapshot's: the partition key
     memory_id = models.CharField(max_length=256)
     channel = models.CharField(max_length=20)
     score = models.FloatField(null=True)
@@ -205,6 +214,7 @@ class ValidationOutcome(models.Model):
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False)
     snapshot_ref = models.BigIntegerField()
     position = models.SmallIntegerField()
+    received_at = models.DateTimeField()  # the snapshot's: the partition key
     layer = models.CharField(max_length=20)
     check_name = models.CharField(max_length=128, default="", blank=True, db_column="check")
     passed = models.BooleanField()

@@ -609,6 +609,8 @@ def turn_contents(
         out[r["snapshot_ref"]]["recall"].append(cast(RecallItemRow, {
             k: v for k, v in r.items() if k != "snapshot_ref"}))
     return out
+
+
 def count_inputs(*, project_id: int, snapshot_refs: Sequence[int]) -> list[CountInput]:
     """The snapshots SNAPSHOT_REFS as the count calibration reads them, in the order they were
     received (one query)."""
@@ -691,3 +693,84 @@ def cache_turn_pairs(
         rows = cur.fetchall()
     n = len(CACHE_TURN_COLUMNS)
     return [(_cache_turn(r[:n]), _cache_turn(r[n:]) if r[n] is not None else None) for r in rows]
+# --- retention ----------------------------------------------------------------
+def snapshots_existing(*, project_id: int, snapshot_refs: Sequence[int]) -> set[int]:
+    """Those of SNAPSHOT_REFS still stored: the others have expired (ingest.retention)."""
+    if not snapshot_refs:
+        return set()
+    return set(Snapshot.objects.filter(project_id=project_id, id__in=list(snapshot_refs))
+               .values_list("id", flat=True))
+
+
+# --- export ---------------------------------------------------------------------
+EXPORT_CHUNK = 500
+
+
+def _wire_model(s: Snapshot) -> dict[str, object]:
+    model: dict[str, object] = {"name": s.model_name, "context_window": s.context_window,
+                                "reserve_tokens": s.reserve_tokens}
+    if s.encoding:
+        model["encoding"] = s.encoding
+    if s.counts_estimated:
+        model["counts"] = "estimated"
+    return model
+
+
+def _events_many(project_id: int, refs: list[int]) -> dict[int, SnapshotEvents]:
+    out: dict[int, SnapshotEvents] = {r: {"compression": [], "recall": [], "validation": []} for r in refs}
+    flt = {"project_id": project_id, "snapshot_ref__in": refs}
+    for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
+            "ref"):
+        out[c["snapshot_ref"]]["compression"].append(
+            cast(CompressionEventRow, {k: v for k, v in c.items() if k != "snapshot_ref"}))
+    for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting",
+            "block", "preview"):
+        out[r["snapshot_ref"]]["recall"].append(
+            cast(RecallItemRow, {k: v for k, v in r.items() if k != "snapshot_ref"}))
+    for v in ValidationOutcome.objects.filter(**flt).order_by("snapshot_ref", "position").values(
+            "snapshot_ref", "layer", "check_name", "passed", "code", "message", "attempt"):
+        out[v["snapshot_ref"]]["validation"].append(
+            {"layer": v["layer"], "check": v["check_name"], "passed": v["passed"], "code": v["code"],
+             "message": v["message"], "attempt": v["attempt"]})
+    return out
+
+
+def snapshots_export(
+    *, project: Project, session: AgentSession | None = None, since: datetime | None = None,
+    until: datetime | None = None,
+) -> Iterable[dict[str, object]]:
+    """PROJECT's snapshots in the wire form the SDK sends (what `ctxobs push` takes back): one
+    SESSION's, or those that arrived in [SINCE, UNTIL); by session and turn within each chunk of
+    EXPORT_CHUNK, six queries a chunk."""
+    qs = Snapshot.objects.filter(project=project)
+    if session is not None:
+        qs = qs.filter(session_ref=session.id)
+    if since is not None:
+        qs = qs.filter(received_at__gte=since)
+    if until is not None:
+        qs = qs.filter(received_at__lt=until)
+    last = 0
+    while True:
+        chunk = list(qs.filter(id__gt=last).order_by("id")[:EXPORT_CHUNK])
+        if not chunk:
+            return
+        last = chunk[-1].id
+        refs = [s.id for s in chunk]
+        blocks = snapshots_blocks(project_id=project.pk, snapshot_refs=refs)
+        events = _events_many(project.pk, refs)
+        for s in sorted(chunk, key=lambda s: (s.session_ref, s.turn, s.ts)):
+            yield {
+                "snapshot_id": str(s.snapshot_id), "session_id": s.session_id, "turn": s.turn,
+                "agent": s.agent, "ts": s.ts.isoformat(), "model": _wire_model(s), "params": s.params,
+                "blocks": [
+                    {"key": b["key"], "kind": b["kind"], "messages": b["messages"], "tokens": b["tokens"],
+                     "estimated": b["estimated"], "pinned": b["pinned"], "compressed": b["compressed"],
+                     "refs": b["refs"]}
+                    for b in blocks[s.id]
+                ],
+                "compression": events[s.id]["compression"], "recall": events[s.id]["recall"],
+                "validation": events[s.id]["validation"], "output": s.output, "tags": s.tags,
+                "retries": s.retries, "fallback_used": s.fallback_used,
+            }

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from django.db import connection
 
-from core.models import Project
+from core.models import RETENTION_DAYS_MAX, Project
 from ctxobs import tokens as tok
 from ctxobs.hashing import block_hashes
 from ctxobs.validate import validate_snapshot
@@ -177,3 +177,14 @@ def session_alert_counts_set(*, project_id: int, counts: Mapping[int, int]) -> N
             """,
             [list(counts), list(counts.values()), project_id],
         )
+
+
+# --- retention ----------------------------------------------------------------
+def project_retention_set(*, project: Project, days: int) -> None:
+    """Keep PROJECT's turns DAYS days after they arrive (1..RETENTION_DAYS_MAX); the next expiry
+    run (ingest.retention) applies it."""
+    if not 1 <= days <= RETENTION_DAYS_MAX:
+        raise ValueError(f"retention must be 1 to {RETENTION_DAYS_MAX} days")
+    project.retention_days = days
+    project.save(update_fields=["retention_days"])
+    logger.info("ingest.retention_set project_id=%s days=%d", project.pk, days)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any, NamedTuple, TypedDict
 
 import psycopg
@@ -54,20 +54,29 @@ class PreparedSnapshot:
 
 
 class _KnownHashes:
-    """Content hashes this process has seen committed, so repeats skip the existence check.
+    """Content hashes this process has seen committed with today's `last_seen`, so repeats skip
+    the database for the rest of the day.
 
     Entries are added only after the commit that stored them, so a rolled-back batch can
-    never leave a reference to content that is not there. Bounded: cleared when full.
+    never leave a reference to content that is not there; and retention never removes content
+    seen today (its cutoff is at least a day back), so a known hash stays stored. Bounded:
+    cleared when full, and at the turn of the (UTC) day.
     """
 
     def __init__(self, maxsize: int = 400_000) -> None:
         self.maxsize = maxsize
         self._set: set[tuple[int, str]] = set()
+        self._day: date | None = None
 
-    def unknown(self, project_id: int, hashes: Any) -> list[str]:
+    def unknown(self, project_id: int, hashes: Any, day: date) -> list[str]:
+        if day != self._day:
+            self._set.clear()
+            self._day = day
         return [h for h in hashes if (project_id, h) not in self._set]
 
-    def add(self, project_id: int, hashes: Any) -> None:
+    def add(self, project_id: int, hashes: Any, day: date) -> None:
+        if day != self._day:
+            return
         if len(self._set) > self.maxsize:
             self._set.clear()
         self._set.update((project_id, h) for h in hashes)
@@ -163,6 +172,7 @@ class CompressionRow(NamedTuple):
     project_id: int
     snapshot_ref: int
     position: int
+    received_at: datetime
     ts: datetime
     strategy: str
     block: str
@@ -177,6 +187,7 @@ class RecallRow(NamedTuple):
     project_id: int
     snapshot_ref: int
     position: int
+    received_at: datetime
     memory_id: str
     channel: str
     score: float | None
@@ -192,6 +203,7 @@ class ValidationRow(NamedTuple):
     project_id: int
     snapshot_ref: int
     position: int
+    received_at: datetime
     layer: str
     check: str
     passed: bool
@@ -349,36 +361,41 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
             for p in fresh:
                 copy.write_row(_snapshot_row(pid, now, p))
 
-        # 5. Block contents and their messages, each stored once per project under its hash. Hashes
-        #    this process saw committed skip the database; for the rest, the insert itself tells which
-        #    blocks are new, and only their messages are sent.
+        # 5. Block contents and their messages, each stored once per project under its hash, with the
+        #    last day a turn referred to them (retention keeps a text while a kept turn refers to it).
+        #    Hashes this process saw committed today skip the database. For the rest, one upsert
+        #    stores the new blocks and moves `last_seen` of the others to today; the messages of
+        #    every block it returned (new, or first seen today) are upserted the same way, so a
+        #    message is never last seen before a block that holds it.
         contents: dict[str, tuple[dict[str, Any], str]] = {}
         for p in fresh:
             for b in p.blocks:
                 if b["hash"] not in contents:
                     contents[b["hash"]] = (b, p.encoding)
-        maybe_new = sorted(_known_blocks.unknown(pid, contents))
-        new_blocks: list[str] = []
+        today = now.astimezone(UTC).date()
+        maybe_new = sorted(_known_blocks.unknown(pid, contents, today))
+        touched_blocks: list[str] = []
         if maybe_new:
             rows = [contents[h] for h in maybe_new]
             cur.execute(
                 """
-                INSERT INTO ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,
-                    created_at)
-                SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s
+                INSERT INTO ingest_blockcontent AS c (project_id, hash, message_hashes, chars, tokens,
+                    encoding, created_at, last_seen)
+                SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s, %s
                 FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
                     AS x(hash, mh, chars, tokens, encoding)
-                ON CONFLICT (project_id, hash) DO NOTHING
+                ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
+                    WHERE c.last_seen < EXCLUDED.last_seen
                 RETURNING hash
                 """,
-                [pid, now, _plain_array(maybe_new),
+                [pid, now, today, _plain_array(maybe_new),
                  _text_array([",".join(b["message_hashes"]) for b, _ in rows]),
                  _plain_array([b["chars"] for b, _ in rows]), _plain_array([b["tokens"] for b, _ in rows]),
                  _text_array([enc for _, enc in rows])],
             )
-            new_blocks = [r[0] for r in cur.fetchall()]
+            touched_blocks = [r[0] for r in cur.fetchall()]
         messages: dict[str, dict[str, Any]] = {}
-        for h in new_blocks:
+        for h in touched_blocks:
             b = contents[h][0]
             # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
             # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
@@ -386,16 +403,18 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
             for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
                 if mh not in messages:
                     messages[mh] = m if verbatim else pgtext.escape_message(m)
-        new_messages = sorted(_known_messages.unknown(pid, messages))
+        new_messages = sorted(_known_messages.unknown(pid, messages, today))
         if new_messages:
             cur.execute(
                 """
-                INSERT INTO ingest_messagecontent (project_id, hash, message)
-                SELECT %s, x.hash, x.message FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
-                ON CONFLICT (project_id, hash) DO NOTHING
+                INSERT INTO ingest_messagecontent AS c (project_id, hash, message, last_seen)
+                SELECT %s, x.hash, x.message, %s
+                FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
+                ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
+                    WHERE c.last_seen < EXCLUDED.last_seen
                 """,
-                [pid, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
-                                        checked=True)],
+                [pid, today, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
+                                               checked=True)],
             )
 
         # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
@@ -404,7 +423,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 for p in fresh:
                     for pos, c in enumerate(p.snap["compression"]):
                         copy.write_row(CompressionRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, ts=p.snap["ts"],
+                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                            ts=p.snap["ts"],
                             strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
                             tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
                             ref=pgtext.escape_text(c["ref"])))
@@ -413,7 +433,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 for p in fresh:
                     for pos, r in enumerate(p.snap["recall"]):
                         copy.write_row(RecallRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, memory_id=r["memory_id"],
+                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                            memory_id=r["memory_id"],
                             channel=r["channel"], score=r["score"], rank=r["rank"], injected=r["injected"],
                             stale=r["stale"], conflicting=r["conflicting"], block=r["block"],
                             preview=pgtext.escape_text(r["preview"])))
@@ -422,7 +443,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 for p in fresh:
                     for pos, v in enumerate(p.snap["validation"]):
                         copy.write_row(ValidationRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, layer=v["layer"],
+                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                            layer=v["layer"],
                             check=v["check"], passed=v["passed"], code=v["code"],
                             message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
 
@@ -445,8 +467,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
         )
 
         def _committed() -> None:
-            _known_blocks.add(pid, block_keys)
-            _known_messages.add(pid, message_keys)
+            _known_blocks.add(pid, block_keys, today)
+            _known_messages.add(pid, message_keys, today)
 
         transaction.on_commit(_committed)
     return {p.snap["snapshot_id"]: p.ref for p in fresh}

@@ -40,6 +40,7 @@ urlpatterns = [
         views_settings.project_model_windows,
         name="model_windows",
     ),
+    path("p/<int:project_id>/settings/retention/", views_settings.project_retention, name="retention"),
     path(
         "p/<int:project_id>/settings/keys/<int:key_id>/revoke/", views_settings.key_revoke, name="key_revoke"
     ),

@@ -164,7 +164,8 @@ def _page(request: HttpRequest, project: Project, membership: Membership, **extr
 def _session_or_404(project: Project, session_id: str) -> AgentSession:
     session = selectors.session_get(project=project, session_id=session_id)
     if session is None:
-        raise Http404("no such session")
+        raise Http404(f"Session {session_id} is not stored: its turns have expired (this project keeps "
+                      f"turns {project.retention_days} days after they arrive) or it was never sent.")
     return session
 
 
@@ -435,7 +436,9 @@ def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMes
 def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot:
     snap = selectors.snapshot_by_turn(project=project, session=session, turn=turn)
     if snap is None:
-        raise Http404("no such turn")
+        raise Http404(f"Turn {turn} of session {session.session_id} is not stored: it has expired "
+                      f"(this project keeps turns {project.retention_days} days after they arrive) "
+                      "or was never sent.")
     return snap
 
 

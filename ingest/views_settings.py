@@ -1,5 +1,6 @@
 """Project settings pages (admin): ingest keys, members and their roles, the project's
-network policy for model endpoints and webhooks, and its context-window overrides.
+network policy for model endpoints and webhooks, its context-window overrides, auto-triage
+and how long its turns are kept.
 
 Each view resolves its project with core.access.project_access and requires the admin role.
 """
@@ -18,7 +19,7 @@ from django.views.decorators.http import require_POST
 from config.errors import ApplicationError
 from core import members, registry
 from core.access import project_access
-from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
+from core.models import RETENTION_DAYS_MAX, SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import (
     ingest_key_create,
     ingest_key_revoke,
@@ -32,8 +33,10 @@ from ingest.forms import (
     MemberRoleForm,
     ModelWindowsForm,
     NetworkForm,
+    RetentionForm,
     TriageForm,
 )
+from ingest.services import project_retention_set
 from ingest.views import _page
 
 
@@ -66,6 +69,8 @@ def _settings_ctx(
             "triage_form": TriageForm(
                 initial={"enabled": project.triage_enabled, "daily_calls": project.triage_daily_calls}
             ),
+            "retention_form": RetentionForm(initial={"retention_days": project.retention_days}),
+            "retention_max": RETENTION_DAYS_MAX,
             **section_context,
             **extra,
         },
@@ -213,4 +218,19 @@ def member_remove(request: HttpRequest, project_id: int, membership_id: int) -> 
         messages.success(request, "Member removed.")
     except ApplicationError as e:
         messages.error(request, e.detail)
+    return redirect("ingest:settings", project_id=project.pk)
+
+
+# --- retention ----------------------------------------------------------------
+@login_required
+@require_POST
+def project_retention(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "admin")
+    form = RetentionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "ingest/settings.html",
+                      _settings_ctx(request, project, membership, retention_form=form), status=400)
+    days = form.cleaned_data["retention_days"]
+    project_retention_set(project=project, days=days)
+    messages.success(request, f"Turns are now kept for {days} days after they arrive.")
     return redirect("ingest:settings", project_id=project.pk)

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import page_context, project_access
+from ingest import selectors as ingest_selectors
 from replay import selectors
 from replay.errors import ReplayError
 from replay.models import ModelEndpoint, ReplayRun
@@ -138,12 +139,15 @@ def replay_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
     project, membership = project_access(request, project_id, "viewer")
     job = _job_or_404(project, job_id)
     results = selectors.job_results(job=job)
+    refs = [t["snapshot_ref"] for t in results["turns"]]
+    kept = ingest_selectors.snapshots_existing(project_id=project.pk, snapshot_refs=refs)
     ctx = _page(
         request,
         project,
         membership,
         job=job,
         results=results,
+        expired_refs={r for r in refs if r not in kept},
     )
     if getattr(request, "htmx", False):
         return render(request, "replay/_progress.html", ctx)

@@ -28,8 +28,8 @@ def test_copy_columns_are_the_models_columns(model: type[models.Model]) -> None:
 
 def test_copy_statements_name_the_columns_of_their_row_type() -> None:
     assert store.copy_sql("ingest_validationoutcome", store.ValidationRow._fields) == (
-        'COPY ingest_validationoutcome ("project_id", "snapshot_ref", "position", "layer", "check", "passed",'
-        ' "code", "message", "attempt") FROM STDIN'
+        'COPY ingest_validationoutcome ("project_id", "snapshot_ref", "position", "received_at", "layer",'
+        ' "check", "passed", "code", "message", "attempt") FROM STDIN'
     )
 
 

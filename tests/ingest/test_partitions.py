@@ -1,0 +1,187 @@
+"""Day partitions of the snapshot tables on the real PostgreSQL: created ahead, a default partition
+for any other time, rows moved out of it when their day's partition is made, and a database with
+rows migrated into (and back out of) the partitioned tables."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.executor import MigrationExecutor
+
+from core.models import Project
+from ingest import partitions
+from ingest.models import CompressionEvent, Snapshot
+from ingest.services import snapshot_batch_ingest
+from tests.factories import full_snapshot, snapshot
+
+
+def _where(table: str, **eq: Any) -> list[str]:
+    cond = " AND ".join(f"{k} = %s" for k in eq)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT tableoid::regclass::text FROM {table} WHERE {cond}", list(eq.values()))
+        return [r[0] for r in cur.fetchall()]
+
+
+@pytest.mark.django_db
+def test_the_snapshot_tables_are_partitioned_by_day_with_a_week_ahead() -> None:
+    today = datetime.now(tz=UTC).date()
+    for table in partitions.PARTITIONED_TABLES:
+        with connection.cursor() as cur:
+            cur.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [table])
+            assert cur.fetchone()[0] == "p"
+            cur.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
+                "ORDER BY array_position(i.indkey, a.attnum)",
+                [table],
+            )
+            key = [r[0] for r in cur.fetchall()]
+        assert key[0] == "project_id" and key[-1] == "received_at"
+        days = {p.day for p in partitions.partitions_list(table)}
+        assert None in days  # the default partition
+        assert {today + timedelta(days=n) for n in range(partitions.DAYS_AHEAD + 1)} <= days
+
+
+@pytest.mark.django_db
+def test_ingest_writes_into_todays_partition_and_ensure_is_idempotent(project: Project) -> None:
+    res = snapshot_batch_ingest(project=project, batch=[full_snapshot()])
+    assert res.created == 1
+    ref = Snapshot.objects.get(project=project).id
+    today = datetime.now(tz=UTC).date()
+    assert _where("ingest_snapshot", project_id=project.pk, id=ref) == [
+        partitions.partition_name("ingest_snapshot", today)
+    ]
+    assert _where("ingest_compressionevent", project_id=project.pk, snapshot_ref=ref) == [
+        partitions.partition_name("ingest_compressionevent", today)
+    ]
+    assert partitions.partitions_ensure() == []
+
+
+@pytest.mark.django_db
+def test_rows_beyond_the_partitions_land_in_the_default_one_and_move_when_their_day_is_made(
+    project: Project,
+) -> None:
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="far", turn=0)])
+    far = datetime.now(tz=UTC) + timedelta(days=30)
+    with connection.cursor() as cur:  # as if a clock ran ahead: the row moves to the default partition
+        cur.execute("UPDATE ingest_snapshot SET received_at = %s WHERE project_id = %s", [far, project.pk])
+    snap = Snapshot.objects.get(project=project)
+    assert _where("ingest_snapshot", id=snap.id) == ["ingest_snapshot_default"]
+
+    created = partitions.partitions_ensure(today=far.date(), days_ahead=0)
+
+    assert partitions.partition_name("ingest_snapshot", far.date()) in created
+    assert _where("ingest_snapshot", id=snap.id) == [partitions.partition_name("ingest_snapshot", far.date())]
+    # A resend is still found across partitions.
+    assert (
+        snapshot_batch_ingest(
+            project=project, batch=[snapshot(session_id="far", turn=0, snapshot_id=str(snap.snapshot_id))]
+        ).duplicate
+        == 1
+    )
+
+
+# --- the migration, with rows present -------------------------------------------------------
+BEFORE = [("ingest", "0007_tenancy_moves_to_core")]
+ALIAS = "partition_move"
+
+
+@pytest.fixture
+def scratch_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[BaseDatabaseWrapper]:
+    name = f"ctxobs_parts_{uuid.uuid4().hex[:10]}"
+    with django_db_blocker.unblock():
+        default = connections["default"]
+        with default._nodb_cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        connections.settings[ALIAS] = {**default.settings_dict, "NAME": name}
+        try:
+            yield connections[ALIAS]
+        finally:
+            connections[ALIAS].close()
+            del connections[ALIAS]
+            del connections.settings[ALIAS]
+            with default._nodb_cursor() as cur:
+                cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _migrate(
+    conn: BaseDatabaseWrapper, targets: list[tuple[str, str | None]] | None = None
+) -> MigrationExecutor:
+    executor = MigrationExecutor(conn)
+    executor.migrate(targets if targets is not None else executor.loader.graph.leaf_nodes())
+    return MigrationExecutor(conn)
+
+
+def _seed(executor: MigrationExecutor) -> dict[str, Any]:
+    apps = executor.loader.project_state(BEFORE, at_end=True).apps
+    db = ALIAS
+    old = datetime.now(tz=UTC) - timedelta(days=12)
+    project = apps.get_model("core", "Project").objects.using(db).create(name="shop")
+    apps.get_model("ingest", "AgentSession").objects.using(db).create(
+        project=project, session_id="s-1", first_seen=old, last_seen=old, turn_count=2
+    )
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    for turn, (sid, at) in enumerate(zip(ids, (old, old + timedelta(days=11)), strict=True)):
+        apps.get_model("ingest", "Snapshot").objects.using(db).create(
+            project=project,
+            id=turn + 1,
+            snapshot_id=sid,
+            session_ref=1,
+            session_id="s-1",
+            turn=turn,
+            ts=at,
+            received_at=at,
+            model_name="m",
+            context_window=1000,
+            reserve_tokens=100,
+            total_tokens=10,
+            watermark=0.01,
+            tier="ok",
+            block_hashes=["a" * 32],
+        )
+        apps.get_model("ingest", "CompressionEvent").objects.using(db).create(
+            project=project, snapshot_ref=turn + 1, position=0, ts=at, strategy="truncate"
+        )
+    apps.get_model("ingest", "BlockContent").objects.using(db).create(
+        project=project, hash="a" * 32, message_hashes=["b" * 32], chars=3, created_at=old
+    )
+    return {"project_id": project.pk, "ids": ids, "days": [old.date(), (old + timedelta(days=11)).date()]}
+
+
+def _check(seed: dict[str, Any]) -> None:
+    db = ALIAS
+    snaps = list(Snapshot.objects.using(db).filter(project_id=seed["project_id"]).order_by("turn"))
+    assert [s.snapshot_id for s in snaps] == seed["ids"]
+    events = list(
+        CompressionEvent.objects.using(db).filter(project_id=seed["project_id"]).order_by("snapshot_ref")
+    )
+    assert [(e.snapshot_ref, e.received_at) for e in events] == [(s.id, s.received_at) for s in snaps]
+    with connections[db].cursor() as cur:
+        cur.execute("SELECT tableoid::regclass::text FROM ingest_snapshot ORDER BY turn")
+        assert [r[0] for r in cur.fetchall()] == [
+            partitions.partition_name("ingest_snapshot", d) for d in seed["days"]
+        ]
+        cur.execute("SELECT last_seen FROM ingest_blockcontent")
+        assert cur.fetchone()[0] == datetime.now(tz=UTC).date()
+
+
+def test_existing_rows_move_into_the_day_partitions_and_back(scratch_db: BaseDatabaseWrapper) -> None:
+    seed = _seed(_migrate(scratch_db, BEFORE))
+    _migrate(scratch_db)
+    _check(seed)
+
+    _migrate(scratch_db, BEFORE)
+    with scratch_db.cursor() as cur:
+        cur.execute("SELECT relkind FROM pg_class WHERE oid = 'ingest_snapshot'::regclass")
+        assert cur.fetchone()[0] == "r"
+        cur.execute("SELECT count(*) FROM ingest_snapshot")
+        assert cur.fetchone()[0] == 2
+
+    _migrate(scratch_db)
+    _check(seed)

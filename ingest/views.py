@@ -339,7 +339,7 @@ def _decorate_turn(
     row["segments_title"] = " · ".join(f"{k} {kinds[k]:,}" for k in order)
     row["alerts"] = alerts_by_turn.get(row["turn"], 0)
     row["drift_shown"], row["drift_flag"], row["drift_title"] = _drift_view(
-        row.get("count_drift"), (drifts or {}).get(row["id"]))
+        row.get("count_drift"), (drifts or {}).get(row.get("id", -1)))
     return row
 
 

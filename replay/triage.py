@@ -21,9 +21,11 @@ TIE_EPS = 1e-6
 
 
 def triage_job_spec(*, snapshot_id: str, job_kinds: Sequence[str], title: str = "") -> dict[str, Any]:
-    """The replay job spec a triage of the turn SNAPSHOT_ID runs: a job of kind "attribution"
-    where that kind exists (JOB_KINDS), leave-one-out over every block otherwise."""
-    kind = "attribution" if "attribution" in job_kinds else "loo"
+    """The replay job spec a triage of the turn SNAPSHOT_ID runs: leave-one-out over every block
+    (JOB_KINDS is what the replay app offers)."""
+    # Leave-one-out measures every block of any turn; an attribution job needs at least two blocks
+    # besides the system prompt and the question, which many flagged turns do not have.
+    kind = "loo"
     spec: dict[str, Any] = {"kind": kind, "snapshot_id": snapshot_id, "samples": TRIAGE_SAMPLES}
     if title:
         spec["title"] = title

@@ -35,7 +35,9 @@ def test_attribution_over_a_planted_fact_turn_ranks_the_memory_block_first_alone
         },
     )
     job = wait_job(job.pk, timeout=300)
-    assert job.status == "done" and job.n_done == 19, job.runs.values_list("error", flat=True)
+    # 3 baseline samples and 16 ablations, less one that keeps every source if the seed drew it
+    # (the baseline's own request, planned and never sent).
+    assert job.status == "done" and job.n_done == job.n_runs >= 18, job.runs.values_list("error", flat=True)
     (turn,) = job_results(job=job)["turns"]
     assert all("4417" in r.output_text for r in turn["baseline_runs"])
     # The semantic measure: the local server embedded every answer.

@@ -7,17 +7,44 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.core.management.base import CommandError
+from django.db import OperationalError
+from django.test import Client, testcases
 
 from core.models import Project
 from core.services import project_create
 from ctxobs import tokens
 from tests.processes import Processes, artifacts_dir, process_env
+
+
+# --- the flush after a transactional test ------------------------------------------
+# A test with real workers ends while a worker may still be committing what the test caused
+# (an analysis, a partition check from beat). Django's flush (TRUNCATE of every table) then
+# waits for those locks, and PostgreSQL may pick the TRUNCATE as the victim of a deadlock. That
+# is the test harness's own race, not the product's: the flush is tried again, briefly.
+_fixture_teardown = testcases.TransactionTestCase._fixture_teardown
+FLUSH_ATTEMPTS = 5
+
+
+def _fixture_teardown_retrying(self: testcases.TransactionTestCase) -> None:
+    for attempt in range(1, FLUSH_ATTEMPTS + 1):
+        try:
+            _fixture_teardown(self)
+            return
+        except (CommandError, OperationalError) as exc:
+            cause = exc if isinstance(exc, OperationalError) else exc.__cause__
+            if not isinstance(cause, OperationalError) or attempt == FLUSH_ATTEMPTS:
+                raise
+            time.sleep(0.5 * attempt)
+
+
+testcases.TransactionTestCase._fixture_teardown = _fixture_teardown_retrying  # type: ignore[method-assign]
 
 
 @pytest.fixture

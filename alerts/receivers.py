@@ -29,13 +29,29 @@ def on_lint_findings_stored(sender: Any, *, project_id: int, snapshot_refs: list
     owe those turns an evaluation, recorded with the findings and queued after the commit. The
     evaluation after ingest may have run before the lint; this one sees the findings, and a
     finding already alerted on extends its alert instead of raising another."""
+    from alerts.kinds import LINT_FINDING
+
+    _owe_evaluation(project_id, snapshot_refs, LINT_FINDING)
+
+
+def on_counts_analyzed(sender: Any, *, project_id: int, snapshot_refs: list[int], **kwargs: Any) -> None:
+    """The counts analyzer stored calibrated counts (in this transaction): the count-drift rule
+    judges the drift against the model's usual ratio, which exists only now, so those turns are
+    owed an evaluation when the project has an enabled count-drift rule."""
+    from alerts.kinds import COUNT_DRIFT
+
+    _owe_evaluation(project_id, snapshot_refs, COUNT_DRIFT)
+
+
+def _owe_evaluation(project_id: int, snapshot_refs: list[int], kind: str) -> None:
+    """Record an evaluation of SNAPSHOT_REFS in the current transaction and queue it after the
+    commit, when the project has an enabled rule of KIND."""
     if not snapshot_refs:
         return
-    from alerts.kinds import LINT_FINDING
     from alerts.models import AlertRule
     from alerts.services.evaluation import pending_evaluation_record
 
-    if not AlertRule.objects.filter(project_id=project_id, kind=LINT_FINDING, enabled=True).exists():
+    if not AlertRule.objects.filter(project_id=project_id, kind=kind, enabled=True).exists():
         return
     refs = list(snapshot_refs)
     pending_id = pending_evaluation_record(project_id=project_id, snapshot_refs=refs)

@@ -50,6 +50,10 @@ class Turn:
     n_recall: int = 0
     n_recall_injected: int = 0
     count_drift: float | None = None
+    # The drift is against the model's usual ratio (not against zero).
+    count_drift_calibrated: bool = False
+    # The model has no usual ratio yet and its counts analysis did not flag this turn: no verdict.
+    count_drift_unproven: bool = False
     agent: str = ""
     model: str = ""
     # The biggest block of each kind: (kind, tokens, key); loaded only when a rule needs it.
@@ -216,14 +220,15 @@ def evaluate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding 
         return None  # judged over the project's turns: alerts.services.cache_rules
 
     if kind == COUNT_DRIFT:
-        if current.count_drift is None:
+        if current.count_drift is None or current.count_drift_unproven:
             return None
         drift = abs(current.count_drift)
         if drift * 100 > float(p["drift_pct"]):
+            against = "the model's usual ratio" if current.count_drift_calibrated else "the provider's count"
             return found(
                 current.count_drift * 100,
                 float(p["drift_pct"]),
-                f"Token count drift {current.count_drift * 100:+.0f}% against the provider's count",
+                f"Token count drift {current.count_drift * 100:+.0f}% against {against}",
             )
         return None
 

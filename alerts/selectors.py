@@ -12,6 +12,7 @@ from django.db.models import Count, Max, Q, QuerySet
 
 from alerts.models import Alert, AlertRule, Channel, Delivery
 from alerts.rules import RuleSpec, Turn
+from core import registry
 from ctxobs.wire import unstorable, usable_window
 from ingest.types import TurnRow
 from insights.lint_selectors import checks_by_snapshot
@@ -145,7 +146,43 @@ def kind_max(row: TurnRow) -> tuple[tuple[str, int, str], ...]:
     return tuple(best.values())
 
 
-def _turn(row: TurnRow, lint: dict[int, tuple[str, ...]] | None = None) -> Turn:
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """What the count-drift rule judges for one turn: the drift, whether it is against the
+    model's usual ratio, and whether the rule must wait (see `count_drifts`)."""
+
+    value: float | None
+    calibrated: bool = False
+    unproven: bool = False
+
+
+def count_drifts(*, project_id: int, lines: dict[int, list[TurnRow]]) -> dict[int, Drift]:
+    """The drift the count-drift rule judges, per snapshot ref of LINES (one query).
+
+    Where counts are calibrated (insights' counts analyzer, through core.registry), a turn's drift
+    is measured against its model's usual ratio, not against zero, so a tokenizer's steady offset
+    (cl100k standing in for Gemma's: about -8%) does not alert. A turn not analysed yet has no
+    drift (its analysis owes it an evaluation); before the model has a usual ratio, the rule
+    fires only on a turn the analyzer flagged (its margin is wider for estimated counts). Without
+    an app that calibrates counts, the raw drift against the provider's count."""
+    refs = [r.ref for line in lines.values() for r in line]
+    if not registry.count_drifts_provided():
+        return {r.ref: Drift(r.count_drift) for line in lines.values() for r in line}
+    got = registry.count_drifts(project_id=project_id, snapshot_refs=refs)
+    out: dict[int, Drift] = {}
+    for ref in refs:
+        d = got.get(ref)
+        out[ref] = (
+            Drift(None) if d is None
+            else Drift(d.drift, calibrated=d.usual_drift is not None,
+                       unproven=d.usual_drift is None and not d.flagged)
+        )
+    return out
+
+
+def _turn(row: TurnRow, lint: dict[int, tuple[str, ...]] | None = None,
+          drifts: dict[int, Drift] | None = None) -> Turn:
+    drift = drifts.get(row.ref, Drift(None)) if drifts is not None else Drift(row.count_drift)
     return Turn(
         ref=row.ref,
         turn=row.turn,
@@ -159,7 +196,9 @@ def _turn(row: TurnRow, lint: dict[int, tuple[str, ...]] | None = None) -> Turn:
         n_validation_failed=row.n_validation_failed,
         n_recall=row.n_recall,
         n_recall_injected=row.n_recall_injected,
-        count_drift=row.count_drift,
+        count_drift=drift.value,
+        count_drift_calibrated=drift.calibrated,
+        count_drift_unproven=drift.unproven,
         agent=row.agent,
         model=row.model_name,
         kind_max=kind_max(row),
@@ -167,9 +206,12 @@ def _turn(row: TurnRow, lint: dict[int, tuple[str, ...]] | None = None) -> Turn:
     )
 
 
-def turns_from_rows(rows: list[TurnRow], lint: dict[int, tuple[str, ...]] | None = None) -> list[Turn]:
-    """Turns for the rules; LINT: the lint checks found per snapshot ref, when a rule reads them."""
-    return [_turn(r, lint) for r in rows]
+def turns_from_rows(rows: list[TurnRow], lint: dict[int, tuple[str, ...]] | None = None,
+                    drifts: dict[int, Drift] | None = None) -> list[Turn]:
+    """Turns for the rules; LINT: the lint checks found per snapshot ref, DRIFTS: the count drift
+    the rule judges per snapshot ref (`count_drifts`), each when a rule reads them (without
+    DRIFTS, the raw drift)."""
+    return [_turn(r, lint, drifts) for r in rows]
 
 
 def lint_checks(*, project_id: int, lines: dict[int, list[TurnRow]]) -> dict[int, tuple[str, ...]]:

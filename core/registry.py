@@ -267,6 +267,11 @@ def count_drift_provider_set(provider: CountDrifts) -> None:
     _count_drifts[:] = [provider]
 
 
+def count_drifts_provided() -> bool:
+    """Whether an app calibrates counts: a turn with reported usage will get a CountDrift."""
+    return bool(_count_drifts)
+
+
 def count_drifts(*, project_id: int, snapshot_refs: Sequence[int]) -> Mapping[int, CountDrift]:
     if not _count_drifts or not snapshot_refs:
         return {}

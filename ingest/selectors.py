@@ -289,6 +289,8 @@ def snapshot_full(*, snapshot: Snapshot) -> SnapshotDetail:
     events = snapshot_events(project_id=snapshot.project_id, snapshot_ref=snapshot.id)
     total = snapshot.total_tokens or 0
     usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
+    # The drift against the model's usual ratio, where an app calibrates counts (insights).
+    cal = registry.count_drifts(project_id=snapshot.project_id, snapshot_refs=[snapshot.id]).get(snapshot.id)
     return {
         "snapshot_id": str(snapshot.snapshot_id),
         "session_id": snapshot.session_id,
@@ -334,6 +336,14 @@ def snapshot_full(*, snapshot: Snapshot) -> SnapshotDetail:
             "tier": snapshot.tier,
             "kind_tokens": snapshot.kind_tokens,
             "count_drift": snapshot.count_drift,
+            "count_calibration": None if cal is None else {
+                "drift": cal.drift,
+                "usual_drift": cal.usual_drift,
+                "usual_n": cal.usual_n,
+                "flagged": cal.flagged,
+                "counted": cal.counted,
+                "tokenizer": cal.tokenizer,
+            },
             "prompt_tokens_reported": snapshot.prompt_tokens_reported,
             "prev_turn": snapshot.prev_turn,
             "change": snapshot.change,

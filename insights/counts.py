@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from core import registry
@@ -36,6 +37,11 @@ from insights import counts_tokenizers
 from insights.models import ModelCountRatio, TurnCount
 
 logger = logging.getLogger(__name__)
+
+# Sent inside the transaction that stores the calibrated counts, with project_id and
+# snapshot_refs (the turns analysed). The alerts app owes those turns a count-drift evaluation,
+# recorded in the same transaction: the rule judges the calibrated drift, which exists only now.
+counts_analyzed = Signal()
 
 USUAL_WINDOW = 50
 USUAL_MIN = 5
@@ -199,6 +205,16 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
             reported=i.reported,
             ratio=c.ratio, usual_ratio=c.usual_ratio, usual_n=c.usual_n, drift=c.drift, flagged=c.flagged,
         ))
+    with transaction.atomic():
+        _store(project_id, rows, models, history)
+    flagged = sum(r.flagged for r in rows)
+    if flagged:
+        logger.info("insights.counts_flagged project_id=%s n=%d flagged=%d", project_id, len(rows), flagged)
+
+
+def _store(
+    project_id: int, rows: list[TurnCount], models: list[str], history: dict[str, list[float]]
+) -> None:
     TurnCount.objects.bulk_create(
         rows, update_conflicts=True, unique_fields=["project", "snapshot_ref"],
         update_fields=["received_at", "model_name", "counted", "native", "tokenizer", "reported", "ratio",
@@ -215,9 +231,8 @@ def analyze_counts(*, project_id: int, snapshot_refs: list[int]) -> None:
             usual, update_conflicts=True, unique_fields=["project", "model_name"],
             update_fields=["ratio", "n", "updated_at"],
         )
-    flagged = sum(r.flagged for r in rows)
-    if flagged:
-        logger.info("insights.counts_flagged project_id=%s n=%d flagged=%d", project_id, len(rows), flagged)
+    counts_analyzed.send(
+        sender=TurnCount, project_id=project_id, snapshot_refs=[r.snapshot_ref for r in rows])
 
 
 def register() -> None:

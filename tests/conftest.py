@@ -22,7 +22,6 @@ from core.services import project_create
 from ctxobs import tokens
 from tests.processes import Processes, artifacts_dir, process_env
 
-
 # --- the flush after a transactional test ------------------------------------------
 # A test with real workers ends while a worker may still be committing what the test caused
 # (an analysis, a partition check from beat). Django's flush (TRUNCATE of every table) then

@@ -80,7 +80,10 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
     )
     lint = (selectors.lint_checks(project_id=project_id, lines=lines)
             if any(s.kind == K.LINT_FINDING for s in specs) else None)
-    fired, turn_lines = _findings(lines=lines, refs=refs, specs=specs, window=window, res=res, lint=lint)
+    drifts = (selectors.count_drifts(project_id=project_id, lines=lines)
+              if any(s.kind == K.COUNT_DRIFT for s in specs) else None)
+    fired, turn_lines = _findings(lines=lines, refs=refs, specs=specs, window=window, res=res, lint=lint,
+                                  drifts=drifts)
     if not fired:
         _log_eval(project_id, refs, res, started)
         return res
@@ -141,6 +144,7 @@ def _findings(
     window: int,
     res: EvaluateResult,
     lint: dict[int, tuple[str, ...]] | None = None,
+    drifts: dict[int, selectors.Drift] | None = None,
 ) -> tuple[dict[int, list[R.Finding]], dict[int, list[R.Turn]]]:
     """Findings per session on the requested snapshots and, for a late one, on the turns after
     it within the window; records counts and deferrals in RES."""
@@ -160,7 +164,7 @@ def _findings(
             if row.ref in wanted:
                 targets.update(r.ref for r in line[i : i + window + 1])
         res.evaluated += len(targets)
-        turns = selectors.turns_from_rows(line, lint)
+        turns = selectors.turns_from_rows(line, lint, drifts)
         turn_lines[sref] = turns
         complete: set[int] = set()
         waiting: set[int] = set()

@@ -227,13 +227,15 @@ def rule_preview(
         project_id=project.pk, since=since, limit=max_snapshots, with_blocks=spec.kind == K.BLOCK_SHARE
     )
     lint = selectors.lint_checks(project_id=project.pk, lines=lines) if spec.kind == K.LINT_FINDING else None
+    drifts = (selectors.count_drifts(project_id=project.pk, lines=lines)
+              if spec.kind == K.COUNT_DRIFT else None)
     fired = 0
     sessions = 0
     examples: list[PreviewExample] = []
     n_snapshots = 0
     for rows in lines.values():
         n_snapshots += len(rows)
-        turns = selectors.turns_from_rows(rows, lint)
+        turns = selectors.turns_from_rows(rows, lint, drifts)
         eps = R.episodes_for(R.evaluate_line([spec], turns), {0: spec}).get(0, [])
         if eps:
             sessions += 1

@@ -8,6 +8,7 @@ import pytest
 
 from alerts.services import evaluation as alert_evaluation
 from ingest.models import Snapshot
+from insights import pipeline
 from tests.factories import block, snapshot
 
 
@@ -47,6 +48,9 @@ class Poster:
             Snapshot.objects.filter(project=self.project, snapshot_id__in=ids).values_list("id", flat=True)
         )
         if evaluate:
+            # As the workers do after the commit: the analyzers (the count-drift rule judges the
+            # calibrated counts), then the evaluation.
+            assert pipeline.analyze(project_id=self.project.pk, snapshot_refs=refs) == []
             alert_evaluation.alerts_evaluate(project_id=self.project.pk, snapshot_refs=refs)
         return refs
 

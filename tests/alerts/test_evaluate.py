@@ -150,6 +150,28 @@ def test_count_drift(poster, project):
     assert a.turn == 1 and a.value > 10
 
 
+def test_count_drift_is_judged_against_the_models_usual_ratio(poster, project):
+    """A tokenizer's steady offset (ours 8% under the provider's count on every turn) does not
+    alert, not even before the model's usual ratio is learned; a turn whose context the provider
+    did not get (a dropped message: it counted far fewer tokens) does."""
+    only_rule(project, K.COUNT_DRIFT, drift_pct=5)
+    ours = 2550  # sized_snapshot(fill=0.3): the prompt tokens we count
+
+    def out(prompt_tokens: int) -> dict[str, Any]:
+        return {"text": "ok", "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 3}}
+
+    steady = round(ours / 0.92)
+    for t in range(8):
+        poster.post([sized_snapshot(turn=t, fill=0.3, output=out(steady))])
+    assert alerts_of(project) == []
+    raw = Snapshot.objects.filter(project=project).values_list("count_drift", flat=True)
+    assert all(d == pytest.approx(-0.08, abs=0.005) for d in raw)  # over the rule's 5% against zero
+
+    poster.post([sized_snapshot(turn=8, fill=0.3, output=out(1500))])
+    (a,) = alerts_of(project)
+    assert a.turn == 8 and a.value > 50 and "usual ratio" in a.title
+
+
 @pytest.mark.parametrize(
     ("field", "narrowed_to", "other"),
     [("model", "gpt-4o-mini", "gpt-4o"), ("agent", "billing-bot", "travel-bot")],

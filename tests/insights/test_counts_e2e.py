@@ -19,6 +19,9 @@ import openai
 import pytest
 
 import ctxobs
+from alerts import kinds as K
+from alerts.models import Alert, AlertRule
+from alerts.services import rules as alert_rules
 from core.models import Project
 from ingest.models import Snapshot
 from insights.counts_tokenizers import GgufTokenizer, LlamaServerTokenizer
@@ -115,6 +118,10 @@ def test_a_dropped_system_message_is_flagged_and_ordinary_turns_are_not(
     celery_worker_process: Any, live_server: Any, project_and_key: tuple[Project, str], chatml_server: str
 ) -> None:
     project, key = project_and_key
+    # A count-drift rule tighter than the tokenizer's usual offset: it judges the calibrated drift.
+    AlertRule.objects.filter(project=project).delete()
+    alert_rules.rule_create(project=project, data={"name": "drift", "kind": K.COUNT_DRIFT,
+                                                   "params": {"drift_pct": 5}})
     celery_worker_process.stop("worker")
     celery_worker_process.start("worker", env={"CTXOBS_TOKENIZERS": json.dumps({"gemma": chatml_server})})
     obs = ctxobs.Client(live_server.url, key, spool=False)
@@ -147,3 +154,8 @@ def test_a_dropped_system_message_is_flagged_and_ordinary_turns_are_not(
     # Our count has the second system message; the provider's does not.
     assert dropped.flagged and dropped.drift > 0.3, dropped.drift
     assert dropped.usual_ratio is not None and dropped.usual_n == 6
+    # The rule alerts on the dropped turn alone, once its calibrated count is stored.
+    (alert,) = wait_until(lambda: list(Alert.objects.filter(project=project)) or None, 60,
+                          "the count-drift alert")
+    assert alert.snapshot_ref == snaps[6].id and "usual ratio" in alert.title, alert.title
+    assert Alert.objects.filter(project=project).count() == 1

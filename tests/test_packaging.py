@@ -4,6 +4,7 @@ code imports is declared, and the SDK imports only the base dependencies."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -71,8 +72,15 @@ def _third_party(package: str) -> list[tuple[str, str, bool]]:
     return out
 
 
+@functools.cache
+def _module_distributions() -> dict[str, list[str]]:
+    """Which installed distributions provide each top-level module (a scan of every installed
+    distribution's files: seconds in a large environment, so made once)."""
+    return dict(packages_distributions())
+
+
 def _distributions(module: str) -> set[str]:
-    return {_name(d) for d in packages_distributions().get(module, [])}
+    return {_name(d) for d in _module_distributions().get(module, [])}
 
 
 @pytest.mark.parametrize("package", [*SERVER_PACKAGES, "ctxobs"])

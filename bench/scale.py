@@ -11,7 +11,8 @@ created, migrated and dropped here. Steps:
    the sessions list and the overview (bench/pages.py's measurement, in-process).
 2. The rest up to N, generated the same way, one day partition at a time. Realistic rows: 50-turn
    sessions whose system, tools and memory blocks repeat (a few shared texts), one new block and
-   message per turn, a validation outcome per turn, every fifth turn a recall item.
+   message per turn, a validation outcome per turn, every fifth turn a recall item, and the
+   prompt-cache lens's row of every turn with its day sums (what the overview's cache panel reads).
 3. The same ingest rate and pages at N (against the figures at 100k: within 20% and 1.5x, the same
    query counts), and the disk bytes per snapshot (snapshot, child and content tables and indexes).
 4. Expiry of the oldest day (retention set so that every project's cutoff passes it: the day's
@@ -188,12 +189,67 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
             """,
             p,
         )
+        # The prompt-cache lens's row of every turn (what its analyzer writes after ingest): the
+        # overview's cache panel reads these, so a bench without them would hide its cost.
+        cur.execute(
+            """
+            INSERT INTO insights_turncache (project_id, snapshot_ref, session_ref, turn, received_at, ts,
+                model_name, provider, assembly_version, prev_turn, gap_seconds, prompt_tokens,
+                completion_tokens, n_blocks, prefix_blocks, prefix_tokens, reason, detail, break_position,
+                break_key, break_kind, expected_cached, expected_written, potential_cached, reported_cached,
+                note, cost_no_cache, cost_expected, cost_actual, cost_lost)
+            SELECT project_id, id, session_ref, turn, received_at, ts, model_name, 'openai',
+                   'v' || (1 + turn / 25), prev_turn, CASE WHEN turn > 0 THEN 30 END, total_tokens, 40, 4,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 2 ELSE 3 END,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 600 ELSE 900 END,
+                   CASE WHEN turn = 0 THEN 'first_turn' WHEN turn %% 10 = 7 THEN 'timestamp' ELSE 'tail' END,
+                   '', CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 2 END,
+                   CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 'memory' ELSE '' END,
+                   CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 'memory' ELSE '' END,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 512 ELSE 896 END, 0,
+                   CASE WHEN turn = 0 THEN 0 ELSE 896 END,
+                   CASE WHEN turn %% 2 = 0 AND turn > 0 THEN 896 END, '',
+                   total_tokens * 2.5e-6, total_tokens * 2e-6, total_tokens * 2e-6,
+                   CASE WHEN turn %% 10 = 7 THEN 1e-6 ELSE 0 END
+            FROM ingest_snapshot
+            WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+              AND session_id LIKE 'bulk-' || %(tag)s || '-%%'
+            """,
+            p,
+        )
+        # And the day sums the analyzer keeps beside them, recomputed for the whole day.
+        cur.execute("DELETE FROM insights_cacheday WHERE project_id = %(pid)s AND day = %(d)s::date", p)
+        cur.execute("DELETE FROM insights_cachebreakday WHERE project_id = %(pid)s AND day = %(d)s::date", p)
+        for sql in CACHE_DAY_SUMS:
+            cur.execute(sql, p)
+
+
+CACHE_DAY_SUMS = [
+    """
+    INSERT INTO insights_cacheday (project_id, day, turns, prompt_tokens, cached_tokens, expected_cached,
+        reported_turns, breaks, cost_no_cache, cost_expected, cost_actual, cost_lost, priced_turns)
+    SELECT %(pid)s, %(d)s::date, count(*), sum(prompt_tokens),
+           sum(coalesce(reported_cached, expected_cached)), sum(expected_cached), count(reported_cached),
+           count(*) FILTER (WHERE reason NOT IN ('first_turn', 'kept', 'tail')), sum(cost_no_cache),
+           sum(cost_expected), sum(coalesce(cost_actual, cost_expected)), sum(cost_lost), count(cost_no_cache)
+    FROM insights_turncache
+    WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+    """,
+    """
+    INSERT INTO insights_cachebreakday (project_id, day, break_key, reason, break_kind, turns)
+    SELECT %(pid)s, %(d)s::date, break_key, reason, max(break_kind), count(*)
+    FROM insights_turncache
+    WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+      AND reason NOT IN ('first_turn', 'kept', 'tail')
+    GROUP BY break_key, reason
+    """,
+]
 
 
 def analyze() -> None:
     with connection.cursor() as cur:
         for t in ("ingest_session", "ingest_snapshot", "ingest_blockcontent", "ingest_messagecontent",
-                  "ingest_validationoutcome", "ingest_recallitem"):
+                  "ingest_validationoutcome", "ingest_recallitem", "insights_turncache"):
             cur.execute(f"ANALYZE {t}")
 
 
@@ -340,6 +396,8 @@ def main() -> None:
         "pages_p50_ms": {k: [pages_small[k]["p50_ms"], pages_big[k]["p50_ms"]] for k in pages_small},
         "pages_ratio": {k: ratio(pages_big[k]["p50_ms"], pages_small[k]["p50_ms"]) for k in pages_small},
         "queries": {k: [pages_small[k]["queries"], pages_big[k]["queries"]] for k in pages_small},
+        "slowest_queries": {k: [pages_small[k]["slowest_queries"], pages_big[k]["slowest_queries"]]
+                            for k in pages_small},
         "expiry": expiry,
         "bytes_per_snapshot": round(per_snapshot),
         "load_avg": os.getloadavg(),

@@ -273,10 +273,14 @@ def overview_refresh(*, project_id: int) -> list[date]:
         cur.execute(
             """
             WITH st AS (SELECT coalesce((SELECT covered_snapshot FROM ingest_overview_state
-                                         WHERE project_id = %(pid)s), 0) AS covered)
-            SELECT st.covered, (SELECT max(id) FROM ingest_snapshot WHERE project_id = %(pid)s),
-                   (SELECT coalesce(array_agg(DISTINCT date_trunc('day', ts)::date), '{}')
-                    FROM ingest_snapshot WHERE project_id = %(pid)s AND id > st.covered - %(rescan)s)
+                                         WHERE project_id = %(pid)s), 0) AS covered,
+                               (SELECT max(id) FROM ingest_snapshot WHERE project_id = %(pid)s) AS top)
+            -- The days to recompute are looked up only when something arrived since the last refresh.
+            SELECT covered, top,
+                   CASE WHEN top > covered THEN
+                       (SELECT coalesce(array_agg(DISTINCT date_trunc('day', ts)::date), '{}')
+                        FROM ingest_snapshot WHERE project_id = %(pid)s AND id > st.covered - %(rescan)s)
+                   END
             FROM st
             """,
             {"pid": project_id, "rescan": RESCAN_IDS},

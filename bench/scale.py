@@ -14,7 +14,9 @@ created, migrated and dropped here. Steps:
    message per turn, a validation outcome per turn, every fifth turn a recall item, and the
    prompt-cache lens's row of every turn with its day sums (what the overview's cache panel reads).
 3. The same ingest rate and pages at N (against the figures at 100k: within 20% and 1.5x, the same
-   query counts), and the disk bytes per snapshot (snapshot, child and content tables and indexes).
+   query counts; each page's three slowest queries named), the overview's first view after a new
+   batch of 100 turns (at 100k and at N: the rollup recomputes the days they fall on), and the
+   disk bytes per snapshot (snapshot, child and content tables and indexes).
 4. Expiry of the oldest day (retention set so that every project's cutoff passes it: the day's
    partitions are dropped, its sessions and texts deleted) timed, while the HTTP ingest runs beside
    it; the ingest rate during expiry against the rate at N (within 20%).
@@ -49,7 +51,7 @@ from django.urls import reverse  # noqa: E402
 
 from bench import ingest_rate  # noqa: E402
 from bench.ingest_rate import http_ingest, make_batches, start_server  # noqa: E402
-from bench.pages import measure  # noqa: E402
+from bench.pages import measure, measure_first  # noqa: E402
 
 TURNS = 50
 SMALL = 100_000
@@ -283,6 +285,15 @@ def pages(client: Client, pid: int, sid: str) -> dict[str, Any]:
     return {name: measure(client, url) for name, url in urls.items()}
 
 
+def overview_after_new_batch(client: Client, project: Any, seed: int) -> float:
+    """Server time of the overview's first view after one batch of 100 new turns arrived: the view
+    brings the daily rollup up to date, recomputing the days the new turns fall on."""
+    from ingest.services import snapshot_batch_ingest
+
+    snapshot_batch_ingest(project=project, batch=make_batches(1, seed)[0])
+    return measure_first(client, reverse("ingest:overview", args=[project.pk]) + "?days=30")
+
+
 def http_rate(base: str, key: str, n_batches: int, seed: int) -> dict[str, Any]:
     bodies = [json.dumps({"snapshots": b}).encode() for b in make_batches(n_batches, seed)]
     return http_ingest(base, key, bodies, 4, False)
@@ -328,6 +339,7 @@ def main() -> None:
         rate_small = http_rate(base, key, args.http_batches, 11)
         sid = "bulk-small-7"
         pages_small = pages(client, project.pk, sid)
+        fresh_small = overview_after_new_batch(client, project, 21)
         print(f"at {count():,}: ingest {rate_small['snapshots_per_s']:.0f}/s; "
               f"pages {json.dumps(pages_small)}",
               flush=True)
@@ -346,6 +358,7 @@ def main() -> None:
         # 3. At N.
         rate_big = http_rate(base, key, args.http_batches, 12)
         pages_big = pages(client, project.pk, sid)
+        fresh_big = overview_after_new_batch(client, project, 22)
         per_snapshot = disk_bytes() / count()
         print(f"at {n:,}: ingest {rate_big['snapshots_per_s']:.0f}/s; pages {json.dumps(pages_big)}; "
               f"{per_snapshot:.0f} bytes per snapshot", flush=True)
@@ -396,6 +409,7 @@ def main() -> None:
         "pages_p50_ms": {k: [pages_small[k]["p50_ms"], pages_big[k]["p50_ms"]] for k in pages_small},
         "pages_ratio": {k: ratio(pages_big[k]["p50_ms"], pages_small[k]["p50_ms"]) for k in pages_small},
         "queries": {k: [pages_small[k]["queries"], pages_big[k]["queries"]] for k in pages_small},
+        "overview_after_new_batch_ms": [fresh_small, fresh_big],
         "slowest_queries": {k: [pages_small[k]["slowest_queries"], pages_big[k]["slowest_queries"]]
                             for k in pages_small},
         "expiry": expiry,

@@ -247,6 +247,7 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
     # Per query (by its position in the page's sequence, the same on every run when the count is
     # fixed): its SQL and its time on each run.
     per_query: dict[int, tuple[str, list[float]]] = {}
+    sql_ms: list[float] = []  # per run, the time of all its queries together
     for _ in range(RUNS):
         with CaptureQueriesContext(connection) as q:
             t = time.perf_counter()
@@ -255,6 +256,7 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
             times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200
         counts.add(len(q.captured_queries))
+        sql_ms.append(sum(float(c["time"]) * 1000 for c in q.captured_queries))
         for i, captured in enumerate(q.captured_queries):
             sql, ms = per_query.setdefault(i, (captured["sql"], []))
             ms.append(float(captured["time"]) * 1000)
@@ -266,6 +268,8 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
         "p95_ms": round(times[int(len(times) * 0.95) - 1], 1),
         "max_ms": round(times[-1], 1),
         "queries": sorted(counts),
+        # The database's share of the page (a shared machine's load moves the rest more).
+        "sql_p50_ms": round(statistics.median(sql_ms), 1),
         "slowest_queries": slowest_queries(per_query),
         "bytes": size,
     }

@@ -408,6 +408,8 @@ def main() -> None:
         "ingest_errors": rate_small["errors"] + rate_big["errors"] + during["errors"],
         "pages_p50_ms": {k: [pages_small[k]["p50_ms"], pages_big[k]["p50_ms"]] for k in pages_small},
         "pages_ratio": {k: ratio(pages_big[k]["p50_ms"], pages_small[k]["p50_ms"]) for k in pages_small},
+        "pages_sql_p50_ms": {k: [pages_small[k]["sql_p50_ms"], pages_big[k]["sql_p50_ms"]]
+                             for k in pages_small},
         "queries": {k: [pages_small[k]["queries"], pages_big[k]["queries"]] for k in pages_small},
         "overview_after_new_batch_ms": [fresh_small, fresh_big],
         "slowest_queries": {k: [pages_small[k]["slowest_queries"], pages_big[k]["slowest_queries"]]

@@ -177,3 +177,28 @@ def test_day_sums_are_registered_for_retention_by_whole_days() -> None:
     tables = {t.table: t for t in registry.expiring_tables()}
     for name in ("insights_cacheday", "insights_cachebreakday"):
         assert (tables[name].time_column, tables[name].days) == ("day", True)
+
+
+def test_the_migration_backfills_the_same_day_sums_the_analyzer_keeps(api: Any, project: Any) -> None:
+    import importlib
+
+    from django.db import connection
+
+    snaps = [cache_turn(0, cached=0)] + [
+        cache_turn(i, system=f"You are a travel assistant. Now: 2026-12-01 08:0{i}", cached=0) for i in (1, 2)
+    ]
+    _post(api, snaps)
+    cache_analyze(project_id=project.pk, snapshot_refs=_refs(project, snaps))
+    kept = cache_selectors.project_cache_summary(project_id=project.pk)
+    backfill = importlib.import_module("insights.migrations.0005_cache_days").BACKFILL
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM insights_cacheday")
+        cur.execute("DELETE FROM insights_cachebreakday")
+        for sql in backfill:
+            cur.execute(sql)
+    rebuilt = cache_selectors.project_cache_summary(project_id=project.pk)
+    assert rebuilt.turns == 3 and rebuilt.breaks == kept.breaks == 2
+    assert (rebuilt.prompt_tokens, rebuilt.cached_tokens, rebuilt.priced_turns, rebuilt.breakers) == (
+        kept.prompt_tokens, kept.cached_tokens, kept.priced_turns, kept.breakers)
+    assert rebuilt.cost_lost == pytest.approx(kept.cost_lost)
+    assert rebuilt.cost_actual == pytest.approx(kept.cost_actual)

@@ -58,6 +58,7 @@ TURNS_EACH = 5
 RUNS = 15
 TARGET_MS = 300.0
 TARGET_FAST_MS = 60.0  # p50 of the turn pages and the timeline API
+SQL_PREFIX = 100  # characters of SQL shown per slow query
 TARGET_BROWSER_COLD_MS = 1000.0
 COLD_RUNS = 7
 WARM_RUNS = 6
@@ -243,6 +244,10 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
     times = []
     counts = set()
     size = 0
+    # Per query (by its position in the page's sequence, the same on every run when the count is
+    # fixed): its SQL and its time on each run.
+    per_query: dict[int, tuple[str, list[float]]] = {}
+    sql_ms: list[float] = []  # per run, the time of all its queries together
     for _ in range(RUNS):
         with CaptureQueriesContext(connection) as q:
             t = time.perf_counter()
@@ -251,6 +256,10 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
             times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200
         counts.add(len(q.captured_queries))
+        sql_ms.append(sum(float(c["time"]) * 1000 for c in q.captured_queries))
+        for i, captured in enumerate(q.captured_queries):
+            sql, ms = per_query.setdefault(i, (captured["sql"], []))
+            ms.append(float(captured["time"]) * 1000)
         size = len(body)
     times.sort()
     return {
@@ -259,8 +268,23 @@ def measure(client: Client, url: str, headers: dict[str, str] | None = None) -> 
         "p95_ms": round(times[int(len(times) * 0.95) - 1], 1),
         "max_ms": round(times[-1], 1),
         "queries": sorted(counts),
+        # The database's share of the page (a shared machine's load moves the rest more).
+        "sql_p50_ms": round(statistics.median(sql_ms), 1),
+        "slowest_queries": slowest_queries(per_query),
         "bytes": size,
     }
+
+
+def slowest_queries(per_query: dict[int, tuple[str, list[float]]], n: int = 3) -> list[dict[str, Any]]:
+    """The N queries of a page with the highest median time, each with the first words of its SQL
+    (whitespace folded) and its position in the page's sequence of queries."""
+    ranked = sorted(
+        ((statistics.median(ms), i, sql) for i, (sql, ms) in per_query.items()), reverse=True
+    )[:n]
+    return [
+        {"n": i + 1, "p50_ms": round(med, 1), "sql": " ".join(sql.split())[:SQL_PREFIX]}
+        for med, i, sql in ranked
+    ]
 
 
 def measure_first(client: Client, url: str) -> float:

@@ -11,9 +11,12 @@ created, migrated and dropped here. Steps:
    the sessions list and the overview (bench/pages.py's measurement, in-process).
 2. The rest up to N, generated the same way, one day partition at a time. Realistic rows: 50-turn
    sessions whose system, tools and memory blocks repeat (a few shared texts), one new block and
-   message per turn, a validation outcome per turn, every fifth turn a recall item.
+   message per turn, a validation outcome per turn, every fifth turn a recall item, and the
+   prompt-cache lens's row of every turn with its day sums (what the overview's cache panel reads).
 3. The same ingest rate and pages at N (against the figures at 100k: within 20% and 1.5x, the same
-   query counts), and the disk bytes per snapshot (snapshot, child and content tables and indexes).
+   query counts; each page's three slowest queries named), the overview's first view after a new
+   batch of 100 turns (at 100k and at N: the rollup recomputes the days they fall on), and the
+   disk bytes per snapshot (snapshot, child and content tables and indexes).
 4. Expiry of the oldest day (retention set so that every project's cutoff passes it: the day's
    partitions are dropped, its sessions and texts deleted) timed, while the HTTP ingest runs beside
    it; the ingest rate during expiry against the rate at N (within 20%).
@@ -48,7 +51,7 @@ from django.urls import reverse  # noqa: E402
 
 from bench import ingest_rate  # noqa: E402
 from bench.ingest_rate import http_ingest, make_batches, start_server  # noqa: E402
-from bench.pages import measure  # noqa: E402
+from bench.pages import measure, measure_first  # noqa: E402
 
 TURNS = 50
 SMALL = 100_000
@@ -188,12 +191,67 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
             """,
             p,
         )
+        # The prompt-cache lens's row of every turn (what its analyzer writes after ingest): the
+        # overview's cache panel reads these, so a bench without them would hide its cost.
+        cur.execute(
+            """
+            INSERT INTO insights_turncache (project_id, snapshot_ref, session_ref, turn, received_at, ts,
+                model_name, provider, assembly_version, prev_turn, gap_seconds, prompt_tokens,
+                completion_tokens, n_blocks, prefix_blocks, prefix_tokens, reason, detail, break_position,
+                break_key, break_kind, expected_cached, expected_written, potential_cached, reported_cached,
+                note, cost_no_cache, cost_expected, cost_actual, cost_lost)
+            SELECT project_id, id, session_ref, turn, received_at, ts, model_name, 'openai',
+                   'v' || (1 + turn / 25), prev_turn, CASE WHEN turn > 0 THEN 30 END, total_tokens, 40, 4,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 2 ELSE 3 END,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 600 ELSE 900 END,
+                   CASE WHEN turn = 0 THEN 'first_turn' WHEN turn %% 10 = 7 THEN 'timestamp' ELSE 'tail' END,
+                   '', CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 2 END,
+                   CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 'memory' ELSE '' END,
+                   CASE WHEN turn > 0 AND turn %% 10 = 7 THEN 'memory' ELSE '' END,
+                   CASE WHEN turn = 0 THEN 0 WHEN turn %% 10 = 7 THEN 512 ELSE 896 END, 0,
+                   CASE WHEN turn = 0 THEN 0 ELSE 896 END,
+                   CASE WHEN turn %% 2 = 0 AND turn > 0 THEN 896 END, '',
+                   total_tokens * 2.5e-6, total_tokens * 2e-6, total_tokens * 2e-6,
+                   CASE WHEN turn %% 10 = 7 THEN 1e-6 ELSE 0 END
+            FROM ingest_snapshot
+            WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+              AND session_id LIKE 'bulk-' || %(tag)s || '-%%'
+            """,
+            p,
+        )
+        # And the day sums the analyzer keeps beside them, recomputed for the whole day.
+        cur.execute("DELETE FROM insights_cacheday WHERE project_id = %(pid)s AND day = %(d)s::date", p)
+        cur.execute("DELETE FROM insights_cachebreakday WHERE project_id = %(pid)s AND day = %(d)s::date", p)
+        for sql in CACHE_DAY_SUMS:
+            cur.execute(sql, p)
+
+
+CACHE_DAY_SUMS = [
+    """
+    INSERT INTO insights_cacheday (project_id, day, turns, prompt_tokens, cached_tokens, expected_cached,
+        reported_turns, breaks, cost_no_cache, cost_expected, cost_actual, cost_lost, priced_turns)
+    SELECT %(pid)s, %(d)s::date, count(*), sum(prompt_tokens),
+           sum(coalesce(reported_cached, expected_cached)), sum(expected_cached), count(reported_cached),
+           count(*) FILTER (WHERE reason NOT IN ('first_turn', 'kept', 'tail')), sum(cost_no_cache),
+           sum(cost_expected), sum(coalesce(cost_actual, cost_expected)), sum(cost_lost), count(cost_no_cache)
+    FROM insights_turncache
+    WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+    """,
+    """
+    INSERT INTO insights_cachebreakday (project_id, day, break_key, reason, break_kind, turns)
+    SELECT %(pid)s, %(d)s::date, break_key, reason, max(break_kind), count(*)
+    FROM insights_turncache
+    WHERE project_id = %(pid)s AND received_at >= %(day)s AND received_at < %(day)s + interval '1 day'
+      AND reason NOT IN ('first_turn', 'kept', 'tail')
+    GROUP BY break_key, reason
+    """,
+]
 
 
 def analyze() -> None:
     with connection.cursor() as cur:
         for t in ("ingest_session", "ingest_snapshot", "ingest_blockcontent", "ingest_messagecontent",
-                  "ingest_validationoutcome", "ingest_recallitem"):
+                  "ingest_validationoutcome", "ingest_recallitem", "insights_turncache"):
             cur.execute(f"ANALYZE {t}")
 
 
@@ -225,6 +283,15 @@ def pages(client: Client, pid: int, sid: str) -> dict[str, Any]:
     }
     client.get(urls["overview"])  # the first view builds the daily rollup
     return {name: measure(client, url) for name, url in urls.items()}
+
+
+def overview_after_new_batch(client: Client, project: Any, seed: int) -> float:
+    """Server time of the overview's first view after one batch of 100 new turns arrived: the view
+    brings the daily rollup up to date, recomputing the days the new turns fall on."""
+    from ingest.services import snapshot_batch_ingest
+
+    snapshot_batch_ingest(project=project, batch=make_batches(1, seed)[0])
+    return measure_first(client, reverse("ingest:overview", args=[project.pk]) + "?days=30")
 
 
 def http_rate(base: str, key: str, n_batches: int, seed: int) -> dict[str, Any]:
@@ -272,6 +339,7 @@ def main() -> None:
         rate_small = http_rate(base, key, args.http_batches, 11)
         sid = "bulk-small-7"
         pages_small = pages(client, project.pk, sid)
+        fresh_small = overview_after_new_batch(client, project, 21)
         print(f"at {count():,}: ingest {rate_small['snapshots_per_s']:.0f}/s; "
               f"pages {json.dumps(pages_small)}",
               flush=True)
@@ -290,6 +358,7 @@ def main() -> None:
         # 3. At N.
         rate_big = http_rate(base, key, args.http_batches, 12)
         pages_big = pages(client, project.pk, sid)
+        fresh_big = overview_after_new_batch(client, project, 22)
         per_snapshot = disk_bytes() / count()
         print(f"at {n:,}: ingest {rate_big['snapshots_per_s']:.0f}/s; pages {json.dumps(pages_big)}; "
               f"{per_snapshot:.0f} bytes per snapshot", flush=True)
@@ -339,7 +408,12 @@ def main() -> None:
         "ingest_errors": rate_small["errors"] + rate_big["errors"] + during["errors"],
         "pages_p50_ms": {k: [pages_small[k]["p50_ms"], pages_big[k]["p50_ms"]] for k in pages_small},
         "pages_ratio": {k: ratio(pages_big[k]["p50_ms"], pages_small[k]["p50_ms"]) for k in pages_small},
+        "pages_sql_p50_ms": {k: [pages_small[k]["sql_p50_ms"], pages_big[k]["sql_p50_ms"]]
+                             for k in pages_small},
         "queries": {k: [pages_small[k]["queries"], pages_big[k]["queries"]] for k in pages_small},
+        "overview_after_new_batch_ms": [fresh_small, fresh_big],
+        "slowest_queries": {k: [pages_small[k]["slowest_queries"], pages_big[k]["slowest_queries"]]
+                            for k in pages_small},
         "expiry": expiry,
         "bytes_per_snapshot": round(per_snapshot),
         "load_avg": os.getloadavg(),

@@ -116,12 +116,14 @@ def session_markers(
 
 # Tables of derived rows that belong to a turn (another app's per-turn findings or figures). Retention
 # removes a project's rows older than its cutoff from each registered table together with the turns
-# they belong to: TIME_COLUMN holds the turn's received time, PROJECT_COLUMN its project.
+# they belong to: TIME_COLUMN holds the turn's received time, PROJECT_COLUMN its project. A table of
+# daily sums has DAYS set and a date (UTC) in TIME_COLUMN: a day goes once the cutoff has passed all of it.
 @dataclass(frozen=True)
 class ExpiringTable:
     table: str
     time_column: str
     project_column: str = "project_id"
+    days: bool = False
 
 
 _expiring: dict[str, ExpiringTable] = {}

@@ -54,6 +54,9 @@ class AgentSession(models.Model):
         ]
         indexes = [
             models.Index(fields=["project", "-last_seen"], name="session_recent_idx"),
+            # The overview counts a period's sessions (hot, alerted) from this index alone.
+            models.Index(fields=["project", "last_seen"], include=["max_tier", "alert_count"],
+                         name="session_seen_cover_idx"),
             models.Index(fields=["project", "agent", "-last_seen"], name="session_agent_idx"),
             models.Index(fields=["project", "-max_watermark"], name="session_watermark_idx"),
         ]

@@ -72,7 +72,9 @@ def _derived_delete(*, project_id: int | None, before: datetime) -> int:
     """Rows of the registered derived tables older than BEFORE (of one project, or of all)."""
     n = 0
     for t in registry.expiring_tables():
-        where = f'"{t.time_column}" < %s'
+        # A day of sums stays while part of it is kept: it goes once the cutoff has passed its end.
+        where = (f'"{t.time_column}" < (%s::timestamptz AT TIME ZONE \'UTC\')::date' if t.days
+                 else f'"{t.time_column}" < %s')
         if project_id is not None:
             where += f' AND "{t.project_column}" = %s'
         params: list[Any] = [before] + ([project_id] if project_id is not None else [])

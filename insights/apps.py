@@ -28,6 +28,8 @@ class InsightsConfig(AppConfig):
         registry.expiring_table_add(
             registry.ExpiringTable(table="insights_turncache", time_column="received_at")
         )
+        for table in ("insights_cacheday", "insights_cachebreakday"):
+            registry.expiring_table_add(registry.ExpiringTable(table=table, time_column="day", days=True))
         registry.turn_page_extension_add(cache_extensions.TURN_CACHE)
         registry.timeline_overlays_add("insights.cache", cache_extensions.timeline_overlays)
         registry.overview_panel_add(cache_extensions.OVERVIEW_PANEL)

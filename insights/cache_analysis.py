@@ -1,15 +1,18 @@
 """The prompt-cache lens's analyzer: per new turn (and the turn after it, whose previous turn
 a late arrival changes), the figures of insights.cache, written to `insights_turncache`.
 
-Idempotent: each run recomputes the rows of its turns and replaces them."""
+Idempotent: each run recomputes the rows of its turns and replaces them, and moves the daily sums
+(`insights_cacheday`, `insights_cachebreakday`) by the difference between the new rows and the
+ones they replace."""
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import Signal
 
 from core.models import Project
@@ -126,6 +129,82 @@ def turn_cache_row(
     )
 
 
+_DAY_SUMS_LOCK = 0x6361_6368  # advisory lock namespace of a project's cache rows and day sums
+_OLD_ROWS_SQL = """
+    SELECT received_at, prompt_tokens, expected_cached, reported_cached, reason, break_key, break_kind,
+           cost_no_cache, cost_expected, cost_actual, cost_lost
+    FROM insights_turncache WHERE project_id = %s AND snapshot_ref = ANY(%s)
+"""
+_DAY_SUMS_SQL = """
+WITH d AS (
+    INSERT INTO insights_cacheday AS t (project_id, day, turns, prompt_tokens, cached_tokens,
+        expected_cached, reported_turns, breaks, cost_no_cache, cost_expected, cost_actual, cost_lost,
+        priced_turns)
+    SELECT %(p)s, * FROM unnest(%(day)s::date[], %(turns)s::bigint[], %(prompt)s::bigint[],
+        %(cached)s::bigint[], %(expected)s::bigint[], %(reported)s::bigint[], %(breaks)s::bigint[],
+        %(no_cache)s::float8[], %(c_expected)s::float8[], %(c_actual)s::float8[], %(lost)s::float8[],
+        %(priced)s::bigint[])
+    ON CONFLICT (project_id, day) DO UPDATE SET
+        turns = t.turns + EXCLUDED.turns, prompt_tokens = t.prompt_tokens + EXCLUDED.prompt_tokens,
+        cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens,
+        expected_cached = t.expected_cached + EXCLUDED.expected_cached,
+        reported_turns = t.reported_turns + EXCLUDED.reported_turns, breaks = t.breaks + EXCLUDED.breaks,
+        cost_no_cache = t.cost_no_cache + EXCLUDED.cost_no_cache,
+        cost_expected = t.cost_expected + EXCLUDED.cost_expected,
+        cost_actual = t.cost_actual + EXCLUDED.cost_actual, cost_lost = t.cost_lost + EXCLUDED.cost_lost,
+        priced_turns = t.priced_turns + EXCLUDED.priced_turns
+)
+INSERT INTO insights_cachebreakday AS t (project_id, day, break_key, reason, break_kind, turns)
+SELECT %(p)s, * FROM unnest(%(b_day)s::date[], %(b_key)s::text[], %(b_reason)s::text[], %(b_kind)s::text[],
+                            %(b_turns)s::bigint[])
+ON CONFLICT (project_id, day, break_key, reason) DO UPDATE SET
+    turns = t.turns + EXCLUDED.turns, break_kind = greatest(t.break_kind, EXCLUDED.break_kind)
+"""
+_DAY_FIELDS = ("turns", "prompt", "cached", "expected", "reported", "breaks", "no_cache", "c_expected",
+               "c_actual", "lost", "priced")
+
+
+def _day_sums_apply(*, project_id: int, rows: list[TurnCache]) -> None:
+    """Move the day sums by what ROWS change: minus the stored rows they replace, plus their own.
+    Inside the transaction that writes ROWS; the project's lock makes the read of the stored rows
+    and the write one step, so two analyses of the same turn at once cannot both count it."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_DAY_SUMS_LOCK, project_id])
+        cur.execute(_OLD_ROWS_SQL, [project_id, [r.snapshot_ref for r in rows]])
+        old = cur.fetchall()
+        days: dict[Any, list[float]] = {}
+        breaks: dict[tuple[Any, str, str], list[Any]] = {}
+
+        def add(sign: int, received_at: Any, prompt: int, expected: int, reported: int | None, reason: str,
+                key: str, kind: str, no_cache: float | None, c_expected: float | None,
+                c_actual: float | None, lost: float | None) -> None:
+            day = received_at.astimezone(UTC).date()
+            broke = reason not in C.NOT_BREAKS
+            sums = days.setdefault(day, [0] * len(_DAY_FIELDS))
+            for i, v in enumerate((
+                1, prompt, reported if reported is not None else expected, expected, reported is not None,
+                broke, no_cache or 0.0, c_expected or 0.0,
+                c_actual if c_actual is not None else (c_expected or 0.0), lost or 0.0, no_cache is not None,
+            )):
+                sums[i] += sign * v
+            if broke:
+                b = breaks.setdefault((day, key, reason), [kind, 0])
+                b[1] += sign
+
+        for o in old:
+            add(-1, *o)
+        for r in rows:
+            add(1, r.received_at, r.prompt_tokens, r.expected_cached, r.reported_cached, r.reason,
+                r.break_key, r.break_kind, r.cost_no_cache, r.cost_expected, r.cost_actual, r.cost_lost)
+        params: dict[str, Any] = {"p": project_id, "day": list(days)}
+        for i, name in enumerate(_DAY_FIELDS):
+            params[name] = [sums[i] for sums in days.values()]
+        params.update(b_day=[k[0] for k in breaks], b_key=[k[1] for k in breaks],
+                      b_reason=[k[2] for k in breaks], b_kind=[v[0] for v in breaks.values()],
+                      b_turns=[v[1] for v in breaks.values()])
+        cur.execute(_DAY_SUMS_SQL, params)
+
+
 def cache_analyze_batch(*, project_id: int, snapshot_refs: list[int]) -> None:
     """The analyzer registered as "cache" (insights.pipeline)."""
     cache_analyze(project_id=project_id, snapshot_refs=snapshot_refs)
@@ -160,6 +239,7 @@ def cache_analyze(*, project_id: int, snapshot_refs: list[int]) -> int:
         if not f.primary_key and f.name not in ("project", "snapshot_ref")
     ]
     with transaction.atomic():
+        _day_sums_apply(project_id=project_id, rows=rows)
         TurnCache.objects.bulk_create(
             rows,
             update_conflicts=True,

@@ -64,3 +64,56 @@ class TurnCache(models.Model):
     def cached(self) -> int:
         """The cache reads the turn had: reported by the provider, else expected."""
         return self.reported_cached if self.reported_cached is not None else self.expected_cached
+
+
+class CacheDay(models.Model):
+    """The sums of one UTC day of a project's `TurnCache` rows (by the turn's arrival), kept by
+    the analyzer as it writes them, so that the overview reads one row per day shown rather than
+    one per turn."""
+
+    project = models.ForeignKey(
+        "core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False, related_name="+"
+    )
+    day = models.DateField()
+    turns = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)  # reported where reported, else expected
+    expected_cached = models.BigIntegerField(default=0)
+    reported_turns = models.BigIntegerField(default=0)
+    breaks = models.BigIntegerField(default=0)
+    cost_no_cache = models.FloatField(default=0.0)
+    cost_expected = models.FloatField(default=0.0)
+    cost_actual = models.FloatField(default=0.0)
+    cost_lost = models.FloatField(default=0.0)
+    priced_turns = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "insights_cacheday"
+        constraints = [models.UniqueConstraint(fields=["project", "day"], name="insights_cacheday_uniq")]
+
+    def __str__(self) -> str:
+        return f"cache sums of {self.day}"
+
+
+class CacheBreakDay(models.Model):
+    """How many of one UTC day's turns broke the cache at one block for one reason."""
+
+    project = models.ForeignKey(
+        "core.Project", on_delete=models.CASCADE, db_index=False, db_constraint=False, related_name="+"
+    )
+    day = models.DateField()
+    break_key = models.CharField(max_length=128)
+    reason = models.CharField(max_length=32)
+    break_kind = models.CharField(max_length=20, blank=True, default="")
+    turns = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "insights_cachebreakday"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "day", "break_key", "reason"], name="insights_cachebreakday_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"cache breaks at {self.break_key} on {self.day}"

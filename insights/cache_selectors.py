@@ -4,7 +4,7 @@ timeline overlay and the hit rate per assembly version (for the alert rule)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
@@ -172,11 +172,53 @@ def session_cache_summary(*, project_id: int, session_ref: int) -> CacheSummary:
     return _summary("AND session_ref = %(s)s", {"p": project_id, "s": session_ref})
 
 
+_DAYS_SUMMARY = """
+    SELECT coalesce(sum(turns), 0), coalesce(sum(prompt_tokens), 0), coalesce(sum(cached_tokens), 0),
+           coalesce(sum(expected_cached), 0), coalesce(sum(reported_turns), 0), coalesce(sum(breaks), 0),
+           coalesce(sum(cost_no_cache), 0), coalesce(sum(cost_expected), 0), coalesce(sum(cost_actual), 0),
+           coalesce(sum(cost_lost), 0), coalesce(sum(priced_turns), 0)
+    FROM insights_cacheday WHERE project_id = %(p)s {where}
+"""
+_DAYS_BREAKERS = """
+    SELECT break_key, max(break_kind), sum(n)::bigint, array_agg(reason ORDER BY reason),
+           array_agg(n ORDER BY reason)
+    FROM (SELECT break_key, reason, max(break_kind) AS break_kind, sum(turns) AS n FROM insights_cachebreakday
+          WHERE project_id = %(p)s {where} GROUP BY break_key, reason HAVING sum(turns) > 0) x
+    GROUP BY break_key ORDER BY sum(n) DESC, break_key LIMIT %(n)s
+"""
+
+
 def project_cache_summary(*, project_id: int, since: datetime | None = None) -> CacheSummary:
-    """The cache figures of a project's turns received since SINCE (all when None; two queries)."""
-    if since is None:
-        return _summary("", {"p": project_id})
-    return _summary("AND received_at >= %(since)s", {"p": project_id, "since": since})
+    """The cache figures of a project's turns received on the UTC day of SINCE and after (all when
+    None). Read from the day sums the analyzer keeps: two queries, one row per day (and per
+    breaking block and reason), whatever the number of turns."""
+    where = "AND day >= %(since)s" if since is not None else ""
+    args = {"p": project_id, "since": since.astimezone(UTC).date() if since is not None else None,
+            "n": TOP_BREAKERS}
+    with connection.cursor() as cur:
+        cur.execute(_DAYS_SUMMARY.format(where=where), args)
+        row = cur.fetchone()
+        cur.execute(_DAYS_BREAKERS.format(where=where), args)
+        brows = cur.fetchall()
+    breakers = []
+    for key, kind, n, reasons, counts in brows:
+        ordered = sorted(zip(reasons, counts, strict=True), key=lambda rc: (-rc[1], rc[0]))
+        breakers.append(Breaker(key=key, kind=kind, turns=int(n),
+                                reasons=", ".join(REASONS.get(r, r) for r, c in ordered if c > 0)))
+    return CacheSummary(
+        turns=int(row[0]),
+        prompt_tokens=int(row[1]),
+        cached_tokens=int(row[2]),
+        expected_cached=int(row[3]),
+        reported_turns=int(row[4]),
+        breaks=int(row[5]),
+        cost_no_cache=float(row[6]),
+        cost_expected=float(row[7]),
+        cost_actual=float(row[8]),
+        cost_lost=float(row[9]),
+        priced_turns=int(row[10]),
+        breakers=breakers,
+    )
 
 
 def session_cache_line(*, project_id: int, session_ref: int) -> list[tuple[int, int, int, str]]:

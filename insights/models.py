@@ -113,6 +113,10 @@ class ModelCountRatio(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name}: {self.ratio:.3f}"
-from insights.cache_models import TurnCache  # noqa: E402 - the prompt-cache lens's table
+from insights.cache_models import (  # noqa: E402 - the prompt-cache lens's tables
+    CacheBreakDay,
+    CacheDay,
+    TurnCache,
+)
 
-__all__ = ["PendingAnalysis", "TurnCache"]
+__all__ = ["CacheBreakDay", "CacheDay", "PendingAnalysis", "TurnCache"]

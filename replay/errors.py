@@ -19,3 +19,17 @@ class NotFound(ReplayError):
 
 class Forbidden(ReplayError):
     status_code = 403
+
+
+def turn_expired(retention_days: int) -> str:
+    """Why a replay or triage of a turn that retention removed cannot run: the words the run,
+    the job page and the triage show."""
+    return f"turn expired: this project keeps turns {retention_days} days after they arrive"
+
+
+class TurnGone(NotFound):
+    """A turn named to replay is not stored: expired, or never sent."""
+
+    def __init__(self, what: str, retention_days: int) -> None:
+        super().__init__(f"no such {what} in this project: {turn_expired(retention_days)}, "
+                         "or it was never sent")

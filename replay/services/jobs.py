@@ -16,7 +16,7 @@ from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
 from replay import ablation, attribution
-from replay.errors import EndpointError, NotFound, VariantError
+from replay.errors import EndpointError, NotFound, TurnGone, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
 from replay.types import PlanEstimate, SkippedTurn
@@ -146,7 +146,7 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
     if spec.get("snapshot_id"):
         snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=spec["snapshot_id"])
         if snap is None:
-            raise NotFound("no such snapshot in this project")
+            raise TurnGone("snapshot", project.retention_days)
         # A session_id given too names the snapshot's session: a mismatch is a wrong reference.
         if spec.get("session_id") and str(spec["session_id"]) != snap.session_id:
             raise NotFound("no such snapshot in that session")
@@ -159,7 +159,7 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
     if spec.get("session_id"):
         session = ingest_selectors.session_get(project=project, session_id=str(spec["session_id"]))
         if session is None:
-            raise NotFound("no such session in this project")
+            raise TurnGone("session", project.retention_days)
         sessions = [session]
     elif "filter" in spec:
         # No condition at all selects every session; the per-job bound below still holds.

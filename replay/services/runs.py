@@ -22,7 +22,7 @@ from core.models import Project
 from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
 from replay import ablation, endpoints
-from replay.errors import ReplayError, VariantError
+from replay.errors import ReplayError, VariantError, turn_expired
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.model_endpoints import _api_key
 from replay.types import ChatRequest
@@ -220,7 +220,8 @@ def replay_run_request(*, project: Project, variant: ReplayVariant) -> ChatReque
     that still apply (removing the tool definitions' block removes `tools`)."""
     snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=variant.snapshot_uuid)
     if snap is None:
-        raise VariantError("the snapshot of this variant is gone")
+        # It was stored when the job was made: retention has removed it since.
+        raise VariantError(turn_expired(project.retention_days))
     blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snap.ref)
     return ablation.render_variant(blocks, variant.operations, snap.params)
 
@@ -347,6 +348,22 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             and run.next_attempt_at > now + timedelta(seconds=1)
         ):
             return RunOutcome("not_yet", retry_in=(run.next_attempt_at - now).total_seconds())
+        if not ingest_selectors.snapshots_existing(
+            project_id=job.project_id, snapshot_refs=[run.variant.snapshot_ref]
+        ):
+            # Retention removed the turn after the job was made: the run ends here, without a
+            # model call or a retry, and says why.
+            run.status = ReplayRun.Status.FAILED
+            run.error = turn_expired(job.project.retention_days)
+            run.finished_at = now
+            run.claim = None
+            run.lease_expires_at = None
+            run.next_attempt_at = None
+            run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at",
+                                    "next_attempt_at"])
+            transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
+            logger.info("replay.run_turn_expired run_id=%s job_id=%s", run_id, job.pk)
+            return RunOutcome("turn_expired")
         claim = uuid.uuid4()
         run.status = ReplayRun.Status.RUNNING
         run.claim = claim

@@ -20,7 +20,7 @@ from core import registry
 from core.models import Project
 from ingest import selectors as ingest_selectors
 from replay import selectors, triage
-from replay.errors import ReplayError
+from replay.errors import ReplayError, TurnGone, turn_expired
 from replay.models import TRIAGE_FINISHED, JobStatus, ReplayJob, ReplayRun, Triage, TriageBudget
 from replay.services import jobs
 
@@ -213,6 +213,9 @@ def triage_start(*, triage_id: int) -> str:
         )
         try:
             plan = jobs.replay_job_plan(project=project, spec=spec)
+        except TurnGone:
+            # The turn was stored when it was flagged: retention has removed it since.
+            return _skip(t, turn_expired(project.retention_days))
         except ReplayError as exc:
             return _skip(t, f"nothing to attribute: {exc.detail}")
         calls = int(plan.estimate["model_calls"])
@@ -253,7 +256,7 @@ def _enqueue_finish(triage_id: int, *, countdown: float) -> None:
 def triage_finish(*, triage_id: int) -> float | None:
     """Attach the verdict of a running triage whose job has ended; the seconds until the next
     look while the job runs, else None. Safe to run twice."""
-    t = Triage.objects.select_related("job").filter(pk=triage_id).first()
+    t = Triage.objects.select_related("job", "project").filter(pk=triage_id).first()
     if t is None or t.status != Triage.Status.RUNNING:
         return None
     job = t.job
@@ -287,9 +290,11 @@ def triage_finish(*, triage_id: int) -> float | None:
                 .first()
             )
             cur.status = Triage.Status.FAILED
-            cur.reason = (f"no block could be measured: {error}" if error else "no block could be measured")[
-                :500
-            ]
+            if error and error == turn_expired(t.project.retention_days):
+                cur.reason = error  # its runs found the turn removed by retention
+            else:
+                cur.reason = (f"no block could be measured: {error}" if error
+                              else "no block could be measured")[:500]
             cur.result = dict(result) if result else None
         else:
             cur.status, cur.result = Triage.Status.DONE, dict(result)

@@ -178,6 +178,22 @@ def test_whole_days_are_dropped_once_every_projects_retention_has_passed_them(de
 
 
 @pytest.mark.django_db
+def test_day_sums_go_once_the_cutoff_has_passed_the_whole_day() -> None:
+    from insights.cache_models import CacheBreakDay, CacheDay
+
+    p = _project("p", 5)
+    now = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
+    cutoff = retention.project_cutoff(p, now)  # 28 November, 15:00: part of that day is kept
+    days = [cutoff.date() - timedelta(days=1), cutoff.date(), now.date()]
+    for d in days:
+        CacheDay.objects.create(project=p, day=d, turns=1)
+        CacheBreakDay.objects.create(project=p, day=d, break_key="system", reason="timestamp", turns=1)
+    retention.expire(now=now)
+    assert sorted(CacheDay.objects.filter(project=p).values_list("day", flat=True)) == days[1:]
+    assert sorted(CacheBreakDay.objects.filter(project=p).values_list("day", flat=True)) == days[1:]
+
+
+@pytest.mark.django_db
 def test_a_session_keeps_its_recent_turns_with_its_counts_recomputed() -> None:
     p = _project("p", 5)
     snapshot_batch_ingest(project=p, batch=_session("s", 3))

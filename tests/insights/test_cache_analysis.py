@@ -3,9 +3,11 @@ figures; idempotent, late turns, retention registration, the per-session and pro
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from core import registry
 from ingest import selectors
@@ -121,6 +123,82 @@ def test_reads_are_set_based(api: Any, project: Any, django_assert_max_num_queri
     snaps = [cache_turn(i, session_id=f"s-{i % 3}") for i in range(12)]
     _post(api, snaps)
     refs = _refs(project, snaps)
-    # pairs, blocks (3), prices, the upsert (savepoint + insert) and the rules of alerts.
-    with django_assert_max_num_queries(10):
+    # pairs, blocks (3), prices, the project's lock, the rows replaced, the day sums, the upsert
+    # (savepoint + insert) and the rules of alerts.
+    with django_assert_max_num_queries(13):
         cache_analyze(project_id=project.pk, snapshot_refs=refs)
+
+
+def _row_sums(project: Any) -> tuple[Any, ...]:
+    """The project's figures summed over its rows, as the day sums must have them."""
+    rows = list(TurnCache.objects.filter(project=project))
+    return (
+        len(rows),
+        sum(r.prompt_tokens for r in rows),
+        sum(r.cached for r in rows),
+        sum(r.expected_cached for r in rows),
+        sum(1 for r in rows if r.reported_cached is not None),
+        sum(1 for r in rows if r.reason not in C.NOT_BREAKS),
+        pytest.approx(sum(r.cost_lost or 0.0 for r in rows)),
+        sum(1 for r in rows if r.cost_no_cache is not None),
+    )
+
+
+def _day_sums(project: Any, since: Any = None) -> tuple[Any, ...]:
+    p = cache_selectors.project_cache_summary(project_id=project.pk, since=since)
+    return (p.turns, p.prompt_tokens, p.cached_tokens, p.expected_cached, p.reported_turns, p.breaks,
+            p.cost_lost, p.priced_turns)
+
+
+def test_day_sums_follow_repeated_and_late_analyses(api: Any, project: Any) -> None:
+    t0, t1, t2, t3 = (cache_turn(0, cached=0), cache_turn(1, cached=3200),
+                      cache_turn(2, system="You are a travel assistant. Now: 2026-12-01 08:01", cached=0),
+                      cache_turn(3, system="You are a travel assistant. Now: 2026-12-01 08:02", cached=0))
+    _post(api, [t0, t2, t3])
+    cache_analyze(project_id=project.pk, snapshot_refs=_refs(project, [t0, t2, t3]))
+    assert _day_sums(project) == _row_sums(project)
+    # The same turns again: rows replaced, sums unchanged.
+    cache_analyze(project_id=project.pk, snapshot_refs=_refs(project, [t0, t2, t3]))
+    assert _day_sums(project)[0] == 3
+    # A late turn changes the row of the turn after it: the sums move by the difference.
+    _post(api, [t1])
+    cache_analyze(project_id=project.pk, snapshot_refs=_refs(project, [t1]))
+    sums = _day_sums(project)
+    assert sums == _row_sums(project) and sums[0] == 4 and sums[5] == 2
+    p = cache_selectors.project_cache_summary(project_id=project.pk)
+    assert [b.key for b in p.breakers] == ["system"] and p.breakers[0].turns == 2
+    assert "date or time" in p.breakers[0].reasons
+    # A period that starts after today holds nothing.
+    later = timezone.now() + timedelta(days=1)
+    assert cache_selectors.project_cache_summary(project_id=project.pk, since=later).turns == 0
+
+
+def test_day_sums_are_registered_for_retention_by_whole_days() -> None:
+    tables = {t.table: t for t in registry.expiring_tables()}
+    for name in ("insights_cacheday", "insights_cachebreakday"):
+        assert (tables[name].time_column, tables[name].days) == ("day", True)
+
+
+def test_the_migration_backfills_the_same_day_sums_the_analyzer_keeps(api: Any, project: Any) -> None:
+    import importlib
+
+    from django.db import connection
+
+    snaps = [cache_turn(0, cached=0)] + [
+        cache_turn(i, system=f"You are a travel assistant. Now: 2026-12-01 08:0{i}", cached=0) for i in (1, 2)
+    ]
+    _post(api, snaps)
+    cache_analyze(project_id=project.pk, snapshot_refs=_refs(project, snaps))
+    kept = cache_selectors.project_cache_summary(project_id=project.pk)
+    backfill = importlib.import_module("insights.migrations.0005_cache_days").BACKFILL
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM insights_cacheday")
+        cur.execute("DELETE FROM insights_cachebreakday")
+        for sql in backfill:
+            cur.execute(sql)
+    rebuilt = cache_selectors.project_cache_summary(project_id=project.pk)
+    assert rebuilt.turns == 3 and rebuilt.breaks == kept.breaks == 2
+    assert (rebuilt.prompt_tokens, rebuilt.cached_tokens, rebuilt.priced_turns, rebuilt.breakers) == (
+        kept.prompt_tokens, kept.cached_tokens, kept.priced_turns, kept.breakers)
+    assert rebuilt.cost_lost == pytest.approx(kept.cost_lost)
+    assert rebuilt.cost_actual == pytest.approx(kept.cost_actual)

@@ -154,7 +154,11 @@ def _database_from_url(url: str) -> dict[str, object]:
         "PORT": str(parsed.port or ""),
         "CONN_MAX_AGE": env_int("CTXOBS_DB_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {"connect_timeout": env_int("CTXOBS_DB_CONNECT_TIMEOUT", 5), **query},
+        # JIT compilation off: the pages' queries are short, and once a table's size pushes a
+        # plan's estimated cost past PostgreSQL's JIT threshold, compiling it costs more than
+        # the query (docs/scale.md). An `options` in DATABASE_URL's query replaces this.
+        "OPTIONS": {"connect_timeout": env_int("CTXOBS_DB_CONNECT_TIMEOUT", 5), "options": "-c jit=off",
+                    **query},
         "TEST": {"NAME": env_str("CTXOBS_TEST_DB_NAME") or None},
     }
 

@@ -290,6 +290,9 @@ CTXOBS_TOKENIZERS = env_str("CTXOBS_TOKENIZERS", "")
 # expiry (ingest.retention) removes what each project's retention has passed.
 CTXOBS_PARTITIONS_EVERY_S = env_float("CTXOBS_PARTITIONS_EVERY_S", 3600.0)
 CTXOBS_EXPIRE_EVERY_S = env_float("CTXOBS_EXPIRE_EVERY_S", 3600.0)
+# After each batch of deletes, expiry rests this many times the batch's own duration, leaving the
+# database to ingest (1.0: at most half its time; 0: no rest).
+CTXOBS_EXPIRE_PAUSE = env_float("CTXOBS_EXPIRE_PAUSE", 1.0)
 CELERY_BEAT_SCHEDULE["ingest.partitions_ensure"] = {
     "task": "ingest.partitions_ensure",
     "schedule": CTXOBS_PARTITIONS_EVERY_S,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -54,11 +55,20 @@ def project_cutoff(project: Project, now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(days=project.retention_days)
 
 
+def _rest(started: float) -> None:
+    """After a batch that began at STARTED (perf_counter): rest CTXOBS_EXPIRE_PAUSE times its
+    duration, so that ingest, which shares the database, keeps its rate while expiry runs."""
+    pause = float(settings.CTXOBS_EXPIRE_PAUSE)
+    if pause > 0:
+        time.sleep(min(5.0, pause * (time.perf_counter() - started)))
+
+
 def _delete_batches(sql: str, params: list[Any]) -> int:
     """Run a bounded DELETE (SQL must delete at most BATCH rows) until it deletes fewer; the rows
-    deleted. Each batch commits on its own."""
+    deleted. Each batch commits on its own, then rests (`_rest`)."""
     total = 0
     while True:
+        started = time.perf_counter()
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             cur.execute(sql, params)
@@ -66,6 +76,7 @@ def _delete_batches(sql: str, params: list[Any]) -> int:
         total += n
         if n < BATCH:
             return total
+        _rest(started)
 
 
 def _derived_delete(*, project_id: int | None, before: datetime) -> int:
@@ -91,7 +102,11 @@ def _sessions_settle(refs: Iterable[tuple[int, int]]) -> int:
     their turn count and first time from the turns they keep. The sessions deleted."""
     pending = sorted(set(refs))
     deleted = 0
+    started = time.perf_counter()
     for i in range(0, len(pending), 1000):
+        if i:
+            _rest(started)
+            started = time.perf_counter()
         chunk = pending[i:i + 1000]
         pids, ids = [p for p, _ in chunk], [s for _, s in chunk]
         with transaction.atomic(), connection.cursor() as cur:
@@ -132,6 +147,7 @@ def _project_rows_delete(project_id: int, cutoff: datetime, report: ExpiryReport
     sessions they belonged to."""
     sessions: set[tuple[int, int]] = set()
     while True:
+        started = time.perf_counter()
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             cur.execute(
@@ -161,6 +177,7 @@ def _project_rows_delete(project_id: int, cutoff: datetime, report: ExpiryReport
         sessions.update((project_id, r) for r in refs)
         if n < BATCH:
             break
+        _rest(started)
     # Child rows whose turn went in an earlier, interrupted run.
     for t in CHILD_TABLES:
         _delete_batches(

@@ -298,6 +298,14 @@ CELERY_BEAT_SCHEDULE["ingest.partitions_ensure"] = {
     "schedule": CTXOBS_PARTITIONS_EVERY_S,
     "options": {"expires": CTXOBS_PARTITIONS_EVERY_S},
 }
+# The overview's daily rollup is brought up to date this often; a page view does it itself only
+# while that is cheap (ingest.dashboard.INLINE_REFRESH_MAX_TURNS).
+CTXOBS_OVERVIEW_REFRESH_S = env_float("CTXOBS_OVERVIEW_REFRESH_S", 30.0)
+CELERY_BEAT_SCHEDULE["ingest.overview_refresh"] = {
+    "task": "ingest.overview_refresh",
+    "schedule": CTXOBS_OVERVIEW_REFRESH_S,
+    "options": {"expires": CTXOBS_OVERVIEW_REFRESH_S},
+}
 CELERY_BEAT_SCHEDULE["ingest.expire"] = {
     "task": "ingest.expire",
     "schedule": CTXOBS_EXPIRE_EVERY_S,

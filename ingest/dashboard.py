@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, cast
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from core import registry, textdiff
 from core.models import Project
@@ -262,10 +263,38 @@ LEFT JOIN per_strategy ps USING (day)
 """
 
 
-def overview_refresh(*, project_id: int) -> list[date]:
+# The overview's periods, in days (None: all time), as its view offers them.
+OVERVIEW_RANGES: dict[str, int | None] = {"1": 1, "7": 7, "30": 30, "90": 90, "all": None}
+# A view brings the rollup up to date itself only while the days to recompute hold at most this
+# many turns (about 0.1 s of work); past it, the beat task `ingest.overview_refresh` does, and the
+# page says how fresh its figures are.
+INLINE_REFRESH_MAX_TURNS = 20_000
+
+
+def _period_start(today: date, days: int | None) -> date | None:
+    return None if days is None else today - timedelta(days=days - 1)
+
+
+def _session_counts_sql(today: date) -> tuple[str, list[Any]]:
+    """One statement counting a project's sessions (all, hot, alerted) seen in each period."""
+    cols: list[str] = []
+    args: list[Any] = []
+    for days in OVERVIEW_RANGES.values():
+        start = _period_start(today, days)
+        seen = "true" if start is None else "last_seen >= %s"
+        for extra in ("", " AND max_tier IN ('force', 'break')", " AND alert_count > 0"):
+            cols.append(f"count(*) FILTER (WHERE {seen}{extra})")
+            if start is not None:
+                args.append(start)
+    return f"SELECT {', '.join(cols)} FROM ingest_session WHERE project_id = %s", args  # noqa: S608
+
+
+def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[date] | None:
     """Bring the daily rollup of PROJECT_ID up to date: recompute every day that snapshots added
-    since the last refresh fall on (late ones for old days included). Returns those days. Safe to
-    run concurrently: a refresh already running for the project makes this one return at once."""
+    since the last refresh fall on (late ones for old days included), and count the sessions of
+    each period. Returns those days; None when MAX_TURNS is given and those days hold more turns
+    than that (nothing is done: the beat task refreshes). Safe to run concurrently: a refresh
+    already running for the project makes this one return at once."""
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_ROLLUP_LOCK, project_id])
         if not cur.fetchone()[0]:
@@ -293,6 +322,14 @@ def overview_refresh(*, project_id: int) -> list[date]:
             {"pid": project_id, "after": covered - RESCAN_IDS},
         )
         days = cur.fetchone()[0]
+        if max_turns is not None:
+            cur.execute(
+                "SELECT coalesce(sum(turns), 0) FROM ingest_overview_day"
+                " WHERE project_id = %s AND day = ANY(%s::date[])",
+                [project_id, days],
+            )
+            if cur.fetchone()[0] > max_turns:
+                return None
         params = {
             "pid": project_id,
             "days": days,
@@ -305,26 +342,50 @@ def overview_refresh(*, project_id: int) -> list[date]:
             params,
         )
         cur.execute(_REFRESH_DAYS_SQL, params)
+        today = timezone.now().astimezone(UTC).date()
+        sql, args = _session_counts_sql(today)
+        cur.execute(sql, [*args, project_id])
+        row = cur.fetchone()
+        counts: dict[str, Any] = {"day": today.isoformat()}
+        for i, key in enumerate(OVERVIEW_RANGES):
+            counts[key] = list(row[3 * i : 3 * i + 3])
         cur.execute(
             """
-            INSERT INTO ingest_overview_state (project_id, covered_snapshot, refreshed_at)
-            VALUES (%s, %s, now())
+            INSERT INTO ingest_overview_state (project_id, covered_snapshot, refreshed_at, session_counts)
+            VALUES (%s, %s, now(), %s::jsonb)
             ON CONFLICT (project_id) DO UPDATE
-            SET covered_snapshot = EXCLUDED.covered_snapshot, refreshed_at = EXCLUDED.refreshed_at
+            SET covered_snapshot = EXCLUDED.covered_snapshot, refreshed_at = EXCLUDED.refreshed_at,
+                session_counts = EXCLUDED.session_counts
             """,
-            [project_id, top],
+            [project_id, top, json.dumps(counts)],
         )
     return list(days)
 
 
-def project_overview(*, project: Project, since: date | None) -> ProjectOverview:
-    """Aggregates of PROJECT from the day SINCE on (all time when None), read from the daily
-    rollup after bringing it up to date: the cost follows the number of days shown and the
-    snapshots new since the last view, not the project's history."""
+def overview_refresh_all() -> int:
+    """Bring every project's overview rollup up to date, however much arrived (the beat task);
+    the projects refreshed."""
+    from core.models import Project
+
+    n = 0
+    for pid in Project.objects.order_by("pk").values_list("pk", flat=True):
+        if overview_refresh(project_id=pid):
+            n += 1
+    return n
+
+
+def project_overview(*, project: Project, period: str = "30") -> ProjectOverview:
+    """Aggregates of PROJECT over PERIOD (a key of OVERVIEW_RANGES: the last N days, or all
+    time), read from the daily rollup and its session counts: the cost follows the number of
+    days shown, not the project's history. The view brings the rollup up to date first when
+    that is cheap (INLINE_REFRESH_MAX_TURNS); otherwise the figures are those of the last
+    refresh (`as_of`, `behind`), which the beat task makes."""
     from ctxobs.wire import TIERS
 
     pid = project.pk
-    overview_refresh(project_id=pid)
+    today = timezone.now().astimezone(UTC).date()
+    since = _period_start(today, OVERVIEW_RANGES[period])
+    behind = overview_refresh(project_id=pid, max_turns=INLINE_REFRESH_MAX_TURNS) is None
     since_sql = "AND day >= %s" if since is not None else ""
     args: list[Any] = [since] if since is not None else []
     out = cast(ProjectOverview, {})  # filled key by key below
@@ -340,16 +401,28 @@ def project_overview(*, project: Project, since: date | None) -> ProjectOverview
         # Django has psycopg hand jsonb over as text.
         days = [(*d[:9], *(json.loads(j) for j in d[9:])) for d in cur.fetchall()]
         cur.execute(
-            f"""
-            SELECT count(*), count(*) FILTER (WHERE max_tier IN ('force', 'break')),
-                   count(*) FILTER (WHERE alert_count > 0)
-            FROM ingest_session WHERE project_id = %s {since_sql.replace("day", "last_seen")}
-            """,  # noqa: S608
-            [pid, *args],
+            "SELECT refreshed_at, session_counts FROM ingest_overview_state WHERE project_id = %s", [pid]
         )
-        n_sessions, n_hot, n_alerted = cur.fetchone()
+        state = cur.fetchone()
+        as_of, stored = (state[0], json.loads(state[1])) if state else (None, {})
+        if stored.get("day") == today.isoformat() and period in stored:
+            n_sessions, n_hot, n_alerted = stored[period]
+        else:
+            # Counted at the last refresh for another day (or never): counted now.
+            cur.execute(
+                f"""
+                SELECT count(*), count(*) FILTER (WHERE max_tier IN ('force', 'break')),
+                       count(*) FILTER (WHERE alert_count > 0)
+                FROM ingest_session WHERE project_id = %s {since_sql.replace("day", "last_seen")}
+                """,  # noqa: S608
+                [pid, *args],
+            )
+            n_sessions, n_hot, n_alerted = cur.fetchone()
 
     midnight = time(tzinfo=UTC)
+    out["since"] = since
+    out["as_of"] = as_of
+    out["behind"] = behind
     out["days"] = [datetime.combine(d[0], midnight) for d in days]
     out["sessions"] = [d[1] for d in days]
     out["turns"] = [d[2] for d in days]

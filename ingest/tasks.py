@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from ingest import partitions, retention
+from ingest import dashboard, partitions, retention
 
 
 @shared_task(name="ingest.partitions_ensure", acks_late=True, ignore_result=True)
@@ -17,3 +17,9 @@ def partitions_ensure_task() -> int:
 def expire_task() -> int:
     """Remove the turns past each project's retention (ingest.retention); the turns removed."""
     return retention.expire().snapshots_deleted
+
+
+@shared_task(name="ingest.overview_refresh", acks_late=True, ignore_result=True)
+def overview_refresh_task() -> int:
+    """Bring every project's overview rollup up to date (ingest.dashboard); the projects refreshed."""
+    return dashboard.overview_refresh_all()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from core import pgtext
@@ -201,6 +201,9 @@ class SnapshotDerived(TypedDict):
     tier: str
     kind_tokens: dict[str, int]
     count_drift: float | None
+    # The drift against the model's usual ratio (core.registry.CountDrift's fields), where an app
+    # calibrates counts and has analysed the turn; else None.
+    count_calibration: dict[str, Any] | None
     prompt_tokens_reported: int | None
     prev_turn: int | None
     change: BlockChange | dict[str, Any]  # {} until the turn-to-turn change is derived
@@ -354,6 +357,9 @@ class OverviewTotals(TypedDict):
 class ProjectOverview(TypedDict):
     """A project's aggregates per day from a given day on, for the overview page."""
 
+    since: date | None  # the period's first day; None: all time
+    as_of: datetime | None  # when the rollup was last brought up to date
+    behind: bool  # turns arrived since then that the beat task has yet to count
     days: list[datetime]
     sessions: list[int]
     turns: list[int]

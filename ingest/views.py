@@ -16,7 +16,6 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,7 +29,6 @@ from django.db import DatabaseError, connection
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import http_date
 from django.views.decorators.http import require_GET
 
@@ -52,7 +50,6 @@ SESSIONS_PER_PAGE = 50
 TURNS_PER_PAGE = 100
 PREVIEW_CHARS = 1500
 PREVIEW_MESSAGES = 12
-OVERVIEW_RANGES = {"1": 1, "7": 7, "30": 30, "90": 90}
 
 
 class SignInView(auth_views.LoginView):
@@ -228,12 +225,11 @@ def home(request: HttpRequest) -> HttpResponse:
 def overview(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id)
     days = request.GET.get("days", "30")
-    if days not in OVERVIEW_RANGES and days != "all":
+    if days not in dashboard.OVERVIEW_RANGES:
         days = "30"
     # Whole days, the rollup's grain: "7 days" is today and the six before it.
-    today = timezone.now().astimezone(UTC).date()
-    since = None if days == "all" else today - timedelta(days=OVERVIEW_RANGES[days] - 1)
-    stats = dashboard.project_overview(project=project, since=since)
+    stats = dashboard.project_overview(project=project, period=days)
+    since = stats["since"]
     th = project.thresholds
     figures = {
         "fig-activity": charts.activity_figure(

@@ -356,6 +356,36 @@ def test_overview_rollup_follows_new_and_late_snapshots(admin_client: Client, pr
     assert {s for _, s, _ in again["compression"]} == {"rolling_summary"}
 
 
+def test_a_big_day_is_counted_by_the_beat_task_and_the_page_says_how_fresh_it_is(
+    admin_client: Client, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past INLINE_REFRESH_MAX_TURNS turns on the days to recompute, a view reads the rollup as
+    it is and says since when; the beat task's refresh counts the new turns and the sessions."""
+    from ingest import dashboard
+    from ingest.tasks import overview_refresh_task
+
+    url = reverse("ingest:overview", args=[project.pk])
+    ingest(project, demo_session(turns=6, compress_at=3))
+    first = admin_client.get(url, {"days": "all"})
+    assert first.context["stats"]["totals"]["turns"] == 6 and not first.context["stats"]["behind"]
+    assert 'id="overview-as-of"' not in first.content.decode()
+    monkeypatch.setattr(dashboard, "INLINE_REFRESH_MAX_TURNS", 5)  # the day now holds 6
+    ingest(project, demo_session(session_id="later", turns=4, compress_at=2))
+    behind = admin_client.get(url, {"days": "all"})
+    stats = behind.context["stats"]
+    assert stats["behind"] and stats["totals"]["turns"] == 6 and stats["totals"]["sessions"] == 1
+    assert 'id="overview-as-of"' in behind.content.decode()
+    assert overview_refresh_task.apply().get() == 1  # the beat task, run here
+    fresh = admin_client.get(url, {"days": "all"}).context["stats"]
+    assert not fresh["behind"] and fresh["totals"]["turns"] == 10 and fresh["totals"]["sessions"] == 2
+    for period in ("1", "30", "all"):  # each period's count, as stored, is the sessions' own count
+        stats = admin_client.get(url, {"days": period}).context["stats"]
+        live = AgentSession.objects.filter(project=project)
+        if stats["since"] is not None:
+            live = live.filter(last_seen__date__gte=stats["since"])
+        assert stats["totals"]["sessions"] == live.count()
+
+
 def test_plotly_js_is_served_from_the_package(client: Client) -> None:
     import plotly
 

@@ -167,6 +167,14 @@ def test_timeline_and_turn_page_show_the_drift_against_the_usual_ratio(api, proj
     bad = c.get(f"/p/{project.pk}/s/steady/t/7/").content.decode()
     assert 'id="count-drift" class="bad"' in bad and "(25.0% drift)" in bad
 
+    # The read API: the raw drift as ingest derived it, and the analyzer's calibration beside it.
+    sid = Snapshot.objects.get(project=project, id=dropped[0]).snapshot_id
+    derived = api.get(f"/snapshots/{sid}").json()["derived"]
+    cal = derived["count_calibration"]
+    assert cal["drift"] == pytest.approx(0.25, abs=0.005) and cal["flagged"] and cal["usual_n"] == 7
+    assert cal["usual_drift"] == pytest.approx(-0.13, abs=0.005)
+    assert derived["count_drift"] == pytest.approx(1250 / round(1000 / 0.87) - 1, abs=0.005)
+
 
 def test_the_turn_page_explains_openais_overhead_for_this_turn(api, project) -> None:
     snap = snapshot(session_id="oa", turn=0, model="gpt-4o")

@@ -314,6 +314,10 @@ def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[d
         covered, top = cur.fetchone()
         if top is None or top <= covered:
             return []
+        if max_turns is not None and top - covered > max_turns:
+            # More new snapshots than the bound (ids are drawn in order; gaps only overcount):
+            # even looking up their days would cost more than the bound allows.
+            return None
         cur.execute(
             """
             SELECT coalesce(array_agg(DISTINCT date_trunc('day', ts)::date), '{}')

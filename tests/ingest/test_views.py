@@ -378,6 +378,12 @@ def test_a_big_day_is_counted_by_the_beat_task_and_the_page_says_how_fresh_it_is
     assert overview_refresh_task.apply().get() == 1  # the beat task, run here
     fresh = admin_client.get(url, {"days": "all"}).context["stats"]
     assert not fresh["behind"] and fresh["totals"]["turns"] == 10 and fresh["totals"]["sessions"] == 2
+    # More new turns than the bound: not even their days are looked up.
+    monkeypatch.setattr(dashboard, "INLINE_REFRESH_MAX_TURNS", 2)
+    ingest(project, demo_session(session_id="third", turns=3))
+    assert dashboard.overview_refresh(project_id=project.pk, max_turns=2) is None
+    assert admin_client.get(url, {"days": "all"}).context["stats"]["totals"]["turns"] == 10
+    assert overview_refresh_task.apply().get() == 1
     for period in ("1", "30", "all"):  # each period's count, as stored, is the sessions' own count
         stats = admin_client.get(url, {"days": period}).context["stats"]
         live = AgentSession.objects.filter(project=project)

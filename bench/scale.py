@@ -315,6 +315,35 @@ def overview_after_new_batch(client: Client, project: Any, seed: int) -> tuple[f
 ROUNDS = 3
 
 
+def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
+    """Where one batch of 100 snapshots spends its time, in process: the median batch time, the
+    part spent in statements Django sees (COPY goes around it), and the slowest statements."""
+    import statistics
+    from collections import defaultdict
+
+    from django.test.utils import CaptureQueriesContext
+
+    from ingest.services import snapshot_batch_ingest
+
+    per: dict[str, list[float]] = defaultdict(list)
+    totals, sql = [], []
+    for i in range(n):
+        batch = make_batches(1, seed * 10 + i)[0]
+        with CaptureQueriesContext(connection) as q:
+            t = time.perf_counter()
+            snapshot_batch_ingest(project=project, batch=batch)
+            totals.append((time.perf_counter() - t) * 1000)
+        sql.append(sum(float(x["time"]) for x in q.captured_queries) * 1000)
+        for x in q.captured_queries:
+            per[" ".join(x["sql"].split())[:90]].append(float(x["time"]) * 1000)
+    slow = sorted(((statistics.median(v), k) for k, v in per.items()), reverse=True)[:5]
+    return {
+        "batch_ms": round(statistics.median(totals), 1),
+        "sql_ms": round(statistics.median(sql), 1),
+        "slowest": [{"p50_ms": round(m, 1), "sql": k} for m, k in slow],
+    }
+
+
 def http_rate(base: str, key: str, n_batches: int, seed: int, rounds: int = ROUNDS) -> dict[str, Any]:
     """The ingest rate over HTTP: ROUNDS runs of N_BATCHES batches of 100, the median run's rate
     (one run of a few seconds on a shared machine is mostly noise); errors summed."""
@@ -370,6 +399,7 @@ def main() -> None:
         sid = "bulk-small-7"
         pages_small = pages(client, project.pk, sid)
         fresh_small = overview_after_new_batch(client, project, 21)
+        stmts_small = ingest_statements(project, 31)
         print(f"at {count():,}: ingest {rate_small['snapshots_per_s']:.0f}/s; "
               f"pages {json.dumps(pages_small)}",
               flush=True)
@@ -389,6 +419,7 @@ def main() -> None:
         rate_big = http_rate(base, key, args.http_batches, 12)
         pages_big = pages(client, project.pk, sid)
         fresh_big = overview_after_new_batch(client, project, 22)
+        stmts_big = ingest_statements(project, 32)
         per_snapshot = disk_bytes() / count()
         print(f"at {n:,}: ingest {rate_big['snapshots_per_s']:.0f}/s; pages {json.dumps(pages_big)}; "
               f"{per_snapshot:.0f} bytes per snapshot", flush=True)
@@ -434,6 +465,7 @@ def main() -> None:
                          "at_n": round(rate_big["snapshots_per_s"]),
                          "during_expiry": round(during["snapshots_per_s"])},
         "ingest_rounds_per_s": {"at_100k": rate_small["rounds_per_s"], "at_n": rate_big["rounds_per_s"]},
+        "ingest_batch_in_process": {"at_100k": stmts_small, "at_n": stmts_big},
         "ingest_end_vs_start": ratio(rate_big["snapshots_per_s"], rate_small["snapshots_per_s"]),
         "ingest_during_expiry_vs_end": ratio(during["snapshots_per_s"], rate_big["snapshots_per_s"]),
         "ingest_errors": rate_small["errors"] + rate_big["errors"] + during["errors"],

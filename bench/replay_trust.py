@@ -254,9 +254,13 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
     att_eq_job, att_eq, att_eq_n = run_job(
         project, endpoint, {"kind": "attribution", "ablations": equal, "seed": 0, **common}
     )
-    att_job, att_turn, att_n = run_job(
-        project, endpoint, {"kind": "attribution", "ablations": args.ablations, "seed": 0, **common}
-    )
+    if args.ablations == equal:
+        # The same job again would only answer from the same ablations.
+        att_job, att_turn, att_n = att_eq_job, att_eq, {**att_eq_n, "calls": 0, "runs": 0, "reused": 0}
+    else:
+        att_job, att_turn, att_n = run_job(
+            project, endpoint, {"kind": "attribution", "ablations": args.ablations, "seed": 0, **common}
+        )
     base_runs = list(loo["baseline_runs"])
     base_texts = [r.output_text for r in base_runs]
     sent = agent_call(wire)
@@ -296,8 +300,11 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
         "attribution_equal": {**attribution_row(att_eq), "ablations": equal},
         "attribution_equal_memory_first_alone": attribution_row(att_eq)["memory_first_alone"],
         "jobs": {"loo": loo_n, "attribution_equal": att_eq_n, "attribution": att_n},
-        "estimate": {"loo": loo_job.estimate, "attribution_equal": att_eq_job.estimate,
-                     "attribution": att_job.estimate},
+        "estimate": {
+            "loo": loo_job.estimate,
+            "attribution_equal": att_eq_job.estimate,
+            "attribution": att_job.estimate,
+        },
     }
 
 
@@ -305,10 +312,15 @@ def share(rows: list[dict[str, Any]], key: str) -> float | None:
     return round(sum(1 for r in rows if r[key]) / len(rows), 4) if rows else None
 
 
+def _mean(values: list[int]) -> float | None:
+    return round(sum(values) / len(values), 2) if values else None
+
+
 def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
     had = [r for r in rows if r["baseline_has_fact"]]
     kinds = ("loo", "attribution_equal", "attribution")
-    calls = {k: [r["jobs"][k]["calls"] for r in rows] for k in kinds}
+    # A job not run (the default count equal to leave-one-out's) counts in no average.
+    calls = {k: [r["jobs"][k]["calls"] for r in rows if r["jobs"][k]["runs"]] for k in kinds}
     reused = sum(r["jobs"][k]["reused"] for r in rows for k in kinds)
     made = sum(sum(v) for v in calls.values())
     pairs = [(r, k) for r in had for k in IRRELEVANT]
@@ -320,7 +332,8 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
         "irrelevant_moves_less": share(had, "irrelevant_moves_less"),
         "irrelevant_moves_less_per_block": (
             round(sum(1 for r, k in pairs if r["irrelevant_moves_less_each"][k]) / len(pairs), 4)
-            if pairs else None
+            if pairs
+            else None
         ),
         "irrelevant_moves_less_by_block": {
             k: sum(1 for r in had if r["irrelevant_moves_less_each"][k]) for k in IRRELEVANT
@@ -330,9 +343,9 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
         "attribution_equal_memory_first_alone": share(had, "attribution_equal_memory_first_alone"),
         "loo_memory_first_alone": share(had, "loo_memory_first_alone"),
         "loo_sources_memory_first_alone": share(had, "loo_sources_memory_first_alone"),
-        "calls_per_job": {k: round(sum(v) / len(v), 2) if v else None for k, v in calls.items()},
+        "calls_per_job": {k: _mean(v) for k, v in calls.items()},
         "runs_per_job": {
-            k: round(sum(r["jobs"][k]["runs"] for r in rows) / len(rows), 2) if rows else None for k in kinds
+            k: _mean([r["jobs"][k]["runs"] for r in rows if r["jobs"][k]["runs"]]) for k in kinds
         },
         # Of the answers the three jobs needed, the share a reused baseline sample gave without a call.
         "baseline_reuse_share": round(reused / (made + reused), 4) if made + reused else None,

@@ -1,29 +1,47 @@
 """Can a replay verdict be trusted? Planted-fact turns against the real local model.
 
-    .venv/bin/python bench/replay_trust.py [--turns 24] [--ablations 8] [--samples 1]
+    .venv/bin/python bench/replay_trust.py [--turns 24] [--samples 3] [--ablations 32] [--log F]
+    .venv/bin/python bench/replay_trust.py --summarize F     # the summary of a (partial) log
 
 The last line printed is one JSON object. Uses the PostgreSQL of DATABASE_URL (or the embedded
 one) on a throwaway database of its own (created and dropped here). It starts the embedded local
-model (replay.localmodel: Gemma 3 270M behind llama-cpp-python's server) and builds TURNS
-planted-fact turns itself: a fact (a code, a number, a reference) that lives only in the memory
-block, a question about it in the user block, and irrelevant tool definitions, history and a
-retrieved document around them. Each turn is ingested through the HTTP API, then two jobs run
-through the replay service functions (replay_job_create, and replay_run_execute for each run, as
-the worker runs them, one after another):
+model (replay.localmodel: Gemma 3 270M, a small *base* model, behind llama-cpp-python's server)
+and builds TURNS planted-fact turns itself. Each has eight blocks: a system prompt with two
+worked examples of the answer's shape (about other details, other values), tool definitions, a
+memory block holding the fact (a number; it is nowhere else), a two-message history, a retrieved
+document, a tool result, a conversation summary, and the question ("What is my locker code?").
 
-- a leave-one-out job (SAMPLES baseline samples, one variant per block);
-- an attribution job (SAMPLES baseline samples, ABLATIONS random ablations of the blocks besides
-  the system prompt and the question).
+The "agent" of these turns talked to the server's completions API with ctxobs's transcript of
+its messages and its stops (`agent_call`): a base model continues a transcript ending in
+"Assistant:" with the answer, where the server's chat format (llama-2's, the GGUF has no
+template) makes it ramble. The endpoint is therefore set to the completions mode, and each row
+checks that the baseline's request body is byte for byte the agent's (`request_as_sent`).
 
-It reports, over the turns whose baseline answer contains the fact:
-- `without_memory_lost_fact`: the share where the answer without memory no longer has it (>= 95%);
+Each turn is ingested through the HTTP API, then jobs run through the replay service functions
+(replay_job_create, and replay_run_execute for each run, as the worker runs them):
+
+- a leave-one-out job (SAMPLES baseline samples, one variant per block: 8 calls);
+- an attribution job with as many ablations as leave-one-out made variant calls (8), over the six
+  sources between the system prompt and the question: attribution at leave-one-out's cost;
+- an attribution job with ABLATIONS ablations (the product's default is 32), unless that is the
+  same count.
+Later jobs reuse the turn's baseline samples (same endpoint, model and request).
+
+It reports, over the turns whose baseline samples all state the fact (as a whole token):
+- `without_memory_lost_fact`: the share where the answer without memory no longer states it
+  (target >= 95%);
 - `irrelevant_moves_less`: the share where removing each irrelevant block (tools, history,
-  retrieval) moves the answer less than removing memory (combined distance, replay.measures;
-  >= 90%);
-- `attribution_memory_first_alone`: the share where attribution ranks memory first, with a
-  score above every other block's (>= 80%); and the same for leave-one-out's ranking;
-- model calls per job, and the baseline-reuse share (reported by the jobs' estimate once the
-  service reuses baselines; null until then).
+  retrieval, tool_results, summary) moves the answer less than removing memory (target >= 90%).
+  "Moves" is the product's measures, task measure first (replay.measures): the pair (task
+  distance: the share of the baseline's key facts the answer lost, edit distance: the mean of
+  the character- and word-level normalised edit distances, mean over the baseline samples),
+  compared lexicographically. Also per (turn, block) pair, and by the combined distance that
+  ranks leave-one-out (`_combined`);
+- `attribution_memory_first_alone` / `attribution_equal_memory_first_alone`: the share where
+  attribution ranks memory first with a score above every other source's (target >= 80%); and
+  leave-one-out's: memory first alone over all blocks, and over the same six sources;
+- model calls per job, and `baseline_reuse_share`: of the answers the jobs needed, the share a
+  reused baseline sample gave without a model call.
 """
 
 from __future__ import annotations

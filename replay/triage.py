@@ -67,10 +67,11 @@ class RankedBlock(TypedDict):
 
 
 class TriageResult(TypedDict):
-    """What a finished triage names: the block whose removal moved the answer the most (None
-    when nothing was measured), its score (mean word distance of the answer without it from the
-    baseline answers), the noise band (largest distance between two baseline answers), whether
-    the score is within that band, the blocks that tied with it, and every block ranked."""
+    """What a finished triage names: the block most responsible for the answer (None when nothing
+    was measured), its score (an attribution's surrogate weight, or a leave-one-out's mean edit
+    distance of the answer without it from the baseline answers), the noise band (the largest
+    distance between two baseline answers), whether the score is within that band, the blocks
+    that tied with it, every block ranked, and the method ("attribution" or "loo")."""
 
     block: str | None
     kind: str

@@ -478,3 +478,45 @@ def test_a_triage_of_a_turn_with_sources_reserves_its_attribution_job_calls(
     assert t.calls_reserved == 3 + changing == job.n_runs == job.estimate["model_calls"]
     assert triage_services.budget_used(project=project) == t.calls_reserved
     triage_services.triage_cancel(triage_row=t)
+
+
+def test_the_turn_page_shows_an_attribution_verdict_as_one(api: Any, project: Any) -> None:
+    from replay import triage
+
+    wire = _sourced_turn(session_id="page")
+    post(api, wire)
+    snap = Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"])
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    ranking = [
+        {"key": "memory", "kind": "memory", "position": 1, "score": 0.61, "changed": True},
+        {"key": "history", "kind": "history", "position": 2, "score": 0.01, "changed": False},
+    ]
+    result = {
+        "block": "memory",
+        "kind": "memory",
+        "score": 0.61,
+        "noise": 0.02,
+        "baseline_samples": 3,
+        "within_noise": False,
+        "tied_with": [],
+        "ranking": ranking,
+        "method": "attribution",
+    }
+    Triage.objects.create(
+        project=project,
+        snapshot_ref=snap.id,
+        snapshot_uuid=snap.snapshot_id,
+        session_id="page",
+        turn=0,
+        received_at=snap.received_at,
+        trigger="validation",
+        status="done",
+        job_kind="attribution",
+        result=result,
+    )
+    page = member_client(project, "viewer").get(reverse("ingest:turn", args=[project.pk, "page", 0]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert triage.triage_summary(result) in html
+    assert "score (attribution weight)" in html and "block removed" not in html
+    assert "method: attribution (random ablations" in html

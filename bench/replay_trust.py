@@ -1,29 +1,47 @@
 """Can a replay verdict be trusted? Planted-fact turns against the real local model.
 
-    .venv/bin/python bench/replay_trust.py [--turns 24] [--ablations 8] [--samples 1]
+    .venv/bin/python bench/replay_trust.py [--turns 24] [--samples 3] [--ablations 32] [--log F]
+    .venv/bin/python bench/replay_trust.py --summarize F     # the summary of a (partial) log
 
 The last line printed is one JSON object. Uses the PostgreSQL of DATABASE_URL (or the embedded
 one) on a throwaway database of its own (created and dropped here). It starts the embedded local
-model (replay.localmodel: Gemma 3 270M behind llama-cpp-python's server) and builds TURNS
-planted-fact turns itself: a fact (a code, a number, a reference) that lives only in the memory
-block, a question about it in the user block, and irrelevant tool definitions, history and a
-retrieved document around them. Each turn is ingested through the HTTP API, then two jobs run
-through the replay service functions (replay_job_create, and replay_run_execute for each run, as
-the worker runs them, one after another):
+model (replay.localmodel: Gemma 3 270M, a small *base* model, behind llama-cpp-python's server)
+and builds TURNS planted-fact turns itself. Each has eight blocks: a system prompt with two
+worked examples of the answer's shape (about other details, other values), tool definitions, a
+memory block holding the fact (a number; it is nowhere else), a two-message history, a retrieved
+document, a tool result, a conversation summary, and the question ("What is my locker code?").
 
-- a leave-one-out job (SAMPLES baseline samples, one variant per block);
-- an attribution job (SAMPLES baseline samples, ABLATIONS random ablations of the blocks besides
-  the system prompt and the question).
+The "agent" of these turns talked to the server's completions API with ctxobs's transcript of
+its messages and its stops (`agent_call`): a base model continues a transcript ending in
+"Assistant:" with the answer, where the server's chat format (llama-2's, the GGUF has no
+template) makes it ramble. The endpoint is therefore set to the completions mode, and each row
+checks that the baseline's request body is byte for byte the agent's (`request_as_sent`).
 
-It reports, over the turns whose baseline answer contains the fact:
-- `without_memory_lost_fact`: the share where the answer without memory no longer has it (>= 95%);
+Each turn is ingested through the HTTP API, then jobs run through the replay service functions
+(replay_job_create, and replay_run_execute for each run, as the worker runs them):
+
+- a leave-one-out job (SAMPLES baseline samples, one variant per block: 8 calls);
+- an attribution job with as many ablations as leave-one-out made variant calls (8), over the six
+  sources between the system prompt and the question: attribution at leave-one-out's cost;
+- an attribution job with ABLATIONS ablations (the product's default is 32), unless that is the
+  same count.
+Later jobs reuse the turn's baseline samples (same endpoint, model and request).
+
+It reports, over the turns whose baseline samples all state the fact (as a whole token):
+- `without_memory_lost_fact`: the share where the answer without memory no longer states it
+  (target >= 95%);
 - `irrelevant_moves_less`: the share where removing each irrelevant block (tools, history,
-  retrieval) moves the answer less than removing memory (combined distance, replay.measures;
-  >= 90%);
-- `attribution_memory_first_alone`: the share where attribution ranks memory first, with a
-  score above every other block's (>= 80%); and the same for leave-one-out's ranking;
-- model calls per job, and the baseline-reuse share (reported by the jobs' estimate once the
-  service reuses baselines; null until then).
+  retrieval, tool_results, summary) moves the answer less than removing memory (target >= 90%).
+  "Moves" is the product's measures, task measure first (replay.measures): the pair (task
+  distance: the share of the baseline's key facts the answer lost, edit distance: the mean of
+  the character- and word-level normalised edit distances, mean over the baseline samples),
+  compared lexicographically. Also per (turn, block) pair, and by the combined distance that
+  ranks leave-one-out (`_combined`);
+- `attribution_memory_first_alone` / `attribution_equal_memory_first_alone`: the share where
+  attribution ranks memory first with a score above every other source's (target >= 80%); and
+  leave-one-out's: memory first alone over all blocks, and over the same six sources;
+- model calls per job, and `baseline_reuse_share`: of the answers the jobs needed, the share a
+  reused baseline sample gave without a model call.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -51,29 +70,47 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 PARAMS = {"max_tokens": 16}
-SYSTEM = "You are a helpful assistant. Answer the user's question in one short sentence."
+# A base model continues text: the system prompt shows it the answer's shape (two worked
+# examples about other details), so that it states a value it finds in memory. The examples'
+# values (43, 118) are not any turn's fact: the fact lives only in the memory block.
+SYSTEM = (
+    "You are a helpful assistant. You answer the user's questions about their own details from "
+    "your memory notes, with the value only.\n"
+    "Example memory: the user's shoe size is 43.\n"
+    "Example question: What is my shoe size?\n"
+    "Example answer: 43.\n"
+    "Example memory: the user's bus line is 118.\n"
+    "Example question: What is my bus line?\n"
+    "Example answer: 118."
+)
+# Digits: Gemma 3 270M copies a number from its context far more reliably than a mixed code.
 FACTS = [
     ("locker code", "4417"),
-    ("gate number", "B27"),
-    ("booking reference", "QX7PLM"),
-    ("seat number", "14C"),
     ("hotel room number", "1208"),
     ("door PIN", "5093"),
-    ("parking spot", "P-316"),
     ("ticket number", "88214"),
-    ("order number", "A-90331"),
-    ("flight number", "LH782"),
     ("table number", "42"),
     ("badge number", "7781"),
+    ("seat number", "14C"),
+    ("gate number", "27"),
+    ("booking reference", "730519"),
+    ("parking spot", "316"),
+    ("order number", "90331"),
+    ("flight number", "782"),
+    ("bike lock code", "2864"),
+    ("apartment number", "305"),
+    ("phone extension", "6172"),
+    ("membership number", "55906"),
+    ("mailbox number", "219"),
+    ("alarm code", "8350"),
+    ("platform number", "9"),
+    ("desk number", "611"),
+    ("library card number", "40317"),
+    ("cabin number", "7264"),
+    ("customer number", "193028"),
+    ("jersey number", "23"),
 ]
-PHRASES = [
-    "Memory: the user's {what} is {value}.",
-    "Memory (saved preference): {what} = {value}.",
-]
-QUESTIONS = [
-    "What is my {what}? Answer with it.",
-    "Remind me of my {what}, please.",
-]
+QUESTION = "What is my {what}?"
 TOOLS = [
     "Tools available: get_weather(city) returns today's forecast; convert_currency(amount, from, to).",
     "Tools available: search_restaurants(area, cuisine); set_alarm(time).",
@@ -93,26 +130,38 @@ RETRIEVAL = [
     "Document: the museum has three floors. Guided tours start every hour. Photos are allowed.",
     "Document: the bakery sells bread and cakes. It is closed on Mondays.",
 ]
-IRRELEVANT = ("tools", "history", "retrieval")
+TOOL_RESULTS = [
+    "Tool result (get_weather): sunny, light wind.",
+    "Tool result (search_restaurants): a noodle bar and a pizzeria nearby.",
+]
+SUMMARY = [
+    "Summary of the conversation so far: the user asked about the weather.",
+    "Summary of the conversation so far: the user asked for a book to read.",
+]
+# Eight blocks: a leave-one-out makes 8 calls, as many as an attribution job of 8 ablations
+# (the fewest it takes) over the six sources between the system prompt and the question.
+IRRELEVANT = ("tools", "history", "retrieval", "tool_results", "summary")
 
 
 def planted_turn(i: int) -> tuple[dict[str, Any], str]:
     """Turn I (deterministic): its wire snapshot and the planted fact's value."""
     what, value = FACTS[i % len(FACTS)]
-    n = i // len(FACTS)
 
     def blk(key: str, kind: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         return {"key": key, "kind": kind, "messages": messages}
 
+    def sys(text: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": text}]
+
     blocks = [
-        blk("system", "system", [{"role": "system", "content": SYSTEM}]),
-        blk("tools", "tools", [{"role": "system", "content": TOOLS[i % len(TOOLS)]}]),
-        blk(
-            "memory", "memory", [{"role": "system", "content": PHRASES[n % 2].format(what=what, value=value)}]
-        ),
-        blk("history", "history", HISTORY[(i + n) % len(HISTORY)]),
-        blk("retrieval", "retrieval", [{"role": "system", "content": RETRIEVAL[i % len(RETRIEVAL)]}]),
-        blk("user", "user", [{"role": "user", "content": QUESTIONS[(i + n) % 2].format(what=what)}]),
+        blk("system", "system", sys(SYSTEM)),
+        blk("tools", "tools", sys(TOOLS[i % len(TOOLS)])),
+        blk("memory", "memory", sys(f"Memory: the user's {what} is {value}.")),
+        blk("history", "history", HISTORY[(i // 2) % len(HISTORY)]),
+        blk("retrieval", "retrieval", sys(RETRIEVAL[i % len(RETRIEVAL)])),
+        blk("tool_results", "tool_results", sys(TOOL_RESULTS[(i // 3) % len(TOOL_RESULTS)])),
+        blk("summary", "summary", sys(SUMMARY[(i // 2) % len(SUMMARY)])),
+        blk("user", "user", [{"role": "user", "content": QUESTION.format(what=what)}]),
     ]
     wire = {
         "snapshot_id": str(uuid.uuid4()),
@@ -120,12 +169,28 @@ def planted_turn(i: int) -> tuple[dict[str, Any], str]:
         "turn": 1,
         "agent": "bench",
         "ts": (datetime.now(UTC) - timedelta(minutes=i)).isoformat(),
-        "model": {"name": "gpt-4o-mini", "context_window": 8000},
-        "params": {"temperature": 0},
+        "model": {"name": "gemma-3-270m", "context_window": 4096},
+        "params": {"temperature": 0, **PARAMS},
         "blocks": blocks,
-        "output": {"text": f"Your {what} is {value}.", "tool_calls": [], "finish_reason": "stop"},
+        "output": {"text": f"{value}.", "tool_calls": [], "finish_reason": "stop"},
     }
     return wire, value
+
+
+def agent_call(wire: dict[str, Any]) -> Any:
+    """The call the bench's "agent" made for its turn: the completions API of the local server,
+    with ctxobs's transcript of its messages (replay.ablation.render_transcript) and its stops,
+    and its saved parameters (what a replay in completions mode sends, byte for byte)."""
+    from replay import ablation
+    from replay.services.model_endpoints import LOCAL_MODEL_NAME
+
+    request = ablation.render_request(wire["blocks"], wire["params"])
+    return ablation.build_call(request=request, model=LOCAL_MODEL_NAME, mode="completions")
+
+
+def has_fact(text: str | None, value: str) -> bool:
+    """Whether TEXT states VALUE as a whole token (42 is not in 1420)."""
+    return re.search(rf"(?<![\w]){re.escape(value.lower())}(?![\w])", (text or "").lower()) is not None
 
 
 def ingest(client: Client, key: str, wire: dict[str, Any]) -> None:
@@ -142,76 +207,122 @@ def ingest(client: Client, key: str, wire: dict[str, Any]) -> None:
         raise RuntimeError(f"snapshot not ingested: {resp.content[:300]!r}")
 
 
-def run_job(project: Any, endpoint: Any, spec: dict[str, Any]) -> tuple[Any, dict[str, Any], int]:
-    """Create the job, execute each run as the worker would, return (job, its turn's results, calls)."""
+def run_job(project: Any, endpoint: Any, spec: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, int]]:
+    """Create the job, execute each run as the worker would; (job, its turn's results, its
+    counts: calls made, runs, baseline samples reused)."""
     from replay.models import ReplayRun
     from replay.selectors import job_results
     from replay.services.jobs import replay_job_create
     from replay.services.runs import replay_run_execute
 
     job = replay_job_create(project=project, endpoint=endpoint, spec=spec)
-    for run_id in ReplayRun.objects.filter(job=job).order_by("pk").values_list("pk", flat=True):
+    runs = ReplayRun.objects.filter(job=job)
+    for run_id in runs.filter(status=ReplayRun.Status.PENDING).order_by("pk").values_list("pk", flat=True):
         replay_run_execute(run_id=run_id)
     job.refresh_from_db()
-    calls = sum(ReplayRun.objects.filter(job=job).values_list("model_calls", flat=True))
+    counts = {
+        "calls": sum(runs.values_list("model_calls", flat=True)),
+        "runs": runs.count(),
+        "reused": runs.filter(reused_from__isnull=False).count(),
+        "estimate_calls": int(job.estimate["model_calls"]),
+        "estimate_reused": int(job.estimate.get("reused") or 0),
+    }
     (turn,) = job_results(job=job)["turns"]
-    return job, turn, calls
+    return job, turn, counts
+
+
+def moved(eff: dict[str, Any] | None) -> tuple[float, float]:
+    """How far an answer moved from the baseline, task measure first: (task distance (the share
+    of the baseline's key facts it lost; 0 when the baseline states none), edit distance)."""
+    if not eff or eff.get("distance") is None:
+        return (1.0, 1.0)
+    return (float(eff.get("task_distance") or 0.0), float(eff["distance"]))
+
+
+def first_alone(ranking: list[str], effects: dict[str, Any], key: str = "memory") -> bool:
+    from replay import measures
+
+    return bool(
+        ranking
+        and ranking[0] == key
+        and (len(ranking) < 2 or measures.rank_key(effects[key]) > measures.rank_key(effects[ranking[1]]))
+    )
+
+
+def attribution_row(turn: dict[str, Any]) -> dict[str, Any]:
+    att = turn["attribution"]
+    return {
+        "scores": [(x["key"], round(x["score"], 4)) for x in att["sources"]],
+        "memory_first_alone": bool(att["top"] == "memory" and att["top_alone"]),
+        "r2_holdout": (att["fit"] or {}).get("r2_holdout"),
+        "measured": att["measured"],
+    }
 
 
 def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, args: Any) -> dict[str, Any]:
     from replay import measures
+    from replay.models import ReplayRun
 
     sid = wire["snapshot_id"]
-    common = {"snapshot_id": sid, "samples": args.samples, "params": PARAMS}
-    loo_job, loo, loo_calls = run_job(project, endpoint, {"kind": "loo", **common})
-    att_job, att_turn, att_calls = run_job(
-        project, endpoint, {"kind": "attribution", "ablations": args.ablations, "seed": 0, **common}
+    common = {"snapshot_id": sid, "samples": args.samples}
+    loo_job, loo, loo_n = run_job(project, endpoint, {"kind": "loo", **common})
+    variants = [e for e in loo["variants"] if not e["variant"].is_baseline]
+    # Attribution for as many model calls as leave-one-out made for its variants.
+    equal = max(8, sum(1 for e in variants if not e.get("no_change")))
+    att_eq_job, att_eq, att_eq_n = run_job(
+        project, endpoint, {"kind": "attribution", "ablations": equal, "seed": 0, **common}
     )
-    base_texts = [r.output_text for r in loo["baseline_runs"]]
-    effects = {e["variant"].target_key: e.get("effect") for e in loo["variants"]}
+    if args.ablations == equal:
+        # The same job again would only answer from the same ablations.
+        att_job, att_turn, att_n = att_eq_job, att_eq, {**att_eq_n, "calls": 0, "runs": 0, "reused": 0}
+    else:
+        att_job, att_turn, att_n = run_job(
+            project, endpoint, {"kind": "attribution", "ablations": args.ablations, "seed": 0, **common}
+        )
+    base_runs = list(loo["baseline_runs"])
+    base_texts = [r.output_text for r in base_runs]
+    sent = agent_call(wire)
+    first = ReplayRun.objects.filter(job=loo_job, variant__is_baseline=True, sample=0).first()
+    effects = {e["variant"].target_key: e.get("effect") for e in variants}
     combined = {k: measures.combined_distance(e) for k, e in effects.items() if e}
-    without_memory = next(e for e in loo["variants"] if e["variant"].target_key == "memory")
-    att = att_turn["attribution"]
+    without_memory = next(e for e in variants if e["variant"].target_key == "memory")
     ranking = loo.get("ranking") or []
-    loo_top_alone = bool(
-        ranking
-        and ranking[0] == "memory"
-        and (
-            len(ranking) < 2 or measures.rank_key(effects["memory"]) > measures.rank_key(effects[ranking[1]])
-        )
-    )
-    # Leave-one-out over the same sources attribution ablates (system prompt and question fixed).
     src_rank = [k for k in ranking if k not in ("system", "user")]
-    loo_src_top_alone = bool(
-        src_rank
-        and src_rank[0] == "memory"
-        and (
-            len(src_rank) < 2
-            or measures.rank_key(effects["memory"]) > measures.rank_key(effects[src_rank[1]])
-        )
-    )
+    mem = moved(effects.get("memory"))
+    less = {k: moved(effects.get(k)) < mem for k in IRRELEVANT}
     return {
         "session": wire["session_id"],
         "fact": value,
         "baseline": base_texts,
-        "baseline_has_fact": all(value.lower() in t.lower() for t in base_texts) and bool(base_texts),
+        "baseline_has_fact": bool(base_texts) and all(has_fact(t, value) for t in base_texts),
+        "request_as_sent": bool(
+            first and first.request_path == sent.path and first.request_body == sent.body
+        ),
         "without_memory": without_memory["run"].output_text if without_memory.get("run") else None,
         "without_memory_lost_fact": bool(
-            without_memory.get("run") and value.lower() not in without_memory["run"].output_text.lower()
+            without_memory.get("run") and not has_fact(without_memory["run"].output_text, value)
         ),
+        "answers": {e["variant"].target_key: e["run"].output_text for e in variants if e.get("run")},
+        "moved": {k: [round(x, 4) for x in moved(e)] for k, e in effects.items()},
         "distance": {k: round(v, 4) for k, v in combined.items()},
-        "irrelevant_moves_less": all(combined.get(k, 1.0) < combined.get("memory", 0.0) for k in IRRELEVANT),
-        "irrelevant_moves_less_each": {
-            k: combined.get(k, 1.0) < combined.get("memory", 0.0) for k in IRRELEVANT
-        },
+        "irrelevant_moves_less": all(less.values()),
+        "irrelevant_moves_less_each": less,
+        "irrelevant_moves_less_combined": all(
+            combined.get(k, 1.0) < combined.get("memory", 0.0) for k in IRRELEVANT
+        ),
         "loo_ranking": ranking,
-        "loo_memory_first_alone": loo_top_alone,
-        "loo_sources_memory_first_alone": loo_src_top_alone,
-        "attribution": [(s["key"], round(s["score"], 4)) for s in att["sources"]],
-        "attribution_memory_first_alone": bool(att["top"] == "memory" and att["top_alone"]),
-        "attribution_r2_holdout": (att["fit"] or {}).get("r2_holdout"),
-        "calls": {"loo": loo_calls, "attribution": att_calls},
-        "estimate": {"loo": loo_job.estimate, "attribution": att_job.estimate},
+        "loo_memory_first_alone": first_alone(ranking, effects),
+        "loo_sources_memory_first_alone": first_alone(src_rank, effects),
+        "attribution": attribution_row(att_turn),
+        "attribution_memory_first_alone": attribution_row(att_turn)["memory_first_alone"],
+        "attribution_equal": {**attribution_row(att_eq), "ablations": equal},
+        "attribution_equal_memory_first_alone": attribution_row(att_eq)["memory_first_alone"],
+        "jobs": {"loo": loo_n, "attribution_equal": att_eq_n, "attribution": att_n},
+        "estimate": {
+            "loo": loo_job.estimate,
+            "attribution_equal": att_eq_job.estimate,
+            "attribution": att_job.estimate,
+        },
     }
 
 
@@ -219,25 +330,48 @@ def share(rows: list[dict[str, Any]], key: str) -> float | None:
     return round(sum(1 for r in rows if r[key]) / len(rows), 4) if rows else None
 
 
+def _mean(values: list[int]) -> float | None:
+    return round(sum(values) / len(values), 2) if values else None
+
+
 def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
     had = [r for r in rows if r["baseline_has_fact"]]
-    loo_calls = [r["calls"]["loo"] for r in rows]
-    att_calls = [r["calls"]["attribution"] for r in rows]
+    kinds = ("loo", "attribution_equal", "attribution")
+    # A job not run (the default count equal to leave-one-out's) counts in no average.
+    calls = {k: [r["jobs"][k]["calls"] for r in rows if r["jobs"][k]["runs"]] for k in kinds}
+    reused = sum(r["jobs"][k]["reused"] for r in rows for k in kinds)
+    made = sum(sum(v) for v in calls.values())
+    pairs = [(r, k) for r in had for k in IRRELEVANT]
     result = {
         "turns": len(rows),
         "baseline_had_fact": len(had),
+        "request_as_sent": sum(1 for r in rows if r["request_as_sent"]),
         "without_memory_lost_fact": share(had, "without_memory_lost_fact"),
         "irrelevant_moves_less": share(had, "irrelevant_moves_less"),
+        "irrelevant_moves_less_per_block": (
+            round(sum(1 for r, k in pairs if r["irrelevant_moves_less_each"][k]) / len(pairs), 4)
+            if pairs
+            else None
+        ),
+        "irrelevant_moves_less_by_block": {
+            k: sum(1 for r in had if r["irrelevant_moves_less_each"][k]) for k in IRRELEVANT
+        },
+        "irrelevant_moves_less_combined": share(had, "irrelevant_moves_less_combined"),
         "attribution_memory_first_alone": share(had, "attribution_memory_first_alone"),
+        "attribution_equal_memory_first_alone": share(had, "attribution_equal_memory_first_alone"),
         "loo_memory_first_alone": share(had, "loo_memory_first_alone"),
         "loo_sources_memory_first_alone": share(had, "loo_sources_memory_first_alone"),
-        "calls_per_job": {
-            "loo": sum(loo_calls) / len(loo_calls) if loo_calls else None,
-            "attribution": sum(att_calls) / len(att_calls) if att_calls else None,
+        "calls_per_job": {k: _mean(v) for k, v in calls.items()},
+        "runs_per_job": {
+            k: _mean([r["jobs"][k]["runs"] for r in rows if r["jobs"][k]["runs"]]) for k in kinds
         },
-        "baseline_reuse_share": None,
+        # Of the answers the three jobs needed, the share a reused baseline sample gave without a call.
+        "baseline_reuse_share": round(reused / (made + reused), 4) if made + reused else None,
+        "baseline_samples_reused": reused,
+        "model_calls": made,
         "samples": args.samples,
         "ablations": args.ablations,
+        "ablations_equal": sorted({r["attribution_equal"]["ablations"] for r in rows}),
         "max_tokens": PARAMS["max_tokens"],
         "targets": {
             "without_memory_lost_fact": 0.95,
@@ -251,8 +385,9 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=24)
-    ap.add_argument("--ablations", type=int, default=8)
-    ap.add_argument("--samples", type=int, default=1)
+    ap.add_argument("--first", type=int, default=0, help="the first planted turn's number")
+    ap.add_argument("--ablations", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--log", default="", help="append each turn's row (JSON lines) to this file")
     ap.add_argument("--summarize", default="", help="only summarise the rows of this --log file")
     args = ap.parse_args()
@@ -286,10 +421,13 @@ def main() -> None:
         Project.objects.filter(pk=project.pk).update(allow_private_endpoints=True)
         project.refresh_from_db()
         endpoint = model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
-        ModelEndpoint.objects.filter(pk=endpoint.pk).update(embeddings_model="")
+        # The agent talked to the completions API (agent_call): the replay does too.
+        ModelEndpoint.objects.filter(pk=endpoint.pk).update(
+            embeddings_model="", mode=ModelEndpoint.Mode.COMPLETIONS
+        )
         endpoint.refresh_from_db()
         client = Client()
-        for i in range(args.turns):
+        for i in range(args.first, args.first + args.turns):
             wire, value = planted_turn(i)
             ingest(client, key, wire)
             row = measure_turn(project, endpoint, wire, value, args)
@@ -307,6 +445,7 @@ def main() -> None:
             log.close()
     result = summarize(rows, args)
     result["wall_s"] = round(time.monotonic() - started, 1)
+    result["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result), flush=True)
 
 

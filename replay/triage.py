@@ -1,9 +1,13 @@
 """Auto-triage, the ORM-free part: which job a triage runs, and the culprit block it names from
 that job's results.
 
-A triage attributes one flagged turn (an alert fired on it, or its output failed validation):
-it runs an attribution job on the turn and names the block whose removal moved the answer the
-most, with its score and the baseline's noise band.
+A triage attributes one flagged turn (an alert fired on it, or its output failed validation).
+A turn with at least two source blocks besides the system prompt and the question gets an
+attribution job (random ablations of those blocks, fitted by a sparse linear surrogate), with as
+many ablations as a leave-one-out would make calls (at least attribution.MIN_ABLATIONS): on the
+planted-fact benchmark (bench/replay_trust.py) it names memory alone where leave-one-out ties
+it with the question. Other turns get a leave-one-out over every block. The verdict names the
+block that moved the answer the most, with its score, the baseline's noise band and the method.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from replay import diff
+from replay import attribution, diff
 from replay.types import AttributionResult, TurnResult
 
 # Baseline samples of a triage job: the noise band its verdict is measured against.
@@ -20,13 +24,35 @@ TRIAGE_SAMPLES = 3
 TIE_EPS = 1e-6
 
 
-def triage_job_spec(*, snapshot_id: str, job_kinds: Sequence[str], title: str = "") -> dict[str, Any]:
-    """The replay job spec a triage of the turn SNAPSHOT_ID runs: leave-one-out over every block
-    (JOB_KINDS is what the replay app offers)."""
-    # Leave-one-out measures every block of any turn; an attribution job needs at least two blocks
-    # besides the system prompt and the question, which many flagged turns do not have.
-    kind = "loo"
+def triage_method(*, blocks: Sequence[Mapping[str, Any]], job_kinds: Sequence[str]) -> str:
+    """ "attribution" when the turn's BLOCKS have two to attribution.MAX_SOURCES sources (blocks
+    besides the system prompt and the question) and the replay app offers it (JOB_KINDS), else
+    "loo": leave-one-out measures every block of any turn."""
+    n = len(attribution.block_sources(blocks))
+    return "attribution" if "attribution" in job_kinds and 2 <= n <= attribution.MAX_SOURCES else "loo"
+
+
+def triage_ablations(blocks: Sequence[Mapping[str, Any]]) -> int:
+    """An attribution triage's ablations: as many as a leave-one-out of the turn would make calls
+    (one per block), within the bounds an attribution job takes."""
+    keys = {b.get("key") for b in blocks}
+    return min(attribution.MAX_ABLATIONS, max(attribution.MIN_ABLATIONS, len(keys)))
+
+
+def triage_job_spec(
+    *,
+    snapshot_id: str,
+    blocks: Sequence[Mapping[str, Any]],
+    job_kinds: Sequence[str],
+    title: str = "",
+) -> dict[str, Any]:
+    """The replay job spec a triage of the turn SNAPSHOT_ID (its saved BLOCKS) runs: an attribution
+    job, or a leave-one-out (triage_method); JOB_KINDS is what the replay app offers."""
+    kind = triage_method(blocks=blocks, job_kinds=job_kinds)
     spec: dict[str, Any] = {"kind": kind, "snapshot_id": snapshot_id, "samples": TRIAGE_SAMPLES}
+    if kind == "attribution":
+        spec["ablations"] = triage_ablations(blocks)
+        spec["seed"] = 0
     if title:
         spec["title"] = title
     return spec
@@ -41,10 +67,11 @@ class RankedBlock(TypedDict):
 
 
 class TriageResult(TypedDict):
-    """What a finished triage names: the block whose removal moved the answer the most (None
-    when nothing was measured), its score (mean word distance of the answer without it from the
-    baseline answers), the noise band (largest distance between two baseline answers), whether
-    the score is within that band, the blocks that tied with it, and every block ranked."""
+    """What a finished triage names: the block most responsible for the answer (None when nothing
+    was measured), its score (an attribution's surrogate weight, or a leave-one-out's mean edit
+    distance of the answer without it from the baseline answers), the noise band (the largest
+    distance between two baseline answers), whether the score is within that band, the blocks
+    that tied with it, every block ranked, and the method ("attribution" or "loo")."""
 
     block: str | None
     kind: str

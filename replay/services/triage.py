@@ -206,8 +206,10 @@ def triage_start(*, triage_id: int) -> str:
         endpoint = selectors.endpoint_default(project=project)
         if endpoint is None:
             return _skip(t, "this project has no default model endpoint")
+        blocks = ingest_selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=t.snapshot_ref)
         spec = triage.triage_job_spec(
             snapshot_id=str(t.snapshot_uuid),
+            blocks=blocks,
             job_kinds=jobs.JOB_KINDS,
             title=f"triage — {t.session_id} turn {t.turn}",
         )

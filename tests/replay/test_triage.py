@@ -348,3 +348,178 @@ def test_triage_settings_and_the_api(client: Any, api: Any, project: Any) -> Non
     # A cancelled triage is never started.
     assert triage_services.triage_start(triage_id=t.pk) == "nothing_to_do"
     assert not ReplayJob.objects.exists()
+
+
+def _sourced_turn(*, session_id: str) -> dict[str, Any]:
+    """A planted-fact turn with three source blocks (memory, history, retrieval) besides the
+    system prompt and the question: what an attribution can tell apart."""
+    blocks = [
+        f.block("system", "system", PLANTED_SYSTEM, pinned=True, tokens=20),
+        f.block("memory", "memory", PLANTED_MEMORY, tokens=15),
+        f.block(
+            "history",
+            "history",
+            messages=[
+                {"role": "user", "content": "Is it going to rain today?"},
+                {"role": "assistant", "content": "No, it should stay dry."},
+            ],
+            tokens=20,
+        ),
+        f.block("retrieval", "retrieval", "Document: the museum has three floors.", tokens=12),
+        f.block("user", "user", PLANTED_QUESTION, tokens=10),
+    ]
+    return f.snapshot(
+        session_id=session_id,
+        turn=0,
+        blocks=blocks,
+        output={"text": "Guangzhou.", "tool_calls": [], "finish_reason": "stop"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "method"),
+    [
+        (["system", "memory", "user"], "loo"),
+        (["system", "memory", "history", "user"], "attribution"),
+        (["memory", "history"], "attribution"),
+        (["system", "user"], "loo"),
+    ],
+    ids=["one-source", "two-sources", "no-system-prompt", "no-source"],
+)
+def test_triage_runs_attribution_when_the_turn_has_two_source_blocks(keys: list[str], method: str) -> None:
+    from replay import attribution, triage
+    from replay.services.jobs import JOB_KINDS
+
+    blocks = [{"key": k, "kind": k} for k in keys]
+    spec = triage.triage_job_spec(snapshot_id="s", blocks=blocks, job_kinds=JOB_KINDS)
+    assert spec["kind"] == method
+    assert spec["samples"] == triage.TRIAGE_SAMPLES
+    if method == "attribution":
+        # As many ablations as a leave-one-out would make calls, at least the fewest it takes.
+        assert spec["ablations"] == max(attribution.MIN_ABLATIONS, len(keys))
+    else:
+        assert "ablations" not in spec
+    # Without the attribution kind on offer, leave-one-out.
+    assert triage.triage_job_spec(snapshot_id="s", blocks=blocks, job_kinds=("loo",))["kind"] == "loo"
+
+
+def test_an_attribution_verdict_names_the_top_source_with_its_band_and_method() -> None:
+    from replay import triage
+
+    def source(key: str, position: int, score: float, within: bool) -> dict[str, Any]:
+        return {
+            "index": position,
+            "key": key,
+            "text": "",
+            "position": position,
+            "score": score,
+            "within_noise": within,
+            "rank": 0,
+        }
+
+    att = {
+        "level": "block",
+        "block": None,
+        "block_position": None,
+        "planned": 9,
+        "measured": 9,
+        "samples": 3,
+        "noise": 0.02,
+        "fit": None,
+        "sources": [
+            source("memory", 1, 0.61, False),
+            source("history", 2, 0.03, False),
+            source("retrieval", 3, 0.01, True),
+        ],
+        "top": "memory",
+        "top_alone": True,
+    }
+    turn: Any = {"attribution": att, "variants": [], "noise": {"max": 0.5, "samples": 3}}
+    kinds = {"memory": "memory", "history": "history", "retrieval": "retrieval"}
+    result = triage.triage_result(turn=turn, block_kinds=kinds, method="attribution")
+    assert result["method"] == "attribution"
+    assert (result["block"], result["kind"], result["score"]) == ("memory", "memory", 0.61)
+    # The band is the attribution's own, not the leave-one-out noise of the turn.
+    assert result["noise"] == 0.02 and result["within_noise"] is False and result["tied_with"] == []
+    assert [r["key"] for r in result["ranking"]] == ["memory", "history", "retrieval"]
+    assert [r["changed"] for r in result["ranking"]] == [True, True, False]
+    assert result["ranking"][0]["position"] == 1
+    assert triage.triage_summary(result).startswith(
+        "most responsible block: memory (score 0.61, noise band 0.02)"
+    )
+
+
+def test_a_triage_of_a_turn_with_sources_reserves_its_attribution_job_calls(
+    api: Any, stub_endpoint: Any
+) -> None:
+    from replay import attribution
+
+    project = stub_endpoint.project
+    wire = _sourced_turn(session_id="att")
+    post(api, wire)
+    ref = _ref(project, wire)
+    snap = Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"])
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    t = Triage.objects.create(
+        project=project,
+        snapshot_ref=ref,
+        snapshot_uuid=snap.snapshot_id,
+        session_id="att",
+        turn=0,
+        received_at=snap.received_at,
+        trigger="validation",
+    )
+    assert triage_services.triage_start(triage_id=t.pk) == "started"
+    t.refresh_from_db()
+    job = ReplayJob.objects.get(pk=t.job_id)
+    assert t.status == "running" and t.job_kind == job.kind == "attribution"
+    assert job.spec["ablations"] == attribution.MIN_ABLATIONS  # five blocks: at least eight
+    # Reserved: the 3 baseline samples and one call per ablation that changes the request, the
+    # job's runs and the day's use alike.
+    changing = job.variants.filter(is_baseline=False, no_change=False).count()
+    assert job.variants.filter(is_baseline=False).count() == attribution.MIN_ABLATIONS
+    assert t.calls_reserved == 3 + changing == job.n_runs == job.estimate["model_calls"]
+    assert triage_services.budget_used(project=project) == t.calls_reserved
+    triage_services.triage_cancel(triage_row=t)
+
+
+def test_the_turn_page_shows_an_attribution_verdict_as_one(api: Any, project: Any) -> None:
+    from replay import triage
+
+    wire = _sourced_turn(session_id="page")
+    post(api, wire)
+    snap = Snapshot.objects.get(project=project, snapshot_id=wire["snapshot_id"])
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    ranking = [
+        {"key": "memory", "kind": "memory", "position": 1, "score": 0.61, "changed": True},
+        {"key": "history", "kind": "history", "position": 2, "score": 0.01, "changed": False},
+    ]
+    result = {
+        "block": "memory",
+        "kind": "memory",
+        "score": 0.61,
+        "noise": 0.02,
+        "baseline_samples": 3,
+        "within_noise": False,
+        "tied_with": [],
+        "ranking": ranking,
+        "method": "attribution",
+    }
+    Triage.objects.create(
+        project=project,
+        snapshot_ref=snap.id,
+        snapshot_uuid=snap.snapshot_id,
+        session_id="page",
+        turn=0,
+        received_at=snap.received_at,
+        trigger="validation",
+        status="done",
+        job_kind="attribution",
+        result=result,
+    )
+    page = member_client(project, "viewer").get(reverse("ingest:turn", args=[project.pk, "page", 0]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert triage.triage_summary(result) in html
+    assert "score (attribution weight)" in html and "block removed" not in html
+    assert "method: attribution (random ablations" in html

@@ -214,15 +214,14 @@ def replay_job_plan(
     targets = _target_snapshots(project=project, spec=spec)
     if kind != "batch" and len(targets) > 1 and not spec.get("snapshot_id"):
         kind = "batch" if (operations or block_key) else kind
-    blocks_by_ref = ingest_selectors.snapshots_blocks(
-        project_id=project.pk, snapshot_refs=[t[0] for t in targets]
-    )
+    refs = [t[0] for t in targets]
+    blocks_by_ref = ingest_selectors.snapshots_blocks(project_id=project.pk, snapshot_refs=refs)
+    params_by_ref = ingest_selectors.snapshots_params(project_id=project.pk, snapshot_refs=refs)
     planned: list[PlannedSnapshot] = []
     skipped: list[SkippedTurn] = []
     for ref, sid, session_id, turn in targets:
         blocks = blocks_by_ref.get(ref) or []
-        snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=sid)
-        saved_params = dict(snap.params or {}) if snap is not None else {}
+        saved_params = dict(params_by_ref.get(ref, {}))
         vkind = "custom" if kind == "batch" else kind
         if vkind == "custom" and not operations and block_key:
             operations = [{"op": "remove", "key": block_key}]

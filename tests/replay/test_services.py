@@ -167,6 +167,31 @@ def test_a_batch_over_a_session_skips_turns_without_the_block(
 
 
 @pytest.mark.django_db
+def test_planning_a_batch_reads_the_turns_in_a_fixed_number_of_queries(
+    api: Any, private_project: Any
+) -> None:
+    """Blocks and saved parameters of every turn of a session are read at once, not per turn;
+    each turn's own parameters still go with its plan."""
+    spec = {"kind": "batch", "session_id": "plan-s", "block": "memory", "samples": 1}
+
+    def queries(first: int, last: int) -> int:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        for turn in range(first, last):
+            post(api, f.snapshot(session_id="plan-s", turn=turn, params={"temperature": 0.1 * turn}))
+        with CaptureQueriesContext(connection) as q:
+            plan = replay_job_plan(project=private_project, spec=spec)
+        assert len(plan.snapshots) == last
+        assert all(p.params["temperature"] == pytest.approx(0.1 * p.turn) for p in plan.snapshots)
+        return len(q.captured_queries)
+
+    few = queries(0, 2)
+    many = queries(2, 12)  # the same session, now 12 turns
+    assert many == few
+
+
+@pytest.mark.django_db
 def test_a_variant_on_an_unknown_block_is_refused_before_anything_is_stored(
     private_project: Any,
     stub_endpoint: Any,

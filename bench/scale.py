@@ -321,6 +321,7 @@ ROUNDS = 3
 def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
     """Where one batch of 100 snapshots spends its time, in process: the median batch time, the
     part spent in statements Django sees (COPY goes around it), and the slowest statements."""
+    import logging
     import statistics
     from collections import defaultdict
 
@@ -329,7 +330,23 @@ def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
     from ingest.services import snapshot_batch_ingest
 
     per: dict[str, list[float]] = defaultdict(list)
+    steps: dict[str, list[float]] = defaultdict(list)
     totals, sql = [], []
+
+    class Steps(logging.Handler):
+        """The store's own timing of each step (ingest.store logs it at DEBUG)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            msg = record.getMessage()
+            if msg.startswith("ingest.store_steps"):
+                for part in msg.split()[3:]:
+                    k, v = part.split("=")
+                    steps[k].append(float(v))
+
+    store_log = logging.getLogger("ingest.store")
+    handler, level = Steps(level=logging.DEBUG), store_log.level
+    store_log.addHandler(handler)
+    store_log.setLevel(logging.DEBUG)
     for i in range(n):
         batch = make_batches(1, seed * 10 + i)[0]
         with CaptureQueriesContext(connection) as q:
@@ -339,9 +356,12 @@ def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
         sql.append(sum(float(x["time"]) for x in q.captured_queries) * 1000)
         for x in q.captured_queries:
             per[" ".join(x["sql"].split())[:90]].append(float(x["time"]) * 1000)
+    store_log.removeHandler(handler)
+    store_log.setLevel(level)
     slow = sorted(((statistics.median(v), k) for k, v in per.items()), reverse=True)[:5]
     return {
         "batch_ms": round(statistics.median(totals), 1),
+        "store_steps_ms": {k: round(statistics.median(v), 1) for k, v in steps.items()},
         "sql_ms": round(statistics.median(sql), 1),
         "slowest": [{"p50_ms": round(m, 1), "sql": k} for m, k in slow],
     }

@@ -13,6 +13,7 @@ only for it.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -261,9 +262,36 @@ def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
     )
 
 
+class _Steps:
+    """Milliseconds of each step of one batch's store, logged at DEBUG (`ingest.store_steps`):
+    where a batch's time goes, for operators and bench/scale.py."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, step: str) -> None:
+        now = time.perf_counter()
+        self.ms[step] = round((now - self._t) * 1000, 2)
+        self._t = now
+
+
 def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
     pid = project.pk
     now = timezone.now()
+    steps = _Steps()
+    stored = _store_steps(project, prepared, now, steps)
+    steps.mark("commit")
+    if stored and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("ingest.store_steps project_id=%s n=%d %s", pid, len(stored),
+                     " ".join(f"{k}={v}" for k, v in steps.ms.items()))
+    return stored
+
+
+def _store_steps(
+    project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps
+) -> dict[str, int]:
+    pid = project.pk
     # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
     with transaction.atomic(), connection.wrap_database_errors:
         raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
@@ -288,6 +316,7 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
         fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
         if not fresh:
             return {}
+        steps.mark("duplicates")
         for p, ref in zip(fresh, new_ids, strict=False):
             p.ref = ref
 
@@ -351,15 +380,18 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
         session_refs = {sid: ref for ref, sid in cur.fetchall()}
         for p in fresh:
             p.session_ref = session_refs[p.snap["session_id"]]
+        steps.mark("sessions")
 
         # 3. Turn-to-turn change, correct for late and repeated turns.
         updates = _derive_changes(cur, pid, fresh)
+        steps.mark("changes")
 
         # 4. Snapshots, by COPY. Their ids are new; a snapshot_id stored meanwhile fails the COPY
         #    (see snapshots_store).
         with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
             for p in fresh:
                 copy.write_row(_snapshot_row(pid, now, p))
+        steps.mark("snapshots")
 
         # 5. Block contents and their messages, each stored once per project under its hash, with the
         #    last day a turn referred to them (retention keeps a text while a kept turn refers to it).
@@ -394,6 +426,7 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                  _text_array([enc for _, enc in rows])],
             )
             touched_blocks = [r[0] for r in cur.fetchall()]
+        steps.mark("blocks")
         messages: dict[str, dict[str, Any]] = {}
         for h in touched_blocks:
             b = contents[h][0]
@@ -416,6 +449,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                 [pid, today, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
                                                checked=True)],
             )
+
+        steps.mark("messages")
 
         # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
         if any(p.snap["compression"] for p in fresh):
@@ -448,6 +483,8 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
                             check=v["check"], passed=v["passed"], code=v["code"],
                             message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
 
+        steps.mark("children")
+
         # 7. Existing turns whose predecessor changed because an earlier turn arrived late.
         if updates:
             cur.execute(
@@ -462,9 +499,11 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
         refs = [p.ref for p in fresh]
         block_keys, message_keys = list(contents), list(messages)
         failed = [p.ref for p in fresh if any(not v["passed"] for v in p.snap["validation"])]
+        steps.mark("late")
         snapshots_stored.send(
             sender=Project, project_id=pid, snapshot_refs=refs, validation_failed_refs=failed
         )
+        steps.mark("signals")
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys, today)

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
+
+from tests.scratch_db import migrate, scratch_database
 
 # The last migrations before tenancy moved to core.
 BEFORE = [
@@ -27,29 +29,8 @@ ALIAS = "tenancy_move"
 
 @pytest.fixture
 def scratch_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[BaseDatabaseWrapper]:
-    # Not a django_db test: it writes only to its own database, which the whole test may use.
-    name = f"ctxobs_tenancy_{uuid.uuid4().hex[:10]}"
-    with django_db_blocker.unblock():
-        default = connections["default"]
-        with default._nodb_cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        connections.settings[ALIAS] = {**default.settings_dict, "NAME": name}
-        try:
-            yield connections[ALIAS]
-        finally:
-            connections[ALIAS].close()
-            del connections[ALIAS]
-            del connections.settings[ALIAS]
-            with default._nodb_cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-
-def _migrate(
-    conn: BaseDatabaseWrapper, targets: list[tuple[str, str | None]] | None = None
-) -> MigrationExecutor:
-    executor = MigrationExecutor(conn)
-    executor.migrate(targets if targets is not None else executor.loader.graph.leaf_nodes())
-    return MigrationExecutor(conn)  # a fresh loader sees what is applied now
+    with scratch_database(django_db_blocker, prefix="ctxobs_tenancy", alias=ALIAS) as conn:
+        yield conn
 
 
 def _seed_before(executor: MigrationExecutor) -> dict[str, Any]:
@@ -115,11 +96,11 @@ def _check_after(seed: dict[str, Any]) -> None:
 def test_a_database_migrated_before_the_move_keeps_its_rows_and_foreign_keys(
     scratch_db: BaseDatabaseWrapper,
 ) -> None:
-    executor = _migrate(scratch_db, [*BEFORE, ("core", None)])
+    executor = migrate(scratch_db, [*BEFORE, ("core", None)])
     assert ("core", "0001_initial") not in executor.loader.applied_migrations
     seed = _seed_before(executor)
 
-    _migrate(scratch_db)
+    migrate(scratch_db)
 
     _check_after(seed)
     with scratch_db.cursor() as cur:
@@ -128,19 +109,19 @@ def test_a_database_migrated_before_the_move_keeps_its_rows_and_foreign_keys(
 
 
 def test_the_move_migrates_back_and_forward_again(scratch_db: BaseDatabaseWrapper) -> None:
-    seed = _seed_before(_migrate(scratch_db, [*BEFORE, ("core", None)]))
-    _migrate(scratch_db)
+    seed = _seed_before(migrate(scratch_db, [*BEFORE, ("core", None)]))
+    migrate(scratch_db)
 
-    executor = _migrate(scratch_db, [*BEFORE, ("core", None)])
+    executor = migrate(scratch_db, [*BEFORE, ("core", None)])
     project = executor.loader.project_state(BEFORE, at_end=True).apps.get_model("ingest", "Project")
     assert project.objects.using(ALIAS).get(pk=seed["project_id"]).name == "shop"
 
-    _migrate(scratch_db)
+    migrate(scratch_db)
     _check_after(seed)
 
 
 def test_a_fresh_database_migrates_and_no_app_has_pending_changes(scratch_db: BaseDatabaseWrapper) -> None:
-    _migrate(scratch_db)
+    migrate(scratch_db)
     out = StringIO()
     call_command("makemigrations", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()

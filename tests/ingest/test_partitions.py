@@ -19,6 +19,7 @@ from ingest import partitions
 from ingest.models import CompressionEvent, Snapshot
 from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot, snapshot
+from tests.scratch_db import migrate, scratch_database
 
 
 def _where(table: str, **eq: Any) -> list[str]:
@@ -94,28 +95,8 @@ ALIAS = "partition_move"
 
 @pytest.fixture
 def scratch_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[BaseDatabaseWrapper]:
-    name = f"ctxobs_parts_{uuid.uuid4().hex[:10]}"
-    with django_db_blocker.unblock():
-        default = connections["default"]
-        with default._nodb_cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        connections.settings[ALIAS] = {**default.settings_dict, "NAME": name}
-        try:
-            yield connections[ALIAS]
-        finally:
-            connections[ALIAS].close()
-            del connections[ALIAS]
-            del connections.settings[ALIAS]
-            with default._nodb_cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-
-def _migrate(
-    conn: BaseDatabaseWrapper, targets: list[tuple[str, str | None]] | None = None
-) -> MigrationExecutor:
-    executor = MigrationExecutor(conn)
-    executor.migrate(targets if targets is not None else executor.loader.graph.leaf_nodes())
-    return MigrationExecutor(conn)
+    with scratch_database(django_db_blocker, prefix="ctxobs_parts", alias=ALIAS) as conn:
+        yield conn
 
 
 def _seed(executor: MigrationExecutor) -> dict[str, Any]:
@@ -172,16 +153,16 @@ def _check(seed: dict[str, Any]) -> None:
 
 
 def test_existing_rows_move_into_the_day_partitions_and_back(scratch_db: BaseDatabaseWrapper) -> None:
-    seed = _seed(_migrate(scratch_db, BEFORE))
-    _migrate(scratch_db)
+    seed = _seed(migrate(scratch_db, BEFORE))
+    migrate(scratch_db)
     _check(seed)
 
-    _migrate(scratch_db, BEFORE)
+    migrate(scratch_db, BEFORE)
     with scratch_db.cursor() as cur:
         cur.execute("SELECT relkind FROM pg_class WHERE oid = 'ingest_snapshot'::regclass")
         assert cur.fetchone()[0] == "r"
         cur.execute("SELECT count(*) FROM ingest_snapshot")
         assert cur.fetchone()[0] == 2
 
-    _migrate(scratch_db)
+    migrate(scratch_db)
     _check(seed)

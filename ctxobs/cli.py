@@ -30,12 +30,22 @@ from ctxobs.spool import Spool, resolve_spool_dir
 from ctxobs.transport import DeliveryReport, Transport, _Item, read_spool
 
 
-def _push(args: argparse.Namespace) -> int:
+def _target(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
+    """The endpoint and API key of COMMAND (flags first, then the environment); None, with the
+    reason printed, when there is no endpoint."""
     endpoint = args.endpoint or os.environ.get("CTXOBS_ENDPOINT", "")
     api_key = args.api_key or os.environ.get("CTXOBS_API_KEY", "")
     if not endpoint:
-        print("ctxobs push: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
+        print(f"ctxobs {command}: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
+        return None
+    return endpoint, api_key
+
+
+def _push(args: argparse.Namespace) -> int:
+    target = _target(args, "push")
+    if target is None:
         return 2
+    endpoint, api_key = target
     paths = [Path(p) for p in args.paths]
     if not paths:
         default = resolve_spool_dir(True, endpoint, api_key)
@@ -111,11 +121,10 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    endpoint = args.endpoint or os.environ.get("CTXOBS_ENDPOINT", "")
-    api_key = args.api_key or os.environ.get("CTXOBS_API_KEY", "")
-    if not endpoint:
-        print("ctxobs export: no endpoint; pass --endpoint or set CTXOBS_ENDPOINT", file=sys.stderr)
+    target = _target(args, "export")
+    if target is None:
         return 2
+    endpoint, api_key = target
     if not args.session and not args.since:
         print("ctxobs export: pass --session ID, or --since (and --until)", file=sys.stderr)
         return 2

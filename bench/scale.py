@@ -101,13 +101,14 @@ def generate(pid: int, *, sessions: int, day: datetime, tag: str) -> None:
             WITH s AS (
                 INSERT INTO ingest_session (project_id, session_id, agent, model, turn_count, max_turn,
                     first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
-                    alert_count)
+                    alert_count, first_received)
                 SELECT %(pid)s, 'bulk-' || %(tag)s || '-' || g,
                        (ARRAY['travel-bot','support-bot','coder'])[1 + g %% 3],
                        'gpt-4o', %(turns)s, %(turns)s - 1, %(day)s + (g %% 80000) * interval '1 s',
                        %(day)s + (g %% 80000) * interval '1 s' + interval '25 min', 0.3 + (g %% 60) / 100.0,
                        CASE WHEN g %% 60 >= 55 THEN 'force' WHEN g %% 60 >= 40 THEN 'compress'
-                            WHEN g %% 60 >= 30 THEN 'warn' ELSE 'ok' END, g %% 3, 0, 0
+                            WHEN g %% 60 >= 30 THEN 'warn' ELSE 'ok' END, g %% 3, 0, 0,
+                       LEAST(%(day)s + (g %% 80000) * interval '1 s', %(day)s + interval '86399 s')
                 FROM generate_series(1, %(n)s) g
                 RETURNING id, session_id, agent, first_seen, max_watermark
             )
@@ -331,7 +332,7 @@ def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
 
     per: dict[str, list[float]] = defaultdict(list)
     steps: dict[str, list[float]] = defaultdict(list)
-    totals, sql = [], []
+    totals, sql, wal = [], [], []
 
     class Steps(logging.Handler):
         """The store's own timing of each step (ingest.store logs it at DEBUG)."""
@@ -349,10 +350,12 @@ def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
     store_log.setLevel(logging.DEBUG)
     for i in range(n):
         batch = make_batches(1, seed * 10 + i)[0]
+        lsn = _wal_lsn()
         with CaptureQueriesContext(connection) as q:
             t = time.perf_counter()
             snapshot_batch_ingest(project=project, batch=batch)
             totals.append((time.perf_counter() - t) * 1000)
+        wal.append(_wal_since(lsn) / 1024)
         sql.append(sum(float(x["time"]) for x in q.captured_queries) * 1000)
         for x in q.captured_queries:
             per[" ".join(x["sql"].split())[:90]].append(float(x["time"]) * 1000)
@@ -363,8 +366,21 @@ def ingest_statements(project: Any, seed: int, n: int = 5) -> dict[str, Any]:
         "batch_ms": round(statistics.median(totals), 1),
         "store_steps_ms": {k: round(statistics.median(v), 1) for k, v in steps.items()},
         "sql_ms": round(statistics.median(sql), 1),
+        "wal_kb": round(statistics.median(wal)),  # WAL the batch wrote (full-page images included)
         "slowest": [{"p50_ms": round(m, 1), "sql": k} for m, k in slow],
     }
+
+
+def _wal_lsn() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+        return str(cur.fetchone()[0])
+
+
+def _wal_since(lsn: str) -> float:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn)", [lsn])
+        return float(cur.fetchone()[0])
 
 
 def http_rate(base: str, key: str, n_batches: int, seed: int, rounds: int = ROUNDS) -> dict[str, Any]:
@@ -386,6 +402,7 @@ def main() -> None:
     ap.add_argument("--snapshots", type=int, default=5_000_000, help="snapshots in all (at least 100,000)")
     ap.add_argument("--days", type=int, default=10, help="days of arrival the bulk spreads over")
     ap.add_argument("--http-batches", type=int, default=50, help="batches of 100 per ingest-rate measurement")
+    ap.add_argument("--keep", action="store_true", help="keep the database afterwards (to look into it)")
     args = ap.parse_args()
     from core.models import Membership, Project
     from core.services import project_create
@@ -474,7 +491,10 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
-        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if args.keep:
+            print(f"kept database {connection.settings_dict['NAME']}", flush=True)
+        else:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
 
     def ratio(a: float, b: float) -> float:
         return round(a / b, 2) if b else 0.0

@@ -46,6 +46,11 @@ class AgentSession(models.Model):
     failed_validations = models.IntegerField(default=0)
     compression_events = models.IntegerField(default=0)
     alert_count = models.IntegerField(default=0)
+    # When ingest stored the session's first turn (the server's clock, not the agent's): no turn of
+    # the session lies in a day partition before it, so ingest's per-session lookups (duplicates,
+    # the previous turn) visit only the partitions from there on. NULL for sessions stored before
+    # the column existed: their lookups visit every partition.
+    first_received = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "ingest_session"

@@ -12,8 +12,10 @@ PARTITION OF would take an ACCESS EXCLUSIVE one. Every DDL statement here runs u
 
 Snapshot ids (`snapshot_id`) are unique per project within each partition (a unique index on a
 partitioned table must contain the partition key). A resent snapshot is still found by the
-duplicate check across all partitions before a batch is written; only two concurrent batches
-carrying the same new snapshot one on each side of midnight could both store it.
+duplicate check before a batch is written, which looks in every partition from the first turn of
+its session on (`AgentSession.first_received`; ingest.store); only two concurrent batches carrying
+the same new snapshot one on each side of midnight could both store it, and a snapshot id reused
+by another session is found only in today's partition.
 """
 
 from __future__ import annotations

@@ -105,6 +105,21 @@ def _plain_array(values: list[Any]) -> str:
 _STORE_ATTEMPTS = 3
 
 
+# Before any turn: the bound of a session stored before `first_received` existed.
+_EVER = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _day_start(moment: datetime) -> datetime:
+    """The start of MOMENT's UTC day: where its day partition begins."""
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _one(cur: Any) -> Any:
+    row = cur.fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    return row[0]
+
+
 def snapshots_store(*, project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
     """Store PREPARED in one transaction, skipping snapshot ids already stored; {snapshot_id:
     Snapshot.id} of those created. Retried when a concurrent batch stored one of them meanwhile."""
@@ -300,14 +315,28 @@ def _store_steps(
         cur = psycopg.Cursor(raw.connection)
 
         # 1. Duplicates already stored (a resend) are never stored twice; ids for the rest, in the
-        #    same round trip (a few may go unused, as sequences allow).
+        #    same round trip (a few may go unused, as sequences allow). A resend belongs to a session
+        #    already stored, so the lookup visits only the day partitions from the earliest
+        #    `first_received` of the batch's stored sessions on, and always today's (the partition
+        #    the batch writes to, where a clashing id would fail the COPY): at a steady rate the
+        #    cost stays flat however many days are kept.
+        session_ids = sorted({p.snap["session_id"] for p in prepared})
+        cur.execute(
+            """
+            SELECT LEAST(%s::timestamptz,
+                         (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
+                          WHERE project_id = %s AND session_id = ANY(%s::text[])))
+            """,
+            [_day_start(now), _EVER, pid, session_ids],
+        )
+        since = _one(cur)
         cur.execute(
             """
             SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
-                         WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[])),
+                         WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[]) AND received_at >= %s),
                    ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
             """,
-            [pid, [p.snap["snapshot_id"] for p in prepared], len(prepared)],
+            [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
         )
         row = cur.fetchone()
         assert row is not None  # a SELECT without FROM returns one row
@@ -320,7 +349,9 @@ def _store_steps(
         for p, ref in zip(fresh, new_ids, strict=False):
             p.ref = ref
 
-        # 2. Sessions: upsert with their aggregates (commutative, so arrival order does not matter).
+        # 2. Sessions: upsert with their aggregates (commutative, so arrival order does not matter),
+        #    and when their first turn was stored (`first_received`, kept NULL for a session stored
+        #    before the column existed: its turns may lie in any partition).
         #    The upsert locks each session row; that serialises concurrent batches of one session so
         #    the turn-to-turn diffs see a stable order, and sorted ids avoid deadlocks between them.
         by_session: dict[str, list[PreparedSnapshot]] = defaultdict(list)
@@ -349,9 +380,9 @@ def _store_steps(
             """
             INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
                 first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
-                alert_count)
+                alert_count, first_received)
             SELECT %s, x.session_id, x.agent, x.model, x.n, x.max_turn, x.first_seen, x.last_seen,
-                x.max_watermark, x.max_tier, x.failed, x.compressions, 0
+                x.max_watermark, x.max_tier, x.failed, x.compressions, 0, %s::timestamptz
             FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
                 %s::int[], %s::int[], %s::float8[], %s::int[], %s::int[])
                 AS x(session_id, agent, model, first_seen, last_seen, max_tier, n, max_turn, max_watermark,
@@ -372,18 +403,24 @@ def _store_steps(
                          > array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier)
                     THEN EXCLUDED.max_tier ELSE s.max_tier END,
                 failed_validations = s.failed_validations + EXCLUDED.failed_validations,
-                compression_events = s.compression_events + EXCLUDED.compression_events
-            RETURNING id, session_id
+                compression_events = s.compression_events + EXCLUDED.compression_events,
+                first_received = CASE WHEN s.first_received IS NULL THEN NULL
+                                      ELSE LEAST(s.first_received, EXCLUDED.first_received) END
+            RETURNING id, session_id, first_received
             """,
-            [pid, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
+            [pid, now, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
         )
-        session_refs = {sid: ref for ref, sid in cur.fetchall()}
+        session_rows = cur.fetchall()
+        session_refs = {sid: ref for ref, sid, _ in session_rows}
+        # No stored turn of these sessions was received before this (the upsert's answer, so a
+        # session another batch created meanwhile counts too).
+        since = min(first or _EVER for _, _, first in session_rows)
         for p in fresh:
             p.session_ref = session_refs[p.snap["session_id"]]
         steps.mark("sessions")
 
         # 3. Turn-to-turn change, correct for late and repeated turns.
-        updates = _derive_changes(cur, pid, fresh)
+        updates = _derive_changes(cur, pid, fresh, since)
         steps.mark("changes")
 
         # 4. Snapshots, by COPY. Their ids are new; a snapshot_id stored meanwhile fails the COPY
@@ -491,9 +528,9 @@ def _store_steps(
                 """
                 UPDATE ingest_snapshot s SET prev_turn = x.prev_turn, change = x.change
                 FROM jsonb_to_recordset(%s::jsonb) AS x(id bigint, prev_turn int, change jsonb)
-                WHERE s.project_id = %s AND s.id = x.id
+                WHERE s.project_id = %s AND s.id = x.id AND s.received_at >= %s
                 """,
-                [_j(updates), pid],
+                [_j(updates), pid, since],
             )
 
         refs = [p.ref for p in fresh]
@@ -519,8 +556,10 @@ class _ChangeUpdate(TypedDict):
     change: BlockChange
 
 
-def _derive_changes(cur: Any, pid: int, fresh: list[PreparedSnapshot]) -> list[_ChangeUpdate]:
-    """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them."""
+def _derive_changes(cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime) -> list[_ChangeUpdate]:
+    """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them.
+    No stored turn of FRESH's sessions was received before SINCE: the partitions before it are not
+    visited."""
     by_ref: dict[int, list[PreparedSnapshot]] = defaultdict(list)
     for p in fresh:
         by_ref[p.session_ref].append(p)
@@ -539,14 +578,16 @@ def _derive_changes(cur: Any, pid: int, fresh: list[PreparedSnapshot]) -> list[_
         JOIN LATERAL (
             SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
             FROM ingest_snapshot s
-            WHERE s.project_id = %s AND s.session_ref = b.session_ref
+            WHERE s.project_id = %s AND s.session_ref = b.session_ref AND s.received_at >= %s
               AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
-                                      AND x.session_ref = b.session_ref AND x.turn < b.lo), b.lo)
+                                      AND x.session_ref = b.session_ref AND x.received_at >= %s
+                                      AND x.turn < b.lo), b.lo)
               AND s.turn <= COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
-                                      AND x.session_ref = b.session_ref AND x.turn > b.hi), b.hi)
+                                      AND x.session_ref = b.session_ref AND x.received_at >= %s
+                                      AND x.turn > b.hi), b.hi)
         ) s ON true
         """,
-        [refs, los, his, pid, pid, pid],
+        [refs, los, his, pid, since, pid, since, pid, since],
     )
     # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks
     # or a new turn.

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
 
 from core.models import Project
 from ingest import partitions
-from ingest.models import CompressionEvent, Snapshot
+from ingest.models import AgentSession, CompressionEvent, Snapshot
 from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot, snapshot
 from tests.scratch_db import migrate, scratch_database
@@ -86,6 +86,75 @@ def test_rows_beyond_the_partitions_land_in_the_default_one_and_move_when_their_
         ).duplicate
         == 1
     )
+
+
+# --- ingest's lookups visit the partitions from a session's first turn on ---------------------
+def _age(project: Project, days: int, *, legacy: bool = False) -> None:
+    """Move PROJECT's stored turns DAYS days back, as if they had arrived then; LEGACY: as a session
+    stored before ingest recorded `first_received`."""
+    partitions.partitions_ensure(start=datetime.now(tz=UTC).date() - timedelta(days=days + 1))
+    with connection.cursor() as cur:
+        for table in partitions.PARTITIONED_TABLES:
+            cur.execute(
+                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) WHERE project_id = %s",
+                [days, project.pk],
+            )
+        cur.execute(
+            "UPDATE ingest_session SET first_received = CASE WHEN %s THEN NULL "
+            "ELSE first_received - make_interval(days => %s) END WHERE project_id = %s",
+            [legacy, days, project.pk],
+        )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("legacy", [False, True], ids=["first-received", "stored-before-first-received"])
+def test_a_session_received_days_ago_still_finds_its_resends_and_its_previous_turn(
+    project: Project, legacy: bool
+) -> None:
+    first = [snapshot(session_id="old", turn=t) for t in (0, 2)]
+    snapshot_batch_ingest(project=project, batch=first)
+    _age(project, 3, legacy=legacy)
+    old_day = partitions.partition_name("ingest_snapshot", datetime.now(tz=UTC).date() - timedelta(days=3))
+    assert set(_where("ingest_snapshot", project_id=project.pk)) == {old_day}
+
+    # A resend, a late turn (1, between the two stored) and the next turn (3).
+    late, nxt = snapshot(session_id="old", turn=1), snapshot(session_id="old", turn=3)
+    again = snapshot_batch_ingest(project=project, batch=[first[1], late, nxt])
+
+    assert (again.duplicate, again.created) == (1, 2)
+    prev = dict(Snapshot.objects.filter(project=project, session_id="old").values_list("turn", "prev_turn"))
+    assert prev == {0: None, 1: 0, 2: 1, 3: 2}  # turn 2, stored days ago, now follows the late turn
+    assert (AgentSession.objects.get(project=project, session_id="old").first_received is None) == legacy
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Project) -> None:
+    """A day partition locked by someone else (expiry detaching it, a long report) holds up only
+    the batches whose sessions have turns in it or before it."""
+    import psycopg
+
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=0)])
+    _age(project, 2)
+    old_day = partitions.partition_name("ingest_snapshot", datetime.now(tz=UTC).date() - timedelta(days=2))
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"], dbname=settings["NAME"]
+    ) as other:
+        other.execute(f'LOCK TABLE "{old_day}" IN ACCESS EXCLUSIVE MODE')
+        with connection.cursor() as cur:
+            cur.execute("SET lock_timeout = '2s'")
+        # A new session, then its next turn: neither visits the locked day.
+        assert snapshot_batch_ingest(project=project, batch=[snapshot(session_id="new", turn=0)]).created == 1
+        assert snapshot_batch_ingest(project=project, batch=[snapshot(session_id="new", turn=1)]).created == 1
+        # The old session's next turn must look there for its previous turn.
+        with pytest.raises(OperationalError):
+            snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=1)])
+        other.rollback()
+    assert snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=1)]).created == 1
+    for sid in ("new", "old"):
+        assert Snapshot.objects.get(project=project, session_id=sid, turn=1).prev_turn == 0
+    with connection.cursor() as cur:
+        cur.execute("RESET lock_timeout")
 
 
 # --- the migration, with rows present -------------------------------------------------------

@@ -44,6 +44,11 @@ def _age(project: Project, days: int) -> None:
                 "WHERE project_id = %s",
                 [days, project.pk],
             )
+        cur.execute(
+            "UPDATE ingest_session SET first_received = first_received - make_interval(days => %s) "
+            "WHERE project_id = %s",
+            [days, project.pk],
+        )
         for table in ("ingest_blockcontent", "ingest_messagecontent"):
             cur.execute(
                 f"UPDATE {table} SET last_seen = last_seen - %s WHERE project_id = %s", [days, project.pk]

@@ -269,6 +269,17 @@ def analyze() -> None:
             time.sleep(1)
 
 
+PG_SETTINGS = ("server_version", "shared_buffers", "max_wal_size", "checkpoint_timeout", "wal_compression",
+               "autovacuum")
+
+
+def pg_settings() -> dict[str, str]:
+    """The server settings the ingest figures depend on (docs/scale.md, "PostgreSQL settings")."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)", [list(PG_SETTINGS)])
+        return dict(cur.fetchall())
+
+
 def disk_bytes() -> int:
     with connection.cursor() as cur:
         cur.execute(
@@ -461,6 +472,7 @@ def main() -> None:
         fresh_big = overview_after_new_batch(client, project, 22)
         stmts_big = ingest_statements(project, 32)
         per_snapshot = disk_bytes() / count()
+        server = pg_settings()
         print(f"at {n:,}: ingest {rate_big['snapshots_per_s']:.0f}/s; pages {json.dumps(pages_big)}; "
               f"{per_snapshot:.0f} bytes per snapshot", flush=True)
 
@@ -523,6 +535,7 @@ def main() -> None:
                             for k in pages_small},
         "expiry": expiry,
         "bytes_per_snapshot": round(per_snapshot),
+        "postgres": server,
         "load_avg": os.getloadavg(),
         "total_s": round(time.perf_counter() - started, 1),
     }

@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
+import pytest
 import yaml
+from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +32,17 @@ def test_dockerfile_copies_every_app_of_the_compose_stack():
     docker = (ROOT / "Dockerfile").read_text()
     for part in ("ctxobs", "core", "config", "ingest", "templates", "static", "manage.py"):
         assert f"COPY {part}" in docker
+
+
+@pytest.mark.django_db
+def test_the_postgres_service_sets_only_real_postgresql_settings_of_the_ones_docs_recommend():
+    spec = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    cmd = spec["services"]["postgres"]["command"]
+    assert cmd[0] == "postgres" and cmd[1::2] == ["-c"] * (len(cmd) // 2)
+    settings = dict(arg.split("=", 1) for arg in cmd[2::2])
+    with connection.cursor() as cur:  # the real server's own list: a misspelt name fails here
+        cur.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", [list(settings)])
+        assert {r[0] for r in cur.fetchall()} == set(settings)
+    docs = (ROOT / "docs" / "scale.md").read_text()
+    for name, value in settings.items():
+        assert f"{name} = {value}" in docs, name

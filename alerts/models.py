@@ -6,10 +6,10 @@ Alerts point at sessions and snapshots by (project_id, *_ref) like the ingest ho
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS, SEVERITIES, STORED_KINDS
+from core.debts import PendingWork
 
 KIND_CHOICES = list(STORED_KINDS.items())
 SEVERITY_CHOICES = [(s, s) for s in SEVERITIES]
@@ -192,21 +192,8 @@ class DeliveryAttempt(models.Model):
         return f"attempt {self.number} of delivery #{self.delivery_id}"
 
 
-class PendingEvaluation(models.Model):
-    """The evaluation owed to one ingest batch's new snapshots. Written in the batch's own
-    transaction and deleted once they are evaluated, so that a broker outage or a lost task
-    cannot lose it: the sweeper queues whatever is still here after `due_at`."""
+class PendingEvaluation(PendingWork):
+    """The evaluation owed to one ingest batch's new snapshots (core.debts)."""
 
-    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
-    snapshot_refs = ArrayField(models.BigIntegerField())
-    created_at = models.DateTimeField()
-    due_at = models.DateTimeField()
-    # How many times the sweeper has queued it (after the first queueing at commit).
-    sweeps = models.IntegerField(default=0)
-
-    class Meta:
-        ordering = ["due_at", "id"]
+    class Meta(PendingWork.Meta):
         indexes = [models.Index(fields=["due_at"], name="alert_pending_due_idx")]
-
-    def __str__(self) -> str:
-        return f"pending evaluation #{self.pk} ({len(self.snapshot_refs)} snapshots)"

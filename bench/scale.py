@@ -276,7 +276,8 @@ PG_SETTINGS = ("server_version", "shared_buffers", "max_wal_size", "checkpoint_t
 def pg_settings() -> dict[str, str]:
     """The server settings the ingest figures depend on (docs/scale.md, "PostgreSQL settings")."""
     with connection.cursor() as cur:
-        cur.execute("SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)", [list(PG_SETTINGS)])
+        cur.execute("SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
+                    [list(PG_SETTINGS)])
         return dict(cur.fetchall())
 
 

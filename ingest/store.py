@@ -556,7 +556,9 @@ class _ChangeUpdate(TypedDict):
     change: BlockChange
 
 
-def _derive_changes(cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime) -> list[_ChangeUpdate]:
+def _derive_changes(
+    cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime
+) -> list[_ChangeUpdate]:
     """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them.
     No stored turn of FRESH's sessions was received before SINCE: the partitions before it are not
     visited."""

@@ -5,24 +5,15 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from core.debts import PendingWork
 
-class PendingAnalysis(models.Model):
-    """The analysis owed to one ingest batch's new snapshots. Written in the batch's own
-    transaction and deleted once every analyzer has run, so that a broker outage or a lost task
-    cannot lose it: the sweeper queues whatever is still here after `due_at`."""
 
-    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
-    snapshot_refs = ArrayField(models.BigIntegerField())
-    created_at = models.DateTimeField()
-    due_at = models.DateTimeField()
-    sweeps = models.IntegerField(default=0)
+class PendingAnalysis(PendingWork):
+    """The analysis owed to one ingest batch's new snapshots (core.debts): deleted once every
+    analyzer has run."""
 
-    class Meta:
-        ordering = ["due_at", "id"]
+    class Meta(PendingWork.Meta):
         indexes = [models.Index(fields=["due_at"], name="insights_pending_due_idx")]
-
-    def __str__(self) -> str:
-        return f"pending analysis #{self.pk} ({len(self.snapshot_refs)} snapshots)"
 
 
 # --- contamination lint -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core import debts
 from insights.models import PendingAnalysis
 
 logger = logging.getLogger(__name__)
@@ -49,11 +50,9 @@ def on_snapshots_stored(sender: Any, *, project_id: int, snapshot_refs: list[int
     if not snapshot_refs or not _analyzers:
         return
     refs = list(snapshot_refs)
-    now = timezone.now()
-    row = PendingAnalysis.objects.create(
-        project_id=project_id, snapshot_refs=refs, created_at=now, due_at=now + SWEEP_GRACE
+    pending_id = debts.debt_record(
+        PendingAnalysis, project_id=project_id, snapshot_refs=refs, grace=SWEEP_GRACE
     )
-    pending_id = int(row.pk)
     transaction.on_commit(lambda: _enqueue(project_id, refs, pending_id))
 
 
@@ -83,11 +82,8 @@ def analyze(*, project_id: int, snapshot_refs: list[int]) -> list[str]:
 
 def pending_done(*, pending_id: int, failed: list[str]) -> None:
     """Forget the debt once every analyzer ran; keep it for the sweeper when one failed."""
-    qs = PendingAnalysis.objects.filter(pk=pending_id)
-    if failed:
-        qs.update(due_at=timezone.now() + SWEEP_GRACE)
-    else:
-        qs.delete()
+    due = timezone.now() + SWEEP_GRACE if failed else None
+    debts.debt_done(PendingAnalysis, pending_id=pending_id, due=due)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,35 +93,11 @@ class SweepResult:
 
 
 def sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
-    """Queue again the debts still here a grace after they were due. Each is claimed by moving
-    its due time ahead before it is queued, so concurrent sweeps do not queue it twice; a debt
-    swept MAX_SWEEPS times is dropped with an error in the log."""
+    """Queue again the debts still here a grace after they were due (core.debts: claimed first, so
+    concurrent sweeps do not queue one twice); a debt swept MAX_SWEEPS times is dropped with an
+    error in the log."""
     from insights.tasks import insights_analyze_task
 
-    now = timezone.now()
-    queued = dropped = 0
-    with transaction.atomic():
-        rows = list(
-            PendingAnalysis.objects.select_for_update(skip_locked=True)
-            .filter(due_at__lte=now).order_by("due_at", "id")[:limit]
-        )
-        for row in rows:
-            if row.sweeps >= MAX_SWEEPS:
-                logger.error("insights.pending_dropped id=%s project_id=%s n=%d",
-                             row.pk, row.project_id, len(row.snapshot_refs))
-                row.delete()
-                dropped += 1
-                continue
-            row.sweeps += 1
-            row.due_at = now + SWEEP_GRACE
-            row.save(update_fields=["sweeps", "due_at"])
-    for row in rows:
-        if row.pk is None:
-            continue
-        try:
-            insights_analyze_task.apply_async(kwargs={
-                "project_id": row.project_id, "snapshot_refs": list(row.snapshot_refs), "pending_id": row.pk})
-            queued += 1
-        except Exception:  # noqa: BLE001 - still down; the next sweep tries again
-            logger.exception("insights.sweep_enqueue_failed id=%s", row.pk)
-    return SweepResult(queued=queued, dropped=dropped)
+    claimed = debts.debts_claim(PendingAnalysis, grace=SWEEP_GRACE, limit=limit, max_sweeps=MAX_SWEEPS)
+    queued = debts.debts_queue(insights_analyze_task, claimed, label="insights")
+    return SweepResult(queued=queued, dropped=claimed.dropped)

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from alerts import kinds as K
@@ -27,7 +27,7 @@ from alerts.services.episodes import (
     session_alert_counts_add,
     session_locks_take,
 )
-from core import registry
+from core import debts, registry
 from ingest import selectors as ingest_selectors
 from ingest.types import TurnRow
 
@@ -248,22 +248,15 @@ def _sweep_grace() -> timedelta:
 def pending_evaluation_record(*, project_id: int, snapshot_refs: list[int]) -> int:
     """Record that SNAPSHOT_REFS are owed an evaluation; its id. Called inside the ingest
     transaction, so the debt is stored with the snapshots or not at all: one row per batch."""
-    now = timezone.now()
-    row = PendingEvaluation.objects.create(
-        project_id=project_id, snapshot_refs=snapshot_refs, created_at=now, due_at=now + _sweep_grace()
-    )
-    return int(row.pk)
+    return debts.debt_record(PendingEvaluation, project_id=project_id, snapshot_refs=snapshot_refs,
+                             grace=_sweep_grace())
 
 
 def pending_evaluation_done(*, pending_id: int, deferred: list[int], retry_in: float | None) -> None:
     """The evaluation of PENDING_ID has run: forget it, or keep only its DEFERRED snapshots,
     due for the sweeper a grace after their own wait (their re-evaluation is queued too)."""
-    qs = PendingEvaluation.objects.filter(pk=pending_id)
-    if not deferred:
-        qs.delete()
-        return
     due = timezone.now() + timedelta(seconds=retry_in or 0.0) + _sweep_grace()
-    qs.update(snapshot_refs=deferred, due_at=due)
+    debts.debt_done(PendingEvaluation, pending_id=pending_id, left=deferred, due=due if deferred else None)
 
 
 SWEEP_LIMIT = 500
@@ -282,9 +275,9 @@ def alerts_sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
     after they were due (never queued because the broker was down, or lost with a killed
     worker), and the deliveries whose in-flight attempt outlived its lease.
 
-    Safe to run twice and concurrently: each pending evaluation is claimed by moving its due
-    time a grace ahead before it is queued, and both tasks are idempotent, so racing the
-    normal path costs only a repeated evaluation or a skipped delivery claim."""
+    Safe to run twice and concurrently: each pending evaluation is claimed before it is queued
+    (core.debts), and both tasks are idempotent, so racing the normal path costs only a repeated
+    evaluation or a skipped delivery claim."""
     from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
 
     started = time.monotonic()
@@ -294,23 +287,9 @@ def alerts_sweep(*, limit: int = SWEEP_LIMIT) -> SweepResult:
     # Pages until nothing is due or the time budget is spent: after a long outage the backlog
     # is one row per ingest batch, far more than one page.
     while True:
-        with transaction.atomic():
-            due = list(
-                PendingEvaluation.objects.select_for_update(skip_locked=True)
-                .filter(due_at__lte=now)
-                .order_by("due_at")
-                .values_list("id", "project_id", "snapshot_refs")[:limit]
-            )
-            if due:
-                PendingEvaluation.objects.filter(pk__in=[p[0] for p in due]).update(
-                    due_at=now + grace, sweeps=F("sweeps") + 1
-                )
-        for pending_id, project_id, refs in due:
-            alerts_evaluate_task.apply_async(
-                kwargs={"project_id": project_id, "snapshot_refs": list(refs), "pending_id": pending_id}
-            )
-        n_evaluations += len(due)
-        if len(due) < limit or time.monotonic() - started > SWEEP_BUDGET_SECONDS:
+        claimed = debts.debts_claim(PendingEvaluation, grace=grace, limit=limit, now=now)
+        n_evaluations += debts.debts_queue(alerts_evaluate_task, claimed, label="alerts")
+        if len(claimed.rows) < limit or time.monotonic() - started > SWEEP_BUDGET_SECONDS:
             break
     overdue = now - grace
     open_states = [Delivery.Status.PENDING, Delivery.Status.RETRYING]

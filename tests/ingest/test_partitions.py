@@ -96,7 +96,8 @@ def _age(project: Project, days: int, *, legacy: bool = False) -> None:
     with connection.cursor() as cur:
         for table in partitions.PARTITIONED_TABLES:
             cur.execute(
-                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) WHERE project_id = %s",
+                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) "
+                "WHERE project_id = %s",
                 [days, project.pk],
             )
         cur.execute(

@@ -1,0 +1,116 @@
+"""Work owed to stored snapshots, kept in the database until it is done.
+
+An ingest batch's new snapshots are owed work that runs after the commit, on a Celery queue (alert
+evaluation, insights' analysis). The debt is a row written in the batch's own transaction, so it is
+stored with the snapshots or not at all; the task deletes it once the work is done. A broker
+outage or a killed worker therefore cannot lose it: a beat sweeper claims the rows still there a
+grace after they were due and queues them again. This module is that policy, once: the abstract
+row (`PendingWork`, each app keeps its own table) and the recording, finishing and claiming of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models, transaction
+from django.db.models import F
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+
+class PendingWork(models.Model):
+    """The work owed to one ingest batch's new snapshots (SNAPSHOT_REFS of PROJECT), due for the
+    sweeper at `due_at`; `sweeps` counts how often the sweeper queued it again."""
+
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
+    snapshot_refs = ArrayField(models.BigIntegerField())
+    created_at = models.DateTimeField()
+    due_at = models.DateTimeField()
+    sweeps = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+        ordering = ["due_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} #{self.pk} ({len(self.snapshot_refs)} snapshots)"
+
+
+W = TypeVar("W", bound=PendingWork)
+
+
+def debt_record(model: type[W], *, project_id: int, snapshot_refs: list[int], grace: timedelta) -> int:
+    """Record that SNAPSHOT_REFS are owed MODEL's work, due for the sweeper after GRACE; its id.
+    Call it inside the ingest transaction."""
+    now = timezone.now()
+    row = model._default_manager.create(
+        project_id=project_id, snapshot_refs=list(snapshot_refs), created_at=now, due_at=now + grace
+    )
+    return int(row.pk)
+
+
+def debt_done(model: type[W], *, pending_id: int, left: list[int] | None = None,
+              due: datetime | None = None) -> None:
+    """The work of PENDING_ID has run: forget it, or keep the snapshots LEFT (all of them when
+    LEFT is None and DUE is given) for the sweeper at DUE."""
+    qs = model._default_manager.filter(pk=pending_id)
+    if due is None:
+        qs.delete()
+    elif left is None:
+        qs.update(due_at=due)
+    elif left:
+        qs.update(snapshot_refs=left, due_at=due)
+    else:
+        qs.delete()
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """Debts the sweeper claimed, as (id, project_id, snapshot_refs), and how many it dropped."""
+
+    rows: list[tuple[int, int, list[int]]]
+    dropped: int
+
+
+def debts_claim(model: type[W], *, grace: timedelta, limit: int, max_sweeps: int | None = None,
+                now: datetime | None = None) -> Claimed:
+    """Claim up to LIMIT of MODEL's debts that are due: each one's due time moves GRACE ahead (and
+    its sweep count up) before the caller queues it, so concurrent sweepers never queue one twice,
+    and rows another transaction holds are skipped. A debt already swept MAX_SWEEPS times is
+    dropped, with an error in the log."""
+    now = now or timezone.now()
+    label = model._meta.label_lower
+    with transaction.atomic():
+        due = list(
+            model._default_manager.select_for_update(skip_locked=True).filter(due_at__lte=now)
+            .order_by("due_at", "id").values_list("id", "project_id", "snapshot_refs", "sweeps")[:limit]
+        )
+        drop = [d for d in due if max_sweeps is not None and d[3] >= max_sweeps]
+        for pk, project_id, refs, _ in drop:
+            logger.error("debts.dropped model=%s id=%s project_id=%s n=%d", label, pk, project_id, len(refs))
+        if drop:
+            model._default_manager.filter(pk__in=[d[0] for d in drop]).delete()
+        keep = [d for d in due if d not in drop]
+        if keep:
+            model._default_manager.filter(pk__in=[d[0] for d in keep]).update(
+                due_at=now + grace, sweeps=F("sweeps") + 1
+            )
+    return Claimed(rows=[(pk, pid, list(refs)) for pk, pid, refs, _ in keep], dropped=len(drop))
+
+
+def debts_queue(task: Any, claimed: Claimed, *, label: str) -> int:
+    """Queue TASK for each claimed debt (kwargs project_id, snapshot_refs, pending_id); how many
+    were queued. A broker still down leaves a debt for the next sweep."""
+    queued = 0
+    for pk, project_id, refs in claimed.rows:
+        try:
+            task.apply_async(kwargs={"project_id": project_id, "snapshot_refs": refs, "pending_id": pk})
+            queued += 1
+        except Exception:  # noqa: BLE001 - still down; the next sweep tries again
+            logger.exception("%s.sweep_enqueue_failed id=%s", label, pk)
+    return queued

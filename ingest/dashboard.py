@@ -77,6 +77,8 @@ def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dic
         return {}
     refs = [s.id for s in sessions]
     tops = [max(s.max_turn, 0) for s in sessions]
+    # The day partitions from the page's earliest first turn on (a page shows recent sessions).
+    since = min(s.received_since for s in sessions)
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -84,10 +86,10 @@ def sessions_sparklines(*, project_id: int, sessions: list[AgentSession]) -> dic
                    LEAST(%s - 1, GREATEST(0, floor(s.turn::float8 * %s / (b.max_turn + 1))))::int AS bucket,
                    max(s.watermark)
             FROM unnest(%s::bigint[], %s::int[]) AS b(ref, max_turn)
-            JOIN ingest_snapshot s ON s.project_id = %s AND s.session_ref = b.ref
+            JOIN ingest_snapshot s ON s.project_id = %s AND s.session_ref = b.ref AND s.received_at >= %s
             GROUP BY 1, 2 ORDER BY 1, 2
             """,
-            [SPARK_POINTS, SPARK_POINTS, refs, tops, project_id],
+            [SPARK_POINTS, SPARK_POINTS, refs, tops, project_id, since],
         )
         out: dict[int, list[float]] = defaultdict(list)
         for ref, _bucket, wm in cur.fetchall():
@@ -102,10 +104,10 @@ def timeline_rows(*, project: Project, session: AgentSession) -> list[TurnChartR
         cur.execute(
             """
             SELECT turn, watermark, kind_tokens::text, n_compression, n_validation_failed
-            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s
+            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s AND received_at >= %s
             ORDER BY turn, ts, snapshot_id
             """,
-            [project.pk, session.id],
+            [project.pk, session.id, session.received_since],
         )
         return [
             {
@@ -125,7 +127,7 @@ def turns_page(*, project: Project, session: AgentSession, page: int, per_page: 
     pages = max(1, -(-total // per_page))
     page = min(max(1, page), pages)
     rows = cast(list[TurnTableRow], list(
-        Snapshot.objects.filter(project=project, session_ref=session.id)
+        selectors.session_turns(project=project, session=session)
         .order_by("turn", "ts", "snapshot_id")
         .values(*TURN_TABLE_FIELDS)[(page - 1) * per_page : page * per_page]
     ))

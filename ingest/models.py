@@ -13,6 +13,8 @@ by those). Retention drops whole days (ingest.retention).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
@@ -20,6 +22,9 @@ from core.models import EscapedJSONField, EscapedTextField
 from ctxobs.wire import TIERS
 
 TIER_CHOICES = [(t, t) for t in TIERS]
+# Before any turn was received: where the per-session lookups of a session stored before
+# `AgentSession.first_received` existed start.
+RECEIVED_EVER = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def next_id(sequence: str) -> models.Func:
@@ -68,6 +73,12 @@ class AgentSession(models.Model):
 
     def __str__(self) -> str:
         return self.session_id
+
+    @property
+    def received_since(self) -> datetime:
+        """No turn of the session was received before this: a query of its turns that also says
+        `received_at >= received_since` visits only the day partitions from its first turn on."""
+        return self.first_received or RECEIVED_EVER
 
 
 class Snapshot(models.Model):

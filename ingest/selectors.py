@@ -129,10 +129,16 @@ TIMELINE_FIELDS = (
 )
 
 
+def session_turns(*, project: Project, session: AgentSession) -> QuerySet[Snapshot]:
+    """SESSION's stored turns, visiting only the day partitions from its first turn on."""
+    return Snapshot.objects.filter(project=project, session_ref=session.id,
+                                   received_at__gte=session.received_since)
+
+
 def session_timeline(*, project: Project, session: AgentSession) -> list[TimelineRow]:
     """Per turn, in order: tokens per block kind, watermark, tier and event counts (one query)."""
     rows = (
-        Snapshot.objects.filter(project=project, session_ref=session.id)
+        session_turns(project=project, session=session)
         .order_by("turn", "ts", "snapshot_id")
         .values(*TIMELINE_FIELDS)
     )
@@ -157,10 +163,10 @@ def session_timeline_turns(
                    total_tokens, watermark, tier, kind_tokens::text,
                    n_compression, n_recall, n_recall_injected, n_validation_failed, count_drift, prev_turn,
                    context_window, reserve_tokens
-            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s
+            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s AND received_at >= %s
             ORDER BY turn, ts, snapshot_id
             """,
-            [project.pk, session.id],
+            [project.pk, session.id, session.received_since],
         )
         rows = cur.fetchall()
     loads = orjson.loads
@@ -185,7 +191,7 @@ def snapshot_by_uuid(*, project: Project, snapshot_id: str | uuid.UUID) -> Snaps
 
 def snapshot_by_turn(*, project: Project, session: AgentSession, turn: int) -> Snapshot | None:
     return (
-        Snapshot.objects.filter(project=project, session_ref=session.id, turn=turn)
+        session_turns(project=project, session=session).filter(turn=turn)
         .order_by("ts", "snapshot_id")
         .first()
     )

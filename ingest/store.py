@@ -27,7 +27,7 @@ from core import pgtext
 from core.models import Project
 from ctxobs.wire import TIERS
 from ingest import derive
-from ingest.models import block_flags
+from ingest.models import RECEIVED_EVER, block_flags
 from ingest.signals import snapshots_stored
 from ingest.types import BlockChange
 
@@ -103,10 +103,6 @@ def _plain_array(values: list[Any]) -> str:
 
 
 _STORE_ATTEMPTS = 3
-
-
-# Before any turn: the bound of a session stored before `first_received` existed.
-_EVER = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _day_start(moment: datetime) -> datetime:
@@ -327,7 +323,7 @@ def _store_steps(
                          (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
                           WHERE project_id = %s AND session_id = ANY(%s::text[])))
             """,
-            [_day_start(now), _EVER, pid, session_ids],
+            [_day_start(now), RECEIVED_EVER, pid, session_ids],
         )
         since = _one(cur)
         cur.execute(
@@ -414,7 +410,7 @@ def _store_steps(
         session_refs = {sid: ref for ref, sid, _ in session_rows}
         # No stored turn of these sessions was received before this (the upsert's answer, so a
         # session another batch created meanwhile counts too).
-        since = min(first or _EVER for _, _, first in session_rows)
+        since = min(first or RECEIVED_EVER for _, _, first in session_rows)
         for p in fresh:
             p.session_ref = session_refs[p.snap["session_id"]]
         steps.mark("sessions")

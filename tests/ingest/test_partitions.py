@@ -15,7 +15,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
 
 from core.models import Project
-from ingest import partitions
+from ingest import dashboard, partitions, selectors
 from ingest.models import AgentSession, CompressionEvent, Snapshot
 from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot, snapshot
@@ -131,7 +131,7 @@ def test_a_session_received_days_ago_still_finds_its_resends_and_its_previous_tu
 @pytest.mark.django_db(transaction=True)
 def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Project) -> None:
     """A day partition locked by someone else (expiry detaching it, a long report) holds up only
-    the batches whose sessions have turns in it or before it."""
+    the batches, and the session pages, whose sessions have turns in it or before it."""
     import psycopg
 
     snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=0)])
@@ -147,6 +147,14 @@ def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Pr
         # A new session, then its next turn: neither visits the locked day.
         assert snapshot_batch_ingest(project=project, batch=[snapshot(session_id="new", turn=0)]).created == 1
         assert snapshot_batch_ingest(project=project, batch=[snapshot(session_id="new", turn=1)]).created == 1
+        # Nor do the reads of that session's pages.
+        new = AgentSession.objects.get(project=project, session_id="new")
+        assert [r["turn"] for r in selectors.session_timeline(project=project, session=new)] == [0, 1]
+        assert [t["turn"] for t in selectors.session_timeline_turns(project=project, session=new)[0]] == [0, 1]
+        assert [r["turn"] for r in dashboard.timeline_rows(project=project, session=new)] == [0, 1]
+        assert dashboard.turns_page(project=project, session=new, page=1, per_page=10)["pages"] == 1
+        assert len(dashboard.sessions_sparklines(project_id=project.pk, sessions=[new])[new.id]) == 2
+        assert selectors.snapshot_by_turn(project=project, session=new, turn=1) is not None
         # The old session's next turn must look there for its previous turn.
         with pytest.raises(OperationalError):
             snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=1)])

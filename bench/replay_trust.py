@@ -1,15 +1,20 @@
 """Can a replay verdict be trusted? Planted-fact turns against the real local model.
 
-    .venv/bin/python bench/replay_trust.py [--turns 24] [--samples 3] [--ablations 32] [--log F]
+    .venv/bin/python bench/replay_trust.py [--design issue|rich] [--turns 24] [--samples 3]
+        [--ablations 32] [--log F]
     .venv/bin/python bench/replay_trust.py --summarize F     # the summary of a (partial) log
 
 The last line printed is one JSON object. Uses the PostgreSQL of DATABASE_URL (or the embedded
 one) on a throwaway database of its own (created and dropped here). It starts the embedded local
 model (replay.localmodel: Gemma 3 270M, a small *base* model, behind llama-cpp-python's server)
-and builds TURNS planted-fact turns itself. Each has eight blocks: a system prompt with two
-worked examples of the answer's shape (about other details, other values), tool definitions, a
-memory block holding the fact (a number; it is nowhere else), a two-message history, a retrieved
-document, a tool result, a conversation summary, and the question ("What is my locker code?").
+and builds TURNS planted-fact turns itself, of one of two designs (--design):
+
+- `issue` (the default; issue 12's turns): five blocks: a system prompt with two worked examples
+  of the answer's shape (about other details, other values), tool definitions, a memory block
+  holding the fact (a number; it is nowhere else), a short two-message history, and the question
+  ("What is my locker code?"). The irrelevant blocks: tools and history.
+- `rich`: eight blocks: the same five, plus a retrieved document, a tool result and a
+  conversation summary (irrelevant too: five irrelevant blocks).
 
 The "agent" of these turns talked to the server's completions API with ctxobs's transcript of
 its messages and its stops (`agent_call`): a base model continues a transcript ending in
@@ -20,9 +25,10 @@ checks that the baseline's request body is byte for byte the agent's (`request_a
 Each turn is ingested through the HTTP API, then jobs run through the replay service functions
 (replay_job_create, and replay_run_execute for each run, as the worker runs them):
 
-- a leave-one-out job (SAMPLES baseline samples, one variant per block: 8 calls);
-- an attribution job with as many ablations as leave-one-out made variant calls (8), over the six
-  sources between the system prompt and the question: attribution at leave-one-out's cost;
+- a leave-one-out job (SAMPLES baseline samples, one variant per block: 5 or 8 calls);
+- an attribution job with as many ablations as leave-one-out made variant calls, at least the
+  fewest an attribution takes (8), over the sources between the system prompt and the question
+  (3 or 6): attribution at leave-one-out's cost;
 - an attribution job with ABLATIONS ablations (the product's default is 32), unless that is the
   same count.
 Later jobs reuse the turn's baseline samples (same endpoint, model and request).
@@ -30,8 +36,9 @@ Later jobs reuse the turn's baseline samples (same endpoint, model and request).
 It reports, over the turns whose baseline samples all state the fact (as a whole token):
 - `without_memory_lost_fact`: the share where the answer without memory no longer states it
   (target >= 95%);
-- `irrelevant_moves_less`: the share where removing each irrelevant block (tools, history,
-  retrieval, tool_results, summary) moves the answer less than removing memory (target >= 90%).
+- `irrelevant_moves_less`: the share where removing each irrelevant block (tools and history;
+  rich: also retrieval, tool_results, summary) moves the answer less than removing memory
+  (target >= 90%).
   "Moves" is the product's measures, task measure first (replay.measures): the pair (task
   distance: the share of the baseline's key facts the answer lost, edit distance: the mean of
   the character- and word-level normalised edit distances, mean over the baseline samples),
@@ -39,7 +46,7 @@ It reports, over the turns whose baseline samples all state the fact (as a whole
   ranks leave-one-out (`_combined`);
 - `attribution_memory_first_alone` / `attribution_equal_memory_first_alone`: the share where
   attribution ranks memory first with a score above every other source's (target >= 80%); and
-  leave-one-out's: memory first alone over all blocks, and over the same six sources;
+  leave-one-out's: memory first alone over all blocks, and over the same sources;
 - model calls per job, and `baseline_reuse_share`: of the answers the jobs needed, the share a
   reused baseline sample gave without a model call.
 """
@@ -138,13 +145,22 @@ SUMMARY = [
     "Summary of the conversation so far: the user asked about the weather.",
     "Summary of the conversation so far: the user asked for a book to read.",
 ]
-# Eight blocks: a leave-one-out makes 8 calls, as many as an attribution job of 8 ablations
-# (the fewest it takes) over the six sources between the system prompt and the question.
-IRRELEVANT = ("tools", "history", "retrieval", "tool_results", "summary")
+# The blocks of each design's turns, in context order. "rich": eight blocks, a leave-one-out of
+# 8 calls, as many as an attribution job of 8 ablations (the fewest it takes) over its six sources.
+DESIGNS = {
+    "issue": ("system", "tools", "memory", "history", "user"),
+    "rich": ("system", "tools", "memory", "history", "retrieval", "tool_results", "summary", "user"),
+}
+RELEVANT = ("system", "memory", "user")
 
 
-def planted_turn(i: int) -> tuple[dict[str, Any], str]:
-    """Turn I (deterministic): its wire snapshot and the planted fact's value."""
+def irrelevant(design: str) -> tuple[str, ...]:
+    """The blocks of DESIGN's turns that have nothing to do with the question."""
+    return tuple(k for k in DESIGNS[design] if k not in RELEVANT)
+
+
+def planted_turn(i: int, design: str = "issue") -> tuple[dict[str, Any], str]:
+    """Turn I of DESIGN (deterministic): its wire snapshot and the planted fact's value."""
     what, value = FACTS[i % len(FACTS)]
 
     def blk(key: str, kind: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -163,6 +179,7 @@ def planted_turn(i: int) -> tuple[dict[str, Any], str]:
         blk("summary", "summary", sys(SUMMARY[(i // 2) % len(SUMMARY)])),
         blk("user", "user", [{"role": "user", "content": QUESTION.format(what=what)}]),
     ]
+    blocks = [b for b in blocks if b["key"] in DESIGNS[design]]
     wire = {
         "snapshot_id": str(uuid.uuid4()),
         "session_id": f"planted-{i:02d}",
@@ -289,9 +306,10 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
     ranking = loo.get("ranking") or []
     src_rank = [k for k in ranking if k not in ("system", "user")]
     mem = moved(effects.get("memory"))
-    less = {k: moved(effects.get(k)) < mem for k in IRRELEVANT}
+    less = {k: moved(effects.get(k)) < mem for k in irrelevant(args.design)}
     return {
         "session": wire["session_id"],
+        "design": args.design,
         "fact": value,
         "baseline": base_texts,
         "baseline_has_fact": bool(base_texts) and all(has_fact(t, value) for t in base_texts),
@@ -308,7 +326,7 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
         "irrelevant_moves_less": all(less.values()),
         "irrelevant_moves_less_each": less,
         "irrelevant_moves_less_combined": all(
-            combined.get(k, 1.0) < combined.get("memory", 0.0) for k in IRRELEVANT
+            combined.get(k, 1.0) < combined.get("memory", 0.0) for k in irrelevant(args.design)
         ),
         "loo_ranking": ranking,
         "loo_memory_first_alone": first_alone(ranking, effects),
@@ -335,14 +353,21 @@ def _mean(values: list[int]) -> float | None:
 
 
 def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
+    # A log's rows say their design (rows written before there were two are "rich").
+    designs = {r.get("design", "rich") for r in rows} or {args.design}
+    if len(designs) > 1:
+        raise SystemExit(f"rows of more than one design: {sorted(designs)}")
+    (design,) = designs
+    blocks = irrelevant(design)
     had = [r for r in rows if r["baseline_has_fact"]]
     kinds = ("loo", "attribution_equal", "attribution")
     # A job not run (the default count equal to leave-one-out's) counts in no average.
     calls = {k: [r["jobs"][k]["calls"] for r in rows if r["jobs"][k]["runs"]] for k in kinds}
     reused = sum(r["jobs"][k]["reused"] for r in rows for k in kinds)
     made = sum(sum(v) for v in calls.values())
-    pairs = [(r, k) for r in had for k in IRRELEVANT]
+    pairs = [(r, k) for r in had for k in blocks]
     result = {
+        "design": design,
         "turns": len(rows),
         "baseline_had_fact": len(had),
         "request_as_sent": sum(1 for r in rows if r["request_as_sent"]),
@@ -354,7 +379,7 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
             else None
         ),
         "irrelevant_moves_less_by_block": {
-            k: sum(1 for r in had if r["irrelevant_moves_less_each"][k]) for k in IRRELEVANT
+            k: sum(1 for r in had if r["irrelevant_moves_less_each"][k]) for k in blocks
         },
         "irrelevant_moves_less_combined": share(had, "irrelevant_moves_less_combined"),
         "attribution_memory_first_alone": share(had, "attribution_memory_first_alone"),
@@ -384,6 +409,12 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--design",
+        choices=sorted(DESIGNS),
+        default="issue",
+        help="issue: the issue's five-block turns; rich: eight blocks, five of them irrelevant",
+    )
     ap.add_argument("--turns", type=int, default=24)
     ap.add_argument("--first", type=int, default=0, help="the first planted turn's number")
     ap.add_argument("--ablations", type=int, default=32)
@@ -428,7 +459,7 @@ def main() -> None:
         endpoint.refresh_from_db()
         client = Client()
         for i in range(args.first, args.first + args.turns):
-            wire, value = planted_turn(i)
+            wire, value = planted_turn(i, args.design)
             ingest(client, key, wire)
             row = measure_turn(project, endpoint, wire, value, args)
             rows.append(row)

@@ -17,7 +17,7 @@ from core import registry
 from core.models import SCOPE_INGEST, SCOPE_REPLAY
 from core.services import ingest_key_create, project_triage_set
 from ingest.models import Snapshot
-from replay.models import ReplayJob, ReplayRun, Triage, TriageBudget
+from replay.models import ModelEndpoint, ReplayJob, ReplayRun, Triage, TriageBudget
 from replay.services import triage as triage_services
 from tests import factories as f
 from tests.alerts.receiver import Receiver
@@ -39,14 +39,19 @@ FAILED_CHECK = {
 }
 
 
-def planted_turn(*, session_id: str, turn: int, hot: bool = False, **kw: Any) -> dict[str, Any]:
+def planted_turn(
+    *, session_id: str, turn: int, hot: bool = False, history: bool = False, **kw: Any
+) -> dict[str, Any]:
     """The planted-fact turn (the fact only in memory, the question in the user block). HOT: its
-    window is so small that the turn lands in the force tier, which the default rules alert on."""
+    window is so small that the turn lands in the force tier, which the default rules alert on.
+    HISTORY: an irrelevant exchange after the memory block, a second source block."""
     blocks = [
         f.block("system", "system", PLANTED_SYSTEM, pinned=True, tokens=20),
         f.block("memory", "memory", PLANTED_MEMORY, tokens=15),
         f.block("user", "user", PLANTED_QUESTION, tokens=10),
     ]
+    if history:
+        blocks.insert(2, f.block("history", "history", messages=IRRELEVANT_HISTORY, tokens=20))
     return f.snapshot(
         session_id=session_id,
         turn=turn,
@@ -58,6 +63,12 @@ def planted_turn(*, session_id: str, turn: int, hot: bool = False, **kw: Any) ->
         params={"temperature": 0, "max_tokens": 12},
         **kw,
     )
+
+
+IRRELEVANT_HISTORY = [
+    {"role": "user", "content": "Is it going to rain today?"},
+    {"role": "assistant", "content": "No, it should stay dry."},
+]
 
 
 def _ref(project: Any, wire: dict[str, Any]) -> int:
@@ -374,6 +385,57 @@ def _sourced_turn(*, session_id: str) -> dict[str, Any]:
         blocks=blocks,
         output={"text": "Guangzhou.", "tool_calls": [], "finish_reason": "stop"},
     )
+
+
+@pytest.mark.e2e
+def test_a_failed_validation_on_a_turn_with_sources_is_triaged_by_attribution_on_the_real_model(
+    celery_worker_process: Any, api: Any, counted_local_endpoint: Any
+) -> None:
+    """The attribution path end to end: the fact only in memory, an irrelevant history beside it,
+    the real worker and the real local model."""
+    from replay import triage
+
+    ep, proxy = counted_local_endpoint
+    project = ep.project
+    # The local model is a base model. Through the server's chat format (llama-2's fallback: its
+    # GGUF has no template) it rambles, and the history's two messages move a rambling answer
+    # as far as the memory does; a transcript ending in "Assistant:" gets a one-line answer.
+    ModelEndpoint.objects.filter(pk=ep.pk).update(mode=ModelEndpoint.Mode.COMPLETIONS)
+    project_triage_set(project=project, enabled=True, daily_calls=50)
+    AlertRule.objects.filter(project=project).update(enabled=False)  # only validation flags turns here
+    wire = planted_turn(session_id="att-e2e", turn=0, validation=[FAILED_CHECK], history=True)
+    post(api, wire)
+    ref = _ref(project, wire)
+    t = wait_until(lambda: _finished(project, ref), 240, "the triage to finish")
+
+    assert t.status == "done", (t.status, t.reason)
+    assert t.trigger == "validation" and t.job_kind == "attribution" == t.job.kind
+    sources = {"memory", "history"}  # the blocks besides the system prompt and the question
+    result = t.result
+    assert result["method"] == "attribution"
+    assert result["block"] in sources and isinstance(result["score"], float)
+    assert result["baseline_samples"] == 3 and result["noise"] >= 0.0
+    assert {r["key"] for r in result["ranking"]} == sources and len(result["ranking"]) == 2
+    top = result["ranking"][0]
+    assert (top["key"], top["score"]) == (result["block"], result["score"])
+    assert result["score"] == max(r["score"] for r in result["ranking"])
+    # The fact lives only in memory: without it the answer loses it, without the history it
+    # does not, so the attribution names memory, alone, beyond the baseline's noise.
+    answers = list(ReplayRun.objects.filter(job=t.job).values_list("variant__label", "output_text"))
+    assert result["block"] == "memory" and result["tied_with"] == [], (result, answers)
+    assert result["within_noise"] is False and top["changed"] is True
+    assert triage.triage_summary(result).startswith(
+        f"most responsible block: memory (score {result['score']:.2f}, noise band {result['noise']:.2f})"
+    )
+    # Cost: the 3 baseline samples and one call per ablation that changes the request, reserved
+    # before the job, counted in today's budget, and what the model server really got.
+    job = t.job
+    changing = job.variants.filter(is_baseline=False, no_change=False).count()
+    assert 0 < changing <= job.spec["ablations"] == 8
+    assert t.calls_reserved == 3 + changing == job.n_runs
+    assert proxy.started == t.calls_reserved
+    assert triage_services.budget_used(project=project) == t.calls_reserved
+    assert triage_services.triage_calls_made(triage_row=t) == t.calls_reserved
 
 
 @pytest.mark.parametrize(

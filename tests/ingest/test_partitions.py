@@ -19,6 +19,7 @@ from ingest import dashboard, partitions, selectors
 from ingest.models import AgentSession, CompressionEvent, Snapshot
 from ingest.services import snapshot_batch_ingest
 from tests.factories import full_snapshot, snapshot
+from tests.ingest.aging import age
 from tests.scratch_db import migrate, scratch_database
 
 
@@ -89,24 +90,6 @@ def test_rows_beyond_the_partitions_land_in_the_default_one_and_move_when_their_
 
 
 # --- ingest's lookups visit the partitions from a session's first turn on ---------------------
-def _age(project: Project, days: int, *, legacy: bool = False) -> None:
-    """Move PROJECT's stored turns DAYS days back, as if they had arrived then; LEGACY: as a session
-    stored before ingest recorded `first_received`."""
-    partitions.partitions_ensure(start=datetime.now(tz=UTC).date() - timedelta(days=days + 1))
-    with connection.cursor() as cur:
-        for table in partitions.PARTITIONED_TABLES:
-            cur.execute(
-                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) "
-                "WHERE project_id = %s",
-                [days, project.pk],
-            )
-        cur.execute(
-            "UPDATE ingest_session SET first_received = CASE WHEN %s THEN NULL "
-            "ELSE first_received - make_interval(days => %s) END WHERE project_id = %s",
-            [legacy, days, project.pk],
-        )
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize("legacy", [False, True], ids=["first-received", "stored-before-first-received"])
 def test_a_session_received_days_ago_still_finds_its_resends_and_its_previous_turn(
@@ -114,7 +97,7 @@ def test_a_session_received_days_ago_still_finds_its_resends_and_its_previous_tu
 ) -> None:
     first = [snapshot(session_id="old", turn=t) for t in (0, 2)]
     snapshot_batch_ingest(project=project, batch=first)
-    _age(project, 3, legacy=legacy)
+    age(project, 3, legacy=legacy)
     old_day = partitions.partition_name("ingest_snapshot", datetime.now(tz=UTC).date() - timedelta(days=3))
     assert set(_where("ingest_snapshot", project_id=project.pk)) == {old_day}
 
@@ -135,7 +118,7 @@ def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Pr
     import psycopg
 
     snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=0)])
-    _age(project, 2)
+    age(project, 2)
     old_day = partitions.partition_name("ingest_snapshot", datetime.now(tz=UTC).date() - timedelta(days=2))
     settings = connection.settings_dict
     with psycopg.connect(
@@ -150,7 +133,8 @@ def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Pr
         # Nor do the reads of that session's pages.
         new = AgentSession.objects.get(project=project, session_id="new")
         assert [r["turn"] for r in selectors.session_timeline(project=project, session=new)] == [0, 1]
-        assert [t["turn"] for t in selectors.session_timeline_turns(project=project, session=new)[0]] == [0, 1]
+        turns, _ = selectors.session_timeline_turns(project=project, session=new)
+        assert [t["turn"] for t in turns] == [0, 1]
         assert [r["turn"] for r in dashboard.timeline_rows(project=project, session=new)] == [0, 1]
         assert dashboard.turns_page(project=project, session=new, page=1, per_page=10)["pages"] == 1
         assert len(dashboard.sessions_sparklines(project_id=project.pk, sessions=[new])[new.id]) == 2

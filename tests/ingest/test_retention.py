@@ -20,40 +20,13 @@ from alerts.models import Alert, AlertRule
 from core import registry
 from core.models import Membership, Project
 from core.services import project_create
-from ingest import partitions, retention, store
+from ingest import partitions, retention
 from ingest.dashboard import overview_refresh
 from ingest.models import AgentSession, BlockContent, MessageContent, Snapshot
 from ingest.services import snapshot_batch_ingest
 from replay.models import ModelEndpoint, ReplayJob, ReplayVariant
 from tests.factories import SYSTEM_PROMPT, block, full_snapshot, snapshot
-
-
-def _forget_contents() -> None:
-    """As on a new day: this process no longer knows which texts are stored."""
-    store._known_blocks._set.clear()
-    store._known_messages._set.clear()
-
-
-def _age(project: Project, days: int) -> None:
-    """Move PROJECT's stored turns DAYS days into the past, as if they had arrived then."""
-    partitions.partitions_ensure(start=datetime.now(tz=UTC).date() - timedelta(days=days + 1))
-    with connection.cursor() as cur:
-        for table in partitions.PARTITIONED_TABLES:
-            cur.execute(
-                f"UPDATE {table} SET received_at = received_at - make_interval(days => %s) "
-                "WHERE project_id = %s",
-                [days, project.pk],
-            )
-        cur.execute(
-            "UPDATE ingest_session SET first_received = first_received - make_interval(days => %s) "
-            "WHERE project_id = %s",
-            [days, project.pk],
-        )
-        for table in ("ingest_blockcontent", "ingest_messagecontent"):
-            cur.execute(
-                f"UPDATE {table} SET last_seen = last_seen - %s WHERE project_id = %s", [days, project.pk]
-            )
-    _forget_contents()
+from tests.ingest.aging import age
 
 
 def _session(sid: str, turns: int, *, shared: str = SYSTEM_PROMPT) -> list[dict[str, Any]]:
@@ -104,8 +77,8 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     short, long = _project("short", 5), _project("long", 30)
     snapshot_batch_ingest(project=short, batch=_session("old", 3))
     snapshot_batch_ingest(project=long, batch=_session("old", 3))
-    _age(short, 10)
-    _age(long, 10)
+    age(short, 10)
+    age(long, 10)
     overview_refresh(project_id=short.pk)
     now = datetime.now(tz=UTC)
     with connection.cursor() as cur:
@@ -155,8 +128,8 @@ def test_whole_days_are_dropped_once_every_projects_retention_has_passed_them(de
     a, b = _project("a", 5), _project("b", 7)
     snapshot_batch_ingest(project=a, batch=_session("s", 4))
     snapshot_batch_ingest(project=b, batch=_session("s", 2))
-    _age(a, 10)
-    _age(b, 10)
+    age(a, 10)
+    age(b, 10)
     old_day = (datetime.now(tz=UTC) - timedelta(days=10)).date()
     with connection.cursor() as cur:
         cur.execute(
@@ -202,7 +175,7 @@ def test_day_sums_go_once_the_cutoff_has_passed_the_whole_day() -> None:
 def test_a_session_keeps_its_recent_turns_with_its_counts_recomputed() -> None:
     p = _project("p", 5)
     snapshot_batch_ingest(project=p, batch=_session("s", 3))
-    _age(p, 10)
+    age(p, 10)
     snapshot_batch_ingest(project=p, batch=[full_snapshot(session_id="s", turn=3, ts=datetime.now(tz=UTC))])
     retention.expire()
     s = AgentSession.objects.get(project=p, session_id="s")
@@ -261,7 +234,7 @@ def test_alert_and_replay_pages_of_an_expired_turn_say_so_and_the_turn_page_is_a
     alert_url, job_url = f"/p/{p.pk}/alerts/{alert.pk}/", f"/p/{p.pk}/replays/{job.pk}/"
     assert "turn expired" not in client.get(alert_url).content.decode()
 
-    _age(p, 10)
+    age(p, 10)
     retention.expire()
 
     page = client.get(alert_url)
@@ -280,7 +253,7 @@ def test_the_api_answers_404_with_the_reason_for_an_expired_snapshot(client: Cli
     p.save()
     snapshot_batch_ingest(project=p, batch=[snapshot(session_id="s", turn=0)])
     sid = str(Snapshot.objects.get(project=p).snapshot_id)
-    _age(p, 10)
+    age(p, 10)
     retention.expire()
     r = client.get(f"/api/v1/snapshots/{sid}", HTTP_AUTHORIZATION=f"Bearer {key}")
     assert r.status_code == 404 and "expired" in r.json()["detail"]
@@ -329,7 +302,7 @@ def test_expiry_runs_beside_ingest_without_errors_or_long_waits(monkeypatch: pyt
     for n in range(6):
         snapshot_batch_ingest(project=old, batch=_session(f"old-{n}", 50))
     snapshot_batch_ingest(project=live, batch=_session("warm", 5))
-    _age(old, 10)
+    age(old, 10)
     monkeypatch.setattr(retention, "BATCH", 40)  # many small batches, to interleave with ingest
 
     stop = threading.Event()
@@ -379,7 +352,7 @@ def test_a_celery_worker_runs_expiry_and_partition_upkeep(celery_worker_process:
 
     p = _project("p", 5)
     snapshot_batch_ingest(project=p, batch=_session("s", 3))
-    _age(p, 10)
+    age(p, 10)
     last = datetime.now(tz=UTC).date() + timedelta(days=partitions.DAYS_AHEAD)
     for table in reversed(partitions.PARTITIONED_TABLES):
         partitions.partition_drop(partitions.Partition(table, partitions.partition_name(table, last), last))

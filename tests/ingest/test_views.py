@@ -122,6 +122,28 @@ def test_sessions_list_paginates(admin_client: Client, project: Project) -> None
     assert "bulk-00000" in first and "bulk-00049" in first and "bulk-00050" not in first
     assert "bulk-00050" in second and "bulk-00059" in second and "bulk-00000" not in second
     assert "page 1 of 2" in first
+    assert ">60 matching<" in first
+
+
+def test_the_sessions_count_stops_a_fixed_way_past_the_page_and_paging_goes_on(
+    admin_client: Client, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest import views
+
+    monkeypatch.setattr(views, "SESSIONS_COUNT_AHEAD", 60)
+    ingest(project, many_sessions(120, turns=1))
+    url = reverse("ingest:sessions", args=[project.pk])
+    pages = [admin_client.get(url, {"sort": "session_id", "page": n}).content.decode() for n in (1, 2, 3)]
+
+    assert ">more than 60 matching<" in pages[0] and "page 1 of more than 1<" in pages[0]
+    assert "bulk-00000" in pages[0] and "bulk-00049" in pages[0] and "page=2" in pages[0]
+    assert ">more than 110 matching<" in pages[1] and "bulk-00050" in pages[1] and "bulk-00099" in pages[1]
+    # From page 3 the count reaches the end: exact again.
+    assert ">120 matching<" in pages[2] and "page 3 of 3<" in pages[2]
+    assert "bulk-00100" in pages[2] and "bulk-00119" in pages[2] and "page=4" not in pages[2]
+    # A page number past the end, or not a number, still gets a page.
+    assert admin_client.get(url, {"page": str(2**63)}).status_code == 200
+    assert admin_client.get(url, {"page": "x\x00"}).status_code == 200
 
 
 def test_timeline_page_and_chart_data(admin_client: Client, project: Project, demo: AgentSession) -> None:

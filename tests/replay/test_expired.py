@@ -18,7 +18,7 @@ from replay.models import ReplayRun, Triage
 from replay.services import runs, triage
 from replay.services.jobs import replay_job_create
 from tests import factories as f
-from tests.ingest.test_retention import _age
+from tests.ingest.aging import age
 from tests.replay.conftest import wait_job
 from tests.replay.helpers import PLANTED_MEMORY, PLANTED_QUESTION, PLANTED_SYSTEM, post
 
@@ -39,7 +39,7 @@ def _expire(project: Any) -> None:
     """Turns of PROJECT ten days old, past its retention, and expiry run."""
     project.retention_days = RETENTION_DAYS
     project.save(update_fields=["retention_days"])
-    _age(project, 10)
+    age(project, 10)
     retention.expire()
     assert not Snapshot.objects.filter(project=project).exists()
 

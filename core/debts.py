@@ -54,19 +54,22 @@ def debt_record(model: type[W], *, project_id: int, snapshot_refs: list[int], gr
     return int(row.pk)
 
 
-def debt_done(model: type[W], *, pending_id: int, left: list[int] | None = None,
-              due: datetime | None = None) -> None:
-    """The work of PENDING_ID has run: forget it, or keep the snapshots LEFT (all of them when
-    LEFT is None and DUE is given) for the sweeper at DUE."""
+def debt_forget(model: type[W], *, pending_id: int) -> None:
+    """The work of PENDING_ID is done: forget the debt."""
+    model._default_manager.filter(pk=pending_id).delete()
+
+
+def debt_keep(model: type[W], *, pending_id: int, due: datetime,
+              snapshot_refs: list[int] | None = None) -> None:
+    """The work of PENDING_ID is not all done: keep the debt for the sweeper at DUE, narrowed to
+    SNAPSHOT_REFS when given (a non-empty list: the snapshots still owed)."""
+    if snapshot_refs is not None and not snapshot_refs:
+        raise ValueError("no snapshots left: forget the debt (debt_forget)")
     qs = model._default_manager.filter(pk=pending_id)
-    if due is None:
-        qs.delete()
-    elif left is None:
+    if snapshot_refs is None:
         qs.update(due_at=due)
-    elif left:
-        qs.update(snapshot_refs=left, due_at=due)
     else:
-        qs.delete()
+        qs.update(snapshot_refs=snapshot_refs, due_at=due)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from core import registry
-from core.models import RETENTION_DAYS_MAX, TRIAGE_DAILY_CALLS_MAX, Membership, Project
+from core.models import RETENTION_DAYS_MAX, Membership, Project
 from core.services import MODEL_NAME_MAX_CHARS, MODEL_WINDOWS_MAX_ENTRIES
 from ctxobs.wire import LIMITS, TIERS
 
@@ -101,17 +101,6 @@ class KeyCreateForm(forms.Form):
 
 class NetworkForm(forms.Form):
     allow_private = forms.BooleanField(required=False)
-
-
-class TriageForm(forms.Form):
-    """Auto-triage of alerted and validation-failed turns (project settings, its own section)."""
-
-    enabled = forms.BooleanField(required=False)
-    daily_calls = forms.IntegerField(
-        min_value=0,
-        max_value=TRIAGE_DAILY_CALLS_MAX,
-        error_messages={"required": "give the most model calls triage may make a day (0 stops it)"},
-    )
 
 
 class MemberAddForm(forms.Form):

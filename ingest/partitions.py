@@ -54,6 +54,11 @@ class Partition:
         return datetime(self.day.year, self.day.month, self.day.day, tzinfo=UTC) + timedelta(days=1)
 
 
+def day_start(moment: datetime) -> datetime:
+    """Where the day partition holding MOMENT begins: its UTC midnight."""
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 def partition_name(table: str, day: date) -> str:
     return f"{table}_p{day:%Y%m%d}"
 
@@ -72,11 +77,13 @@ def _unique_snapshot_index(cur: Any, name: str) -> None:
 
 
 def partitions_list(table: str, *, using: str = DEFAULT_DB_ALIAS) -> list[Partition]:
-    """TABLE's partitions, the default one first, then by day."""
+    """TABLE's partitions, the default one first, then by day. Reads the catalog only: it never
+    waits for a lock someone holds on a partition (deparsing a bound against its relation would
+    take one, and queue behind a drop or an attach)."""
     with connections[using].cursor() as cur:
         cur.execute(
             """
-            SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+            SELECT c.relname, pg_get_expr(c.relpartbound, 0)
             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
             WHERE i.inhparent = %s::regclass
             """,
@@ -154,6 +161,18 @@ def partitions_ensure(*, days_ahead: int = DAYS_AHEAD, start: date | None = None
         logger.info("ingest.partitions_created count=%d first=%s last=%s",
                     len(created), created[0], created[-1])
     return created
+
+
+def partitions_missing(*, days_ahead: int = DAYS_AHEAD, today: date | None = None,
+                       using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """The partitions of today and the DAYS_AHEAD days after it that do not exist (yet)."""
+    today = today or datetime.now(tz=UTC).date()
+    days = [today + timedelta(days=n) for n in range(days_ahead + 1)]
+    missing: list[str] = []
+    for table in PARTITIONED_TABLES:
+        existing = {p.day for p in partitions_list(table, using=using)}
+        missing += [partition_name(table, day) for day in days if day not in existing]
+    return missing
 
 
 DROP_LOCK_TIMEOUT = "500ms"

@@ -208,9 +208,14 @@ def snapshot_ref_by_uuid(*, project: Project, snapshot_id: str | uuid.UUID) -> S
     return _snapshot_ref(snap) if snap is not None else None
 
 
-def snapshot_neighbours(*, project: Project, snapshot: Snapshot) -> tuple[int | None, int | None]:
-    """Turn numbers before and after SNAPSHOT in its session."""
-    base = Snapshot.objects.filter(project=project, session_ref=snapshot.session_ref)
+def snapshot_neighbours(
+    *, project: Project, session: AgentSession, snapshot: Snapshot
+) -> tuple[int | None, int | None]:
+    """Turn numbers before and after SNAPSHOT in SESSION (only the day partitions from the
+    session's first turn on are read)."""
+    base = Snapshot.objects.filter(
+        project=project, session_ref=session.id, received_at__gte=session.received_since
+    )
     prev = base.filter(turn__lt=snapshot.turn).order_by("-turn").values_list("turn", flat=True).first()
     nxt = base.filter(turn__gt=snapshot.turn).order_by("turn").values_list("turn", flat=True).first()
     return prev, nxt

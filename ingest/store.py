@@ -26,7 +26,7 @@ from django.utils import timezone
 from core import pgtext
 from core.models import Project
 from ctxobs.wire import TIERS
-from ingest import derive
+from ingest import derive, partitions
 from ingest.models import RECEIVED_EVER, block_flags
 from ingest.signals import snapshots_stored
 from ingest.types import BlockChange
@@ -105,15 +105,10 @@ def _plain_array(values: list[Any]) -> str:
 _STORE_ATTEMPTS = 3
 
 
-def _day_start(moment: datetime) -> datetime:
-    """The start of MOMENT's UTC day: where its day partition begins."""
-    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _one(cur: Any) -> Any:
+def _row(cur: Any) -> Any:
     row = cur.fetchone()
     assert row is not None  # a SELECT without FROM returns one row
-    return row[0]
+    return row
 
 
 def snapshots_store(*, project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
@@ -323,9 +318,9 @@ def _store_steps(
                          (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
                           WHERE project_id = %s AND session_id = ANY(%s::text[])))
             """,
-            [_day_start(now), RECEIVED_EVER, pid, session_ids],
+            [partitions.day_start(now), RECEIVED_EVER, pid, session_ids],
         )
-        since = _one(cur)
+        (since,) = _row(cur)
         cur.execute(
             """
             SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
@@ -334,9 +329,7 @@ def _store_steps(
             """,
             [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
         )
-        row = cur.fetchone()
-        assert row is not None  # a SELECT without FROM returns one row
-        existing_ids, new_ids = row
+        existing_ids, new_ids = _row(cur)
         existing = set(existing_ids)
         fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
         if not fresh:

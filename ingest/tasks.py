@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+
+from celery import Task, shared_task
 
 from ingest import dashboard, partitions, retention
 
+logger = logging.getLogger(__name__)
 
-@shared_task(name="ingest.partitions_ensure", acks_late=True, ignore_result=True)
-def partitions_ensure_task() -> int:
-    """Create the day partitions of the coming days (ingest.partitions.DAYS_AHEAD)."""
-    return len(partitions.partitions_ensure())
+
+# A day partition that could not get its locks (expiry or a long query held them) is tried again
+# this many times, this many seconds apart, before the next beat tick tries it anyway.
+PARTITIONS_RETRIES = 5
+PARTITIONS_RETRY_S = 10.0
+
+
+@shared_task(name="ingest.partitions_ensure", bind=True, acks_late=True, ignore_result=True,
+             max_retries=PARTITIONS_RETRIES)
+def partitions_ensure_task(self: Task) -> int:
+    """Create the day partitions of the coming days (ingest.partitions.DAYS_AHEAD); the ones created."""
+    created = len(partitions.partitions_ensure())
+    missing = partitions.partitions_missing()
+    if missing and self.request.retries < PARTITIONS_RETRIES:
+        logger.warning("ingest.partitions_retry missing=%d first=%s retry=%d",
+                       len(missing), missing[0], self.request.retries + 1)
+        raise self.retry(countdown=PARTITIONS_RETRY_S)
+    return created
 
 
 @shared_task(name="ingest.expire", acks_late=True, ignore_result=True)

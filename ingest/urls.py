@@ -34,7 +34,6 @@ urlpatterns = [
     path("p/<int:project_id>/settings/", views_settings.project_settings, name="settings"),
     path("p/<int:project_id>/settings/keys/", views_settings.key_create, name="key_create"),
     path("p/<int:project_id>/settings/network/", views_settings.project_network, name="network"),
-    path("p/<int:project_id>/settings/triage/", views_settings.project_triage, name="triage"),
     path(
         "p/<int:project_id>/settings/model-windows/",
         views_settings.project_model_windows,

@@ -474,7 +474,7 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     project, membership = project_access(request, project_id)
     session = _session_or_404(project, session_id)
     snapshot = _turn_or_404(project, session, turn)
-    prev_turn, next_turn = selectors.snapshot_neighbours(project=project, snapshot=snapshot)
+    prev_turn, next_turn = selectors.snapshot_neighbours(project=project, session=session, snapshot=snapshot)
 
     compare_arg = request.GET.get("compare", "").strip()
     compare_error = ""

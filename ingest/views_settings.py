@@ -1,6 +1,6 @@
 """Project settings pages (admin): ingest keys, members and their roles, the project's
-network policy for model endpoints and webhooks, its context-window overrides, auto-triage
-and how long its turns are kept.
+network policy for model endpoints and webhooks, its context-window overrides and how long its
+turns are kept; other apps add sections of their own (core.registry.settings_sections).
 
 Each view resolves its project with core.access.project_access and requires the admin role.
 """
@@ -25,7 +25,6 @@ from core.services import (
     ingest_key_revoke,
     project_allow_private_set,
     project_model_windows_set,
-    project_triage_set,
 )
 from ingest.forms import (
     KeyCreateForm,
@@ -34,7 +33,6 @@ from ingest.forms import (
     ModelWindowsForm,
     NetworkForm,
     RetentionForm,
-    TriageForm,
 )
 from ingest.services import project_retention_set
 from ingest.views import _page
@@ -66,9 +64,6 @@ def _settings_ctx(
         member_form=MemberAddForm(),
         roles=Membership.Role.choices,
         **{
-            "triage_form": TriageForm(
-                initial={"enabled": project.triage_enabled, "daily_calls": project.triage_daily_calls}
-            ),
             "retention_form": RetentionForm(initial={"retention_days": project.retention_days}),
             "retention_max": RETENTION_DAYS_MAX,
             **section_context,
@@ -116,28 +111,6 @@ def project_network(request: HttpRequest, project_id: int) -> HttpResponse:
         "Loopback and private addresses are now allowed for model endpoints and webhooks."
         if allow
         else "Model endpoints and webhooks are limited to public addresses.",
-    )
-    return redirect("ingest:settings", project_id=project.pk)
-
-
-# --- auto-triage -----------------------------------------------------------------------------
-@login_required
-@require_POST
-def project_triage(request: HttpRequest, project_id: int) -> HttpResponse:
-    project, membership = project_access(request, project_id, "admin")
-    form = TriageForm(request.POST)
-    if not form.is_valid():
-        return render(
-            request,
-            "ingest/settings.html",
-            _settings_ctx(request, project, membership, triage_form=form),
-            status=400,
-        )
-    enabled, calls = form.cleaned_data["enabled"], form.cleaned_data["daily_calls"]
-    project_triage_set(project=project, enabled=enabled, daily_calls=calls)
-    messages.success(
-        request,
-        f"Auto-triage is on, within {calls} model calls a day." if enabled else "Auto-triage is off.",
     )
     return redirect("ingest:settings", project_id=project.pk)
 

@@ -82,8 +82,10 @@ def analyze(*, project_id: int, snapshot_refs: list[int]) -> list[str]:
 
 def pending_done(*, pending_id: int, failed: list[str]) -> None:
     """Forget the debt once every analyzer ran; keep it for the sweeper when one failed."""
-    due = timezone.now() + SWEEP_GRACE if failed else None
-    debts.debt_done(PendingAnalysis, pending_id=pending_id, due=due)
+    if failed:
+        debts.debt_keep(PendingAnalysis, pending_id=pending_id, due=timezone.now() + SWEEP_GRACE)
+    else:
+        debts.debt_forget(PendingAnalysis, pending_id=pending_id)
 
 
 @dataclass(frozen=True, slots=True)

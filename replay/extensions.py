@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from core.models import Project
-from core.registry import AlertPageExtension, LocalModel, StartupFailed, TurnPageExtension
+from core.registry import AlertPageExtension, LocalModel, PagePanel, StartupFailed, TurnPageExtension
 
 # Replay buttons on a turn's page; the page's context (project, membership, snapshot, blocks) is
 # all the partial needs.
@@ -74,4 +74,16 @@ TURN_TRIAGE = TurnPageExtension(
 )
 ALERT_TRIAGE = AlertPageExtension(
     name="replay.triage", template="replay/_triage.html", context=_alert_triage_context
+)
+
+
+def _triage_settings_context(*, project: Project, **_: Any) -> dict[str, Any]:
+    from replay.forms import TriageForm
+
+    return {"triage_form": TriageForm.for_project(project)}
+
+
+# The auto-triage section of the project settings page; it posts to replay:triage_settings.
+SETTINGS_TRIAGE = PagePanel(
+    name="replay.triage", template="replay/_settings_triage.html", context=_triage_settings_context
 )

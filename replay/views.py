@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import page_context, project_access
+from core.services import project_triage_set
 from ingest import selectors as ingest_selectors
 from replay import selectors
 from replay.errors import ReplayError
+from replay.forms import TriageForm
 from replay.models import ModelEndpoint, ReplayRun
 from replay.services import jobs, model_endpoints, triage
 
@@ -298,3 +301,26 @@ def triage_cancel(request: HttpRequest, project_id: int, triage_id: int) -> Http
     if nxt.startswith(f"/p/{project.pk}/") and "//" not in nxt:
         return redirect(nxt)
     return redirect("ingest:turn", project_id=project.pk, session_id=t.session_id, turn=t.turn)
+
+
+# --- auto-triage settings (a section of the project settings page: replay.extensions) ----------
+@require_http_methods(["GET", "POST"])
+def triage_settings(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The project's auto-triage switch and daily budget (admins). A valid change goes back to the
+    settings page; an invalid one comes back here with the reasons, as typed."""
+    project, membership = project_access(request, project_id, "admin")
+    form = TriageForm(request.POST) if request.method == "POST" else TriageForm.for_project(project)
+    if request.method == "POST":
+        if form.is_valid():
+            enabled, calls = form.cleaned_data["enabled"], form.cleaned_data["daily_calls"]
+            project_triage_set(project=project, enabled=enabled, daily_calls=calls)
+            messages.success(
+                request,
+                f"Auto-triage is on, within {calls} model calls a day." if enabled else "Auto-triage is off.",
+            )
+            return redirect(reverse("ingest:settings", kwargs={"project_id": project.pk}) + "#triage")
+    status = 400 if form.errors else 200
+    return render(
+        request, "replay/triage_settings.html", _page(request, project, membership, triage_form=form),
+        status=status,
+    )

@@ -255,8 +255,11 @@ def pending_evaluation_record(*, project_id: int, snapshot_refs: list[int]) -> i
 def pending_evaluation_done(*, pending_id: int, deferred: list[int], retry_in: float | None) -> None:
     """The evaluation of PENDING_ID has run: forget it, or keep only its DEFERRED snapshots,
     due for the sweeper a grace after their own wait (their re-evaluation is queued too)."""
+    if not deferred:
+        debts.debt_forget(PendingEvaluation, pending_id=pending_id)
+        return
     due = timezone.now() + timedelta(seconds=retry_in or 0.0) + _sweep_grace()
-    debts.debt_done(PendingEvaluation, pending_id=pending_id, left=deferred, due=due if deferred else None)
+    debts.debt_keep(PendingEvaluation, pending_id=pending_id, due=due, snapshot_refs=deferred)
 
 
 SWEEP_LIMIT = 500

@@ -43,14 +43,21 @@ def test_a_due_debt_is_claimed_once_moved_a_grace_ahead_and_dropped_after_too_ma
 def test_finishing_forgets_a_debt_or_keeps_what_is_left_for_the_sweeper(project: Any) -> None:
     a = debts.debt_record(PendingEvaluation, project_id=project.pk, snapshot_refs=[1, 2, 3], grace=GRACE)
     b = debts.debt_record(PendingEvaluation, project_id=project.pk, snapshot_refs=[7], grace=GRACE)
+
+    c = debts.debt_record(PendingAnalysis, project_id=project.pk, snapshot_refs=[4, 5], grace=GRACE)
     later = timezone.now() + timedelta(hours=1)
 
-    debts.debt_done(PendingEvaluation, pending_id=a, left=[2], due=later)
-    debts.debt_done(PendingEvaluation, pending_id=b)
+    debts.debt_keep(PendingEvaluation, pending_id=a, due=later, snapshot_refs=[2])
+    debts.debt_forget(PendingEvaluation, pending_id=b)
+    debts.debt_keep(PendingAnalysis, pending_id=c, due=later)
 
     kept = PendingEvaluation.objects.get()
     assert (kept.pk, kept.snapshot_refs, kept.due_at) == (a, [2], later)
-    debts.debt_done(PendingEvaluation, pending_id=a, left=[], due=later)
+    whole = PendingAnalysis.objects.get()
+    assert (whole.pk, whole.snapshot_refs, whole.due_at) == (c, [4, 5], later)
+    with pytest.raises(ValueError):
+        debts.debt_keep(PendingEvaluation, pending_id=a, due=later, snapshot_refs=[])
+    debts.debt_forget(PendingEvaluation, pending_id=a)
     assert not PendingEvaluation.objects.exists()
 
 

@@ -1,5 +1,6 @@
 """Security settings a person clicks, in headless Chromium: the throttled sign-in message, a key
-created with the replay scope and its badge, and the private-address switch with its warning."""
+created with the replay scope and its badge, the private-address switch with its warning, and the
+auto-triage switch and its budget."""
 
 from __future__ import annotations
 
@@ -108,4 +109,38 @@ def test_admin_creates_a_replay_key_and_allows_private_addresses(
     assert errors == []
     admin_project.refresh_from_db()
     assert admin_project.allow_private_endpoints is True
+    _close_db()
+
+
+def test_admin_turns_auto_triage_on_from_the_settings_page_and_a_bad_budget_is_held_back(
+    live_server: Any, admin_project: Project, browser_page: tuple[Any, list[str]]  # noqa: F811
+) -> None:
+    page, errors = browser_page
+    base = live_server.url.replace("127.0.0.1", "localhost")
+    _sign_in(page, base, PASSWORD)
+    page.goto(f"{base}/p/{admin_project.pk}/settings/")
+
+    triage = page.locator("#triage")
+    assert triage.locator("#triage-state").inner_text() == "off"
+    triage.locator("input[name=enabled]").check()
+    triage.locator("input[name=daily_calls]").fill("-5")
+    triage.locator("button[type=submit]").click()
+    # The browser holds a negative budget back and says why (the server's own reasons, for a form
+    # sent without the browser's checks, are tested in tests/replay/test_triage.py).
+    budget = triage.locator("input[name=daily_calls]")
+    assert budget.evaluate("e => e.validationMessage") != ""
+    assert page.url.endswith(f"/p/{admin_project.pk}/settings/")
+    admin_project.refresh_from_db()
+    assert admin_project.triage_enabled is False
+    _close_db()
+
+    page.locator("#triage input[name=daily_calls]").fill("120")
+    page.locator("#triage button[type=submit]").click()
+    page.wait_for_selector("#triage-state >> text=on")
+    assert page.url.endswith(f"/p/{admin_project.pk}/settings/#triage")
+    assert "120 calls a day" in page.locator("#triage").inner_text()
+    assert "Auto-triage is on, within 120 model calls a day." in page.content()
+    assert errors == []
+    admin_project.refresh_from_db()
+    assert (admin_project.triage_enabled, admin_project.triage_daily_calls) == (True, 120)
     _close_db()

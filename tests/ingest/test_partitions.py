@@ -138,7 +138,9 @@ def test_ingest_does_not_wait_for_partitions_older_than_its_sessions(project: Pr
         assert [r["turn"] for r in dashboard.timeline_rows(project=project, session=new)] == [0, 1]
         assert dashboard.turns_page(project=project, session=new, page=1, per_page=10)["pages"] == 1
         assert len(dashboard.sessions_sparklines(project_id=project.pk, sessions=[new])[new.id]) == 2
-        assert selectors.snapshot_by_turn(project=project, session=new, turn=1) is not None
+        one = selectors.snapshot_by_turn(project=project, session=new, turn=1)
+        assert one is not None
+        assert selectors.snapshot_neighbours(project=project, session=new, snapshot=one) == (0, None)
         # The old session's next turn must look there for its previous turn.
         with pytest.raises(OperationalError):
             snapshot_batch_ingest(project=project, batch=[snapshot(session_id="old", turn=1)])

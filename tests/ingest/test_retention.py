@@ -374,3 +374,35 @@ def test_a_celery_worker_runs_expiry_and_partition_upkeep(celery_worker_process:
         60,
         "the worker to create the partitions ahead",
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_day_partition_that_cannot_get_its_lock_is_retried_by_the_worker_without_the_next_tick(
+    celery_worker_process: Any,
+) -> None:
+    import psycopg
+
+    from ingest.tasks import partitions_ensure_task
+    from tests.waiting import wait_until
+
+    last = datetime.now(tz=UTC).date() + timedelta(days=partitions.DAYS_AHEAD)
+    for table in reversed(partitions.PARTITIONED_TABLES):
+        partitions.partition_drop(partitions.Partition(table, partitions.partition_name(table, last), last))
+
+    def has_last(table: str) -> bool:
+        return last in {q.day for q in partitions.partitions_list(table)}
+
+    others = [t for t in partitions.PARTITIONED_TABLES if t != "ingest_recallitem"]
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"], dbname=settings["NAME"]
+    ) as other:
+        # Attaching a day needs the default partition's lock, as expiry's deletes there would hold it.
+        other.execute(f'LOCK TABLE "{partitions.default_name("ingest_recallitem")}" IN ACCESS EXCLUSIVE MODE')
+        partitions_ensure_task.delay()
+        wait_until(lambda: all(has_last(t) for t in others), 60, "the other tables' partitions")
+        assert not has_last("ingest_recallitem")
+        assert partitions.partitions_missing() == [partitions.partition_name("ingest_recallitem", last)]
+    # The lock is gone; nothing but the task's own retry creates the partition.
+    wait_until(lambda: has_last("ingest_recallitem"), 60, "the task's retry to create the partition")
+    assert partitions.partitions_missing() == []

@@ -321,14 +321,22 @@ def test_one_triage_per_turn_and_only_for_projects_that_opted_in(api: Any, proje
 
 def test_triage_settings_and_the_api(client: Any, api: Any, project: Any) -> None:
     admin = member_client(project, "admin")
-    url = reverse("ingest:triage", args=[project.pk])
+    url = reverse("replay:triage_settings", args=[project.pk])
+    # The section on the settings page, with the project's values, posting to replay's view.
+    page = admin.get(reverse("ingest:settings", args=[project.pk])).content.decode()
+    assert 'id="triage"' in page and f'action="{url}"' in page and 'id="triage-state">off' in page
     bad = admin.post(url, {"enabled": "on", "daily_calls": "-3"})
     assert bad.status_code == 400
-    assert "daily_calls" in bad.content.decode() and 'id="triage-errors"' in bad.content.decode()
+    body = bad.content.decode()
+    assert "daily_calls" in body and 'id="triage-errors"' in body and 'value="-3"' in body
+    project.refresh_from_db()
+    assert not project.triage_enabled
     ok = admin.post(url, {"enabled": "on", "daily_calls": "40"})
-    assert ok.status_code == 302
+    assert ok.status_code == 302 and ok["Location"].endswith(f"/p/{project.pk}/settings/#triage")
     project.refresh_from_db()
     assert project.triage_enabled and project.triage_daily_calls == 40
+    page = admin.get(ok["Location"]).content.decode()
+    assert "Auto-triage is on, within 40 model calls a day." in page and 'id="triage-state">on' in page
     assert member_client(project, "editor", "ed").post(url, {"daily_calls": "1"}).status_code in (403, 404)
 
     wire = planted_turn(session_id="api", turn=0)

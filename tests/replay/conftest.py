@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -52,11 +52,15 @@ def local_endpoint(private_project: Project, local_model: localmodel.LocalModelS
 class StubServer:
     """A real HTTP server on loopback answering /v1/completions and /v1/chat/completions.
     `script` is consumed one entry per call: (status, headers, delay_s); when it is empty the
-    call succeeds with `text`. Every request body is recorded, parsed and as the bytes received."""
+    call succeeds with `text`, or with what `answer` makes of the parsed request body when set (the
+    same answer to the same request whichever process sends it: a worker of an earlier test may
+    run a transactional test's runs). Every request body is recorded, parsed and as the bytes
+    received."""
 
     def __init__(self) -> None:
         self.script: list[tuple[int, dict[str, str], float]] = []
         self.text = "stub answer"
+        self.answer: Callable[[dict[str, Any]], str] | None = None
         self.delay = 0.0
         self.calls: list[dict[str, Any]] = []
         self.call_times: list[float] = []
@@ -87,8 +91,9 @@ class StubServer:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
+                text = stub.answer(body) if stub.answer is not None else stub.text
                 if self.path.endswith("/embeddings"):
-                    vec = [float(len(stub.text)), 1.0, 0.5]
+                    vec = [float(len(text)), 1.0, 0.5]
                     out: dict[str, Any] = {
                         "data": [{"embedding": vec, "index": 0}],
                         "model": body.get("model"),
@@ -99,14 +104,14 @@ class StubServer:
                             {
                                 "index": 0,
                                 "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": stub.text},
+                                "message": {"role": "assistant", "content": text},
                             }
                         ],
                         "usage": {"prompt_tokens": 10, "completion_tokens": 2},
                     }
                 else:
                     out = {
-                        "choices": [{"index": 0, "finish_reason": "stop", "text": stub.text}],
+                        "choices": [{"index": 0, "finish_reason": "stop", "text": text}],
                         "usage": {
                             "prompt_tokens": len(str(body.get("prompt", "")).split()),
                             "completion_tokens": 2,

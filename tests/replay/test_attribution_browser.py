@@ -12,7 +12,8 @@ from core.models import Membership
 from replay.services.jobs import replay_job_create
 from replay.services.runs import replay_run_execute
 from tests.ingest.test_browser import _shot, browser_page  # noqa: F401
-from tests.replay.helpers import planted_code_snapshot, post
+from tests.replay.helpers import PLANTED_CODE_MEMORY, planted_code_snapshot, post
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -34,10 +35,14 @@ def test_the_attribution_chart_ranks_the_blocks_and_links_to_the_turn(
         endpoint=stub_endpoint,
         spec={"kind": "attribution", "snapshot_id": wire["snapshot_id"], "ablations": 16},
     )
-    for r in job.runs.select_related("variant").order_by("pk"):
-        removed = {op.get("key") for op in r.variant.operations}
-        stub_server.text = "I do not know." if "memory" in removed else "Your locker code is 4417."
+    # The answer follows the request (the memory block's text in the prompt or not), so the runs
+    # come out the same whether this test or a worker left running by another test executes them.
+    stub_server.answer = lambda body: (
+        "Your locker code is 4417." if PLANTED_CODE_MEMORY in str(body.get("prompt")) else "I do not know."
+    )
+    for r in job.runs.order_by("pk"):
         replay_run_execute(run_id=r.pk)
+    wait_until(lambda: not job.runs.filter(status__in=("pending", "running")).exists(), 30, "the job's runs")
 
     page, errors = browser_page
     base = live_server.url.replace("127.0.0.1", "localhost")

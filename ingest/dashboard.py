@@ -18,7 +18,7 @@ from core import registry, textdiff
 from core.models import Project
 from ctxobs.wire import occurrence_keys
 from ingest import derive, selectors
-from ingest.models import AgentSession, Snapshot
+from ingest.models import RECEIVED_EVER, AgentSession, Snapshot
 from ingest.types import (
     AlertMarker,
     BlockDiff,
@@ -208,61 +208,163 @@ MAX_TURN_GAP_SECONDS = 600
 RESCAN_IDS = 10_000
 _ROLLUP_LOCK = 0x6F76_7277  # advisory lock namespace of the overview refresh
 
-_REFRESH_DAYS_SQL = """
-WITH days AS (SELECT unnest(%(days)s::date[]) AS day),
+# The rollup is kept per (day, session) in `ingest_overview_session_day`, and per day in
+# `ingest_overview_day` as the sum of that day's session rows. A refresh recomputes only the
+# (day, session) pairs that new snapshots touched, from those sessions' own turns, and moves each
+# day's row by the difference between the session rows it wrote and those they replaced: its cost
+# follows the new turns' sessions, not the day's volume.
+_SESSION_DAYS_SQL = """
+WITH t AS (SELECT * FROM unnest(%(days)s::date[], %(refs)s::bigint[]) AS t(day, session_ref)),
 b AS (
     -- Each day with the 10 minutes after it, so a turn just before midnight finds its successor.
-    SELECT d.day, s.session_ref, s.turn, s.ts, s.watermark, s.tier, s.n_recall, s.n_recall_injected,
-           s.n_validation, s.n_validation_failed, s.n_compression,
-           lead(s.ts) OVER (PARTITION BY d.day, s.session_ref ORDER BY s.turn, s.ts) AS nxt
-    FROM days d JOIN ingest_snapshot s
-      ON s.project_id = %(pid)s AND s.ts >= d.day
-     AND s.ts < d.day + interval '1 day' + %(gap)s * interval '1 s'
+    -- The session's first turn bounds the partitions read (received_at >= first_received).
+    SELECT t.day, COALESCE(sess.first_received, %(ever)s) AS since, s.session_ref, s.id, s.received_at,
+           s.turn, s.ts, s.watermark, s.tier, s.n_recall, s.n_recall_injected, s.n_validation,
+           s.n_validation_failed, s.n_compression,
+           lead(s.ts) OVER (PARTITION BY t.day, s.session_ref ORDER BY s.turn, s.ts) AS nxt
+    FROM t
+    JOIN ingest_session sess ON sess.project_id = %(pid)s AND sess.id = t.session_ref
+    JOIN ingest_snapshot s
+      ON s.project_id = %(pid)s AND s.session_ref = t.session_ref
+     AND s.received_at >= COALESCE(sess.first_received, %(ever)s)
+     AND s.ts >= t.day AND s.ts < t.day + interval '1 day' + %(gap)s * interval '1 s'
 ),
 r AS (
     SELECT b.*, LEAST(%(nb)s - 1, floor(watermark / %(bw)s))::int AS bucket,
            CASE WHEN nxt IS NOT NULL THEN LEAST(%(gap)s, extract(epoch FROM nxt - ts))
                 -- the next turn is further away than the gap cap: the cap; no next turn: nothing
                 WHEN EXISTS (SELECT 1 FROM ingest_snapshot n WHERE n.project_id = %(pid)s
-                             AND n.session_ref = b.session_ref AND n.turn > b.turn) THEN %(gap)s
+                             AND n.session_ref = b.session_ref AND n.turn > b.turn
+                             AND n.received_at >= b.since) THEN %(gap)s
                 ELSE 0 END AS gap
     FROM b WHERE ts < day + interval '1 day'
 ),
-per_day AS (
-    SELECT day, count(DISTINCT session_ref) AS sessions, count(*) AS turns,
+per_pair AS (
+    SELECT day, session_ref, count(*) AS turns,
            coalesce(sum(n_recall), 0) AS recalled, coalesce(sum(n_recall_injected), 0) AS injected,
            count(*) FILTER (WHERE n_validation > 0) AS validated,
            count(*) FILTER (WHERE n_validation_failed > 0) AS failed,
            coalesce(sum(n_compression), 0) AS compressions, coalesce(max(watermark), 0) AS max_watermark
-    FROM r GROUP BY day
+    FROM r GROUP BY day, session_ref
 ),
 per_bucket AS (
-    SELECT day, jsonb_object_agg(bucket, jsonb_build_array(n, v, f)) AS buckets
-    FROM (SELECT day, bucket, count(*) AS n, count(*) FILTER (WHERE n_validation > 0) AS v,
+    SELECT day, session_ref, jsonb_object_agg(bucket, jsonb_build_array(n, v, f)) AS buckets
+    FROM (SELECT day, session_ref, bucket, count(*) AS n, count(*) FILTER (WHERE n_validation > 0) AS v,
                  count(*) FILTER (WHERE n_validation_failed > 0) AS f
-          FROM r GROUP BY day, bucket) x
-    GROUP BY day
+          FROM r GROUP BY day, session_ref, bucket) x
+    GROUP BY day, session_ref
 ),
 per_tier AS (
-    SELECT day, jsonb_object_agg(tier, jsonb_build_array(n, secs)) AS tiers
-    FROM (SELECT day, tier, count(*) AS n, sum(gap)::float8 AS secs FROM r GROUP BY day, tier) x
-    GROUP BY day
+    SELECT day, session_ref, jsonb_object_agg(tier, jsonb_build_array(n, secs)) AS tiers
+    FROM (SELECT day, session_ref, tier, count(*) AS n, sum(gap)::float8 AS secs
+          FROM r GROUP BY day, session_ref, tier) x
+    GROUP BY day, session_ref
 ),
 per_strategy AS (
-    SELECT d.day, jsonb_object_agg(c.strategy, c.n) AS strategies
-    FROM days d
-    JOIN LATERAL (SELECT strategy, count(*) AS n FROM ingest_compressionevent
-                  WHERE project_id = %(pid)s AND ts >= d.day AND ts < d.day + interval '1 day'
-                  GROUP BY strategy) c ON true
-    GROUP BY d.day
+    -- A turn's compression events count on its day.
+    SELECT day, session_ref, jsonb_object_agg(strategy, n) AS strategies
+    FROM (SELECT r.day, r.session_ref, c.strategy, count(*) AS n
+          FROM r JOIN ingest_compressionevent c
+            ON c.project_id = %(pid)s AND c.snapshot_ref = r.id AND c.received_at = r.received_at
+          WHERE r.n_compression > 0
+          GROUP BY r.day, r.session_ref, c.strategy) x
+    GROUP BY day, session_ref
 )
-INSERT INTO ingest_overview_day (project_id, day, sessions, turns, recalled, injected, validated, failed,
-                                 compressions, max_watermark, buckets, tiers, strategies)
-SELECT %(pid)s, p.day, p.sessions, p.turns, p.recalled, p.injected, p.validated, p.failed, p.compressions,
+INSERT INTO ingest_overview_session_day (project_id, day, session_ref, turns, recalled, injected, validated,
+                                         failed, compressions, max_watermark, buckets, tiers, strategies)
+SELECT %(pid)s, p.day, p.session_ref, p.turns, p.recalled, p.injected, p.validated, p.failed, p.compressions,
        p.max_watermark, pb.buckets, pt.tiers, coalesce(ps.strategies, '{}'::jsonb)
-FROM per_day p JOIN per_bucket pb USING (day) JOIN per_tier pt USING (day)
-LEFT JOIN per_strategy ps USING (day)
+FROM per_pair p JOIN per_bucket pb USING (day, session_ref) JOIN per_tier pt USING (day, session_ref)
+LEFT JOIN per_strategy ps USING (day, session_ref)
+RETURNING day, turns, recalled, injected, validated, failed, compressions, max_watermark::float8,
+          buckets::text, tiers::text, strategies::text
 """
+
+# The columns of a rollup row after (project_id, day[, session_ref]), as the refresh sums them.
+_SUMS = ("turns", "recalled", "injected", "validated", "failed", "compressions")
+_JSON_SUMS = ("buckets", "tiers", "strategies")
+
+
+def _json_add(into: dict[str, Any], other: dict[str, Any], sign: int) -> None:
+    """Add OTHER (a rollup's {key: count} or {key: [counts]}) into INTO, times SIGN."""
+    for key, value in other.items():
+        if isinstance(value, list):
+            have = into.setdefault(key, [0] * len(value))
+            into[key] = [a + sign * (b or 0) for a, b in zip(have, value, strict=True)]
+        else:
+            into[key] = into.get(key, 0) + sign * value
+
+
+def _json_clean(sums: dict[str, Any]) -> dict[str, Any]:
+    """SUMS without the keys no turn counts any more (a count of 0; its seconds rounded away)."""
+    return {k: v for k, v in sums.items() if (v[0] if isinstance(v, list) else v)}
+
+
+class _DayDelta:
+    """How one day's row moves: the session rows written (+1) minus those they replaced (-1)."""
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.sums = dict.fromkeys(_SUMS, 0)
+        self.max_watermark = 0.0
+        self.json: dict[str, dict[str, Any]] = {k: {} for k in _JSON_SUMS}
+
+    def add(self, row: tuple[Any, ...], sign: int) -> None:
+        # row: (turns, recalled, injected, validated, failed, compressions, max_watermark, buckets,
+        # tiers, strategies), the JSON ones as text.
+        self.sessions += sign
+        for name, value in zip(_SUMS, row[:6], strict=True):
+            self.sums[name] += sign * value
+        if sign > 0:  # a session's day only gains turns, so its maximum only rises
+            self.max_watermark = max(self.max_watermark, row[6])
+        for name, text in zip(_JSON_SUMS, row[7:], strict=True):
+            _json_add(self.json[name], json.loads(text), sign)
+
+
+def _days_apply(cur: Any, project_id: int, deltas: dict[date, _DayDelta]) -> None:
+    """Move each day's row of PROJECT_ID by its delta (a day left without sessions goes)."""
+    if not deltas:
+        return
+    cur.execute(
+        "SELECT day, sessions, turns, recalled, injected, validated, failed, compressions, max_watermark,"
+        " buckets::text, tiers::text, strategies::text FROM ingest_overview_day"
+        " WHERE project_id = %s AND day = ANY(%s::date[])",
+        [project_id, list(deltas)],
+    )
+    current = {r[0]: r for r in cur.fetchall()}
+    gone: list[date] = []
+    rows: list[tuple[Any, ...]] = []
+    for day, delta in deltas.items():
+        old = current.get(day)
+        sessions = (old[1] if old else 0) + delta.sessions
+        if sessions <= 0:
+            gone.append(day)
+            continue
+        sums = [(old[2 + i] if old else 0) + delta.sums[name] for i, name in enumerate(_SUMS)]
+        max_wm = max(old[8] if old else 0.0, delta.max_watermark)
+        blobs = []
+        for i, name in enumerate(_JSON_SUMS):
+            merged = json.loads(old[9 + i]) if old else {}
+            _json_add(merged, delta.json[name], 1)
+            blobs.append(json.dumps(_json_clean(merged)))
+        rows.append((project_id, day, sessions, *sums, max_wm, *blobs))
+    if gone:
+        cur.execute("DELETE FROM ingest_overview_day WHERE project_id = %s AND day = ANY(%s::date[])",
+                    [project_id, gone])
+    if rows:
+        cur.executemany(
+            """
+            INSERT INTO ingest_overview_day (project_id, day, sessions, turns, recalled, injected, validated,
+                                             failed, compressions, max_watermark, buckets, tiers, strategies)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb)
+            ON CONFLICT (project_id, day) DO UPDATE
+            SET sessions = EXCLUDED.sessions, turns = EXCLUDED.turns, recalled = EXCLUDED.recalled,
+                injected = EXCLUDED.injected, validated = EXCLUDED.validated, failed = EXCLUDED.failed,
+                compressions = EXCLUDED.compressions, max_watermark = EXCLUDED.max_watermark,
+                buckets = EXCLUDED.buckets, tiers = EXCLUDED.tiers, strategies = EXCLUDED.strategies
+            """,
+            rows,
+        )
 
 
 # The overview's periods, in days (None: all time), as its view offers them.
@@ -292,11 +394,13 @@ def _session_counts_sql(today: date) -> tuple[str, list[Any]]:
 
 
 def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[date] | None:
-    """Bring the daily rollup of PROJECT_ID up to date: recompute every day that snapshots added
-    since the last refresh fall on (late ones for old days included), and count the sessions of
-    each period. Returns those days; None when MAX_TURNS is given and those days hold more turns
-    than that (nothing is done: the beat task refreshes). Safe to run concurrently: a refresh
-    already running for the project makes this one return at once."""
+    """Bring the rollup of PROJECT_ID up to date: recompute the (day, session) rows that snapshots
+    added since the last refresh fall on (late ones for old days included), with each touched
+    session's previous day (the time its last turn there spent in its tier may have changed), move
+    those days' rows by the difference, and count the sessions of each period. Returns the days
+    moved; None when MAX_TURNS is given and the touched sessions' days hold more turns than that
+    (nothing is done: the beat task refreshes). Safe to run concurrently: a refresh already
+    running for the project makes this one return at once."""
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_ROLLUP_LOCK, project_id])
         if not cur.fetchone()[0]:
@@ -322,32 +426,55 @@ def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[d
             return None
         cur.execute(
             """
-            SELECT coalesce(array_agg(DISTINCT date_trunc('day', ts)::date), '{}')
-            FROM ingest_snapshot WHERE project_id = %(pid)s AND id > %(after)s
+            WITH new AS (SELECT DISTINCT date_trunc('day', ts)::date AS day, session_ref
+                         FROM ingest_snapshot WHERE project_id = %(pid)s AND id > %(after)s),
+            pairs AS (
+                SELECT day, session_ref FROM new
+                UNION
+                SELECT p.day, n.session_ref FROM new n
+                CROSS JOIN LATERAL (SELECT max(o.day) AS day FROM ingest_overview_session_day o
+                                    WHERE o.project_id = %(pid)s AND o.session_ref = n.session_ref
+                                      AND o.day < n.day) p
+                WHERE p.day IS NOT NULL
+            )
+            -- with the turns each pair counted so far, for the inline bound
+            SELECT p.day, p.session_ref, coalesce(o.turns, 0) FROM pairs p
+            LEFT JOIN ingest_overview_session_day o
+              ON o.project_id = %(pid)s AND o.day = p.day AND o.session_ref = p.session_ref
             """,
             {"pid": project_id, "after": covered - RESCAN_IDS},
         )
-        days = cur.fetchone()[0]
-        if max_turns is not None:
-            cur.execute(
-                "SELECT coalesce(sum(turns), 0) FROM ingest_overview_day"
-                " WHERE project_id = %s AND day = ANY(%s::date[])",
-                [project_id, days],
-            )
-            if cur.fetchone()[0] > max_turns:
-                return None
-        params = {
+        pairs = cur.fetchall()
+        if max_turns is not None and sum(n for _, _, n in pairs) + top - covered > max_turns:
+            return None
+        params: dict[str, Any] = {
             "pid": project_id,
-            "days": days,
+            "days": [d for d, _, _ in pairs],
+            "refs": [r for _, r, _ in pairs],
             "gap": MAX_TURN_GAP_SECONDS,
             "nb": WM_BUCKETS,
             "bw": WM_BUCKET,
+            "ever": RECEIVED_EVER,
         }
+        touched = (
+            "project_id = %(pid)s AND (day, session_ref) IN "
+            "(SELECT * FROM unnest(%(days)s::date[], %(refs)s::bigint[]))"
+        )
+        deltas: dict[date, _DayDelta] = defaultdict(_DayDelta)
         cur.execute(
-            "DELETE FROM ingest_overview_day WHERE project_id = %(pid)s AND day = ANY(%(days)s::date[])",
+            f"""
+            DELETE FROM ingest_overview_session_day WHERE {touched}
+            RETURNING day, turns, recalled, injected, validated, failed, compressions, max_watermark::float8,
+                      buckets::text, tiers::text, strategies::text
+            """,  # noqa: S608 - only a fixed fragment is interpolated
             params,
         )
-        cur.execute(_REFRESH_DAYS_SQL, params)
+        for row in cur.fetchall():
+            deltas[row[0]].add(row[1:], -1)
+        cur.execute(_SESSION_DAYS_SQL, params)
+        for row in cur.fetchall():
+            deltas[row[0]].add(row[1:], 1)
+        _days_apply(cur, project_id, deltas)
         today = timezone.now().astimezone(UTC).date()
         sql, args = _session_counts_sql(today)
         cur.execute(sql, [*args, project_id])
@@ -365,7 +492,17 @@ def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[d
             """,
             [project_id, top, json.dumps(counts)],
         )
-    return list(days)
+    return sorted(deltas)
+
+
+def overview_rebuild(*, project_id: int) -> list[date] | None:
+    """Recompute PROJECT_ID's whole rollup from its stored turns (what a refresh after the first
+    keeps up to date); the days it holds."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_ROLLUP_LOCK, project_id])
+        for table in ("ingest_overview_session_day", "ingest_overview_day", "ingest_overview_state"):
+            cur.execute(f"DELETE FROM {table} WHERE project_id = %s", [project_id])  # noqa: S608
+    return overview_refresh(project_id=project_id)
 
 
 def overview_refresh_all() -> int:

@@ -203,10 +203,18 @@ def _contents_delete(project_id: int, cutoff: datetime, report: ExpiryReport) ->
 
 
 def _rollups_delete(project_id: int, cutoff: datetime) -> None:
+    """The overview's rollup rows of the days before CUTOFF's (a day stays while part of it is kept):
+    its per-session rows in bounded batches, then the day rows."""
+    day = cutoff.astimezone(UTC).date()
+    where = "project_id = %s AND day < %s"
+    _delete_batches(
+        f"DELETE FROM ingest_overview_session_day WHERE {where} AND (project_id, day, session_ref) IN "  # noqa: S608
+        f"(SELECT project_id, day, session_ref FROM ingest_overview_session_day WHERE {where} LIMIT {BATCH})",
+        [project_id, day, project_id, day],
+    )
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-        cur.execute("DELETE FROM ingest_overview_day WHERE project_id = %s AND day < %s",
-                    [project_id, cutoff.astimezone(UTC).date()])
+        cur.execute(f"DELETE FROM ingest_overview_day WHERE {where}", [project_id, day])  # noqa: S608
 
 
 def expire(*, now: datetime | None = None) -> ExpiryReport:

@@ -82,6 +82,9 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     overview_refresh(project_id=short.pk)
     now = datetime.now(tz=UTC)
     with connection.cursor() as cur:
+        for table in ("ingest_overview_day", "ingest_overview_session_day"):
+            cur.execute(f"SELECT count(*) FROM {table} WHERE project_id = %s", [short.pk])
+            assert cur.fetchone()[0] == 1, table  # the old session's day, before expiry
         cur.execute(
             f"INSERT INTO {derived_table} VALUES (%s, %s, 1), (%s, %s, 2), (%s, %s, 3)",
             [short.pk, now - timedelta(days=10), short.pk, now, long.pk, now - timedelta(days=10)],
@@ -116,11 +119,12 @@ def test_a_short_retention_deletes_its_projects_old_turns_and_keeps_texts_a_kept
     with connection.cursor() as cur:
         cur.execute(f"SELECT v FROM {derived_table} ORDER BY v")
         assert [r[0] for r in cur.fetchall()] == [2, 3]
-        cur.execute(
-            "SELECT count(*) FROM ingest_overview_day WHERE project_id = %s AND day < %s",
-            [short.pk, (now - timedelta(days=5)).date()],
-        )
-        assert cur.fetchone()[0] == 0
+        for table in ("ingest_overview_day", "ingest_overview_session_day"):
+            cur.execute(
+                f"SELECT count(*) FROM {table} WHERE project_id = %s AND day < %s",
+                [short.pk, (now - timedelta(days=5)).date()],
+            )
+            assert cur.fetchone()[0] == 0, table
 
 
 @pytest.mark.django_db

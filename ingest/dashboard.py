@@ -203,8 +203,9 @@ BANDS = 11  # 0 .. 110%+
 MAX_TURN_GAP_SECONDS = 600
 
 
-# Snapshots inserted this many ids before the last refresh are looked at again: a batch still
-# in flight then (ids taken, not yet committed) becomes visible later with ids below the mark.
+# Snapshots inserted this many ids before the last refresh's mark are looked at again, and counted
+# if that refresh could not see them: a batch still in flight then (ids taken, not yet committed)
+# becomes visible later with ids below the mark.
 RESCAN_IDS = 10_000
 _ROLLUP_LOCK = 0x6F76_7277  # advisory lock namespace of the overview refresh
 
@@ -213,6 +214,47 @@ _ROLLUP_LOCK = 0x6F76_7277  # advisory lock namespace of the overview refresh
 # (day, session) pairs that new snapshots touched, from those sessions' own turns, and moves each
 # day's row by the difference between the session rows it wrote and those they replaced: its cost
 # follows the new turns' sessions, not the day's volume.
+# What a refresh counts: the snapshots with ids past its mark, and those below the mark that the
+# last refresh may not have seen (ids are drawn before a batch commits, so a batch still running
+# then becomes visible later with ids below the mark). Each row's 32-bit xmin is widened against
+# this statement's snapshot; a row written by a transaction at or past the last refresh's
+# snapshot xmin (`seen_xmin`: every older one had ended, its rows counted if committed) is looked
+# at again, within RESCAN_IDS ids below the mark. Recomputing a (day, session) pair is idempotent,
+# so one looked at twice is only work. Returns one row: the highest id seen, this statement's
+# snapshot xmin and xmax, and, as JSON, the (day, session) pairs to recompute with the turns each
+# counted so far. A touched session's previous day with turns is recomputed too (the time its last
+# turn there spent in its tier changes once a next turn exists).
+_ARRIVED_SQL = """
+WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+top64 AS (SELECT pg_snapshot_xmax(s)::text::bigint AS x FROM snap),
+arrived AS (
+    SELECT id, ts, session_ref FROM ingest_snapshot WHERE project_id = %(pid)s AND id > %(covered)s
+    UNION ALL
+    SELECT id, ts, session_ref FROM (
+        SELECT s.id, s.ts, s.session_ref,
+               t.x - ((t.x %% 4294967296 - s.xmin::text::bigint + 4294967296) %% 4294967296) AS xid
+        FROM ingest_snapshot s, top64 t
+        WHERE s.project_id = %(pid)s AND s.id > %(covered)s - %(rescan)s AND s.id <= %(covered)s
+    ) w
+    WHERE w.xid >= %(seen_xmin)s
+),
+new AS (SELECT DISTINCT date_trunc('day', ts)::date AS day, session_ref FROM arrived),
+pairs AS (
+    SELECT day, session_ref FROM new
+    UNION
+    SELECT p.day, n.session_ref FROM new n
+    CROSS JOIN LATERAL (SELECT max(o.day) AS day FROM ingest_overview_session_day o
+                        WHERE o.project_id = %(pid)s AND o.session_ref = n.session_ref AND o.day < n.day) p
+    WHERE p.day IS NOT NULL
+)
+SELECT (SELECT max(id) FROM arrived),
+       (SELECT pg_snapshot_xmin(s)::text::bigint FROM snap),
+       (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap),
+       (SELECT coalesce(json_agg(json_build_array(p.day, p.session_ref, coalesce(o.turns, 0))), '[]')::text
+        FROM pairs p LEFT JOIN ingest_overview_session_day o
+          ON o.project_id = %(pid)s AND o.day = p.day AND o.session_ref = p.session_ref)
+"""
+
 _SESSION_DAYS_SQL = """
 WITH t AS (SELECT * FROM unnest(%(days)s::date[], %(refs)s::bigint[]) AS t(day, session_ref)),
 b AS (
@@ -411,40 +453,33 @@ def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[d
         # (~100 ms), whether the lookup runs or not (bench/scale.py).
         cur.execute(
             """
-            SELECT coalesce((SELECT covered_snapshot FROM ingest_overview_state
-                             WHERE project_id = %(pid)s), 0),
+            SELECT coalesce(st.covered_snapshot, 0), coalesce(st.seen_xmin, 0), coalesce(st.seen_xmax, 0),
                    (SELECT max(id) FROM ingest_snapshot WHERE project_id = %(pid)s)
+            FROM (SELECT 1) AS one LEFT JOIN ingest_overview_state st ON st.project_id = %(pid)s
             """,
             {"pid": project_id},
         )
-        covered, top = cur.fetchone()
-        if top is None or top <= covered:
+        covered, seen_xmin, seen_xmax, top = cur.fetchone()
+        # Nothing past the mark, and nothing was running when the last refresh read: nothing to do.
+        if top is None or (top <= covered and seen_xmin >= seen_xmax):
             return []
         if max_turns is not None and top - covered > max_turns:
             # More new snapshots than the bound (ids are drawn in order; gaps only overcount):
             # even looking up their days would cost more than the bound allows.
             return None
         cur.execute(
-            """
-            WITH new AS (SELECT DISTINCT date_trunc('day', ts)::date AS day, session_ref
-                         FROM ingest_snapshot WHERE project_id = %(pid)s AND id > %(after)s),
-            pairs AS (
-                SELECT day, session_ref FROM new
-                UNION
-                SELECT p.day, n.session_ref FROM new n
-                CROSS JOIN LATERAL (SELECT max(o.day) AS day FROM ingest_overview_session_day o
-                                    WHERE o.project_id = %(pid)s AND o.session_ref = n.session_ref
-                                      AND o.day < n.day) p
-                WHERE p.day IS NOT NULL
-            )
-            -- with the turns each pair counted so far, for the inline bound
-            SELECT p.day, p.session_ref, coalesce(o.turns, 0) FROM pairs p
-            LEFT JOIN ingest_overview_session_day o
-              ON o.project_id = %(pid)s AND o.day = p.day AND o.session_ref = p.session_ref
-            """,
-            {"pid": project_id, "after": covered - RESCAN_IDS},
+            _ARRIVED_SQL,
+            {"pid": project_id, "covered": covered, "rescan": RESCAN_IDS, "seen_xmin": seen_xmin},
         )
-        pairs = cur.fetchall()
+        seen_top, xmin, xmax, pairs_json = cur.fetchone()
+        pairs = [(date.fromisoformat(d), ref, n) for d, ref, n in json.loads(pairs_json)]
+        if not pairs:
+            if seen_xmin < seen_xmax:  # what was running then left no turn to count: a newer snapshot
+                cur.execute(
+                    "UPDATE ingest_overview_state SET seen_xmin = %s, seen_xmax = %s WHERE project_id = %s",
+                    [xmin, xmax, project_id],
+                )
+            return []
         if max_turns is not None and sum(n for _, _, n in pairs) + top - covered > max_turns:
             return None
         params: dict[str, Any] = {
@@ -484,13 +519,15 @@ def overview_refresh(*, project_id: int, max_turns: int | None = None) -> list[d
             counts[key] = list(row[3 * i : 3 * i + 3])
         cur.execute(
             """
-            INSERT INTO ingest_overview_state (project_id, covered_snapshot, refreshed_at, session_counts)
-            VALUES (%s, %s, now(), %s::jsonb)
+            INSERT INTO ingest_overview_state (project_id, covered_snapshot, refreshed_at, session_counts,
+                                               seen_xmin, seen_xmax)
+            VALUES (%s, %s, now(), %s::jsonb, %s, %s)
             ON CONFLICT (project_id) DO UPDATE
             SET covered_snapshot = EXCLUDED.covered_snapshot, refreshed_at = EXCLUDED.refreshed_at,
-                session_counts = EXCLUDED.session_counts
+                session_counts = EXCLUDED.session_counts, seen_xmin = EXCLUDED.seen_xmin,
+                seen_xmax = EXCLUDED.seen_xmax
             """,
-            [project_id, top, json.dumps(counts)],
+            [project_id, max(covered, seen_top or 0), json.dumps(counts), xmin, xmax],
         )
     return sorted(deltas)
 

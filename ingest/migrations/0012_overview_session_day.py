@@ -30,9 +30,14 @@ CREATE TABLE ingest_overview_session_day (
 CREATE INDEX ingest_overview_session_day_session ON ingest_overview_session_day (project_id, session_ref, day);
 DELETE FROM ingest_overview_day;
 DELETE FROM ingest_overview_state;
+-- The snapshot the last refresh read with (its xmin and xmax): the turns below its mark that it
+-- may not have seen are looked at again by the next one.
+ALTER TABLE ingest_overview_state ADD COLUMN seen_xmin bigint NOT NULL DEFAULT 0,
+                                  ADD COLUMN seen_xmax bigint NOT NULL DEFAULT 0;
 """
 
 DROP = """
+ALTER TABLE ingest_overview_state DROP COLUMN seen_xmin, DROP COLUMN seen_xmax;
 DROP TABLE IF EXISTS ingest_overview_session_day;
 DELETE FROM ingest_overview_day;
 DELETE FROM ingest_overview_state;

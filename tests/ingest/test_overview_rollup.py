@@ -15,6 +15,7 @@ from django.db import connection
 from core.models import Project
 from ingest import dashboard
 from ingest.services import snapshot_batch_ingest
+from tests.factories import block, snapshot
 from tests.ingest.dashboard_factories import demo_session
 
 pytestmark = pytest.mark.django_db
@@ -155,3 +156,72 @@ def test_a_turn_that_resumes_a_session_days_later_moves_its_previous_day(
     # The 20th's last turn now has a next one, days away: it counts the cap.
     assert sum(secs for _, secs in old[10].values()) == pytest.approx(60.0 + dashboard.MAX_TURN_GAP_SECONDS)
     assert (old[1], old[2], new[1], new[2]) == (1, 3, 1, 1)
+
+
+def test_a_refresh_counts_only_what_is_new_though_it_looks_back_below_its_mark(project: Project) -> None:
+    # The default window below the mark holds every turn here; none of them is counted again.
+    monday, friday = datetime(2026, 11, 23, 8, tzinfo=UTC), datetime(2026, 11, 27, 8, tzinfo=UTC)
+    first = demo_session(session_id="monday", turns=5, compress_at=99, start=monday)
+    assert snapshot_batch_ingest(project=project, batch=first).rejected == 0
+    assert [d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []] == ["2026-11-23"]
+    later = demo_session(session_id="friday", turns=2, compress_at=99, start=friday)
+    assert snapshot_batch_ingest(project=project, batch=later).rejected == 0
+    assert [d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []] == ["2026-11-27"]
+    assert [(r[1], r[2]) for r in _rows(project)] == [(1, 5), (1, 2)]
+
+
+def _own_texts(sid: str, turns: int, start: datetime) -> list[dict[str, Any]]:
+    """Turns whose texts no other session shares (a shared text's insert would make a concurrent
+    batch wait for the first one's commit)."""
+    return [
+        snapshot(session_id=sid, turn=t, ts=start + timedelta(seconds=30 * t),
+                 blocks=[block("user", "user", f"{sid}: question {t}")])
+        for t in range(turns)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_commits_after_a_refresh_below_its_mark_is_counted_once(project: Project) -> None:
+    """A batch draws its ids, then a later batch commits first and a refresh moves the mark past
+    both: the first batch's turns, visible only afterwards, are counted by the next refresh."""
+    import threading
+
+    from django.db import connections, transaction
+
+    drawn, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_batch() -> None:
+        try:
+            with transaction.atomic():
+                batch = _own_texts("slow", 3, datetime(2026, 11, 23, 8, tzinfo=UTC))
+                assert snapshot_batch_ingest(project=project, batch=batch).created == 3
+                drawn.set()
+                assert release.wait(30)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slow_batch)
+    thread.start()
+    try:
+        assert drawn.wait(30)
+        fast = _own_texts("fast", 2, datetime(2026, 11, 24, 8, tzinfo=UTC))
+        assert snapshot_batch_ingest(project=project, batch=fast).created == 2
+        moved = dashboard.overview_refresh(project_id=project.pk) or []
+        assert [d.isoformat() for d in moved] == ["2026-11-24"]
+        assert [(r[0].isoformat(), r[2]) for r in _rows(project)] == [("2026-11-24", 2)]
+    finally:
+        release.set()
+        thread.join(30)
+    assert errors == []
+    # The slow batch's ids lie below the mark; the next refresh finds them (and looks again at the
+    # fast batch's, written while the slow one ran) and counts each turn once.
+    assert "2026-11-23" in {d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []}
+    counted = [(r[0].isoformat(), r[1], r[2]) for r in _rows(project)]
+    assert counted == [("2026-11-23", 1, 3), ("2026-11-24", 1, 2)]
+    assert dashboard.overview_refresh(project_id=project.pk) == []
+    counted = _rows(project)
+    dashboard.overview_rebuild(project_id=project.pk)
+    assert _rows(project) == counted

@@ -381,8 +381,9 @@ def test_overview_rollup_follows_new_and_late_snapshots(admin_client: Client, pr
 def test_a_big_day_is_counted_by_the_beat_task_and_the_page_says_how_fresh_it_is(
     admin_client: Client, project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past INLINE_REFRESH_MAX_TURNS turns on the days to recompute, a view reads the rollup as
-    it is and says since when; the beat task's refresh counts the new turns and the sessions."""
+    """Past INLINE_REFRESH_MAX_TURNS turns in the (day, session) pairs to recompute, a view reads
+    the rollup as it is and says since when; the beat task's refresh counts the new turns and the
+    sessions."""
     from ingest import dashboard
     from ingest.tasks import overview_refresh_task
 
@@ -391,7 +392,7 @@ def test_a_big_day_is_counted_by_the_beat_task_and_the_page_says_how_fresh_it_is
     first = admin_client.get(url, {"days": "all"})
     assert first.context["stats"]["totals"]["turns"] == 6 and not first.context["stats"]["behind"]
     assert 'id="overview-as-of"' not in first.content.decode()
-    monkeypatch.setattr(dashboard, "INLINE_REFRESH_MAX_TURNS", 5)  # the day now holds 6
+    monkeypatch.setattr(dashboard, "INLINE_REFRESH_MAX_TURNS", 3)  # the new session brings 4
     ingest(project, demo_session(session_id="later", turns=4, compress_at=2))
     behind = admin_client.get(url, {"days": "all"})
     stats = behind.context["stats"]

@@ -56,6 +56,17 @@ def _sign_in(page: Any, base: str, password: str) -> None:
     page.wait_for_load_state()
 
 
+def _settings_page(
+    live_server: Any, project: Project, browser: tuple[Any, list[str]]
+) -> tuple[Any, list[str]]:
+    """The admin signed in, on PROJECT's settings page."""
+    page, errors = browser
+    base = live_server.url.replace("127.0.0.1", "localhost")
+    _sign_in(page, base, PASSWORD)
+    page.goto(f"{base}/p/{project.pk}/settings/")
+    return page, errors
+
+
 def test_a_throttled_sign_in_says_how_long_to_wait(
     live_server: Any, admin_project: Project, browser_page: tuple[Any, list[str]]  # noqa: F811
 ) -> None:
@@ -74,10 +85,7 @@ def test_a_throttled_sign_in_says_how_long_to_wait(
 def test_admin_creates_a_replay_key_and_allows_private_addresses(
     live_server: Any, admin_project: Project, browser_page: tuple[Any, list[str]]  # noqa: F811
 ) -> None:
-    page, errors = browser_page
-    base = live_server.url.replace("127.0.0.1", "localhost")
-    _sign_in(page, base, PASSWORD)
-    page.goto(f"{base}/p/{admin_project.pk}/settings/")
+    page, errors = _settings_page(live_server, admin_project, browser_page)
 
     # Off by default: an agent's key cannot start replays.
     box = page.locator("input[name=replay]")
@@ -115,10 +123,7 @@ def test_admin_creates_a_replay_key_and_allows_private_addresses(
 def test_admin_turns_auto_triage_on_from_the_settings_page_and_a_bad_budget_is_held_back(
     live_server: Any, admin_project: Project, browser_page: tuple[Any, list[str]]  # noqa: F811
 ) -> None:
-    page, errors = browser_page
-    base = live_server.url.replace("127.0.0.1", "localhost")
-    _sign_in(page, base, PASSWORD)
-    page.goto(f"{base}/p/{admin_project.pk}/settings/")
+    page, errors = _settings_page(live_server, admin_project, browser_page)
 
     triage = page.locator("#triage")
     assert triage.locator("#triage-state").inner_text() == "off"

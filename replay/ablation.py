@@ -11,6 +11,10 @@ An operation (`replay.types.Operation`) is a small dict:
     {"op": "keep_only", "keys": ["system", "user"]}
     {"op": "keep_sentences", "key": "retrieval", "keep": [0, 2, 3]}   # attribution's ablations
 
+and the compression operations of replay.compression (drop_tool_output, summarize, trim_json,
+keep_last_turns, top_k, pin_to_prefix), which raise NotApplicable when a context has nothing
+for them to act on.
+
 Rendering the empty operation list reproduces the original request: the same messages, in
 the same order, with the same roles, tool calls and parameters.
 """
@@ -27,13 +31,13 @@ from typing import Any, cast
 
 from ctxobs import tokens as tok
 from ingest.types import Message, StoredBlock
-from replay import attribution
+from replay import attribution, compression
 from replay.errors import VariantError
 from replay.types import ChatRequest, Operation, VariantBlock
 
 ContextBlock = StoredBlock | VariantBlock
 
-OPS = ("remove", "move", "truncate", "replace", "keep_only", "keep_sentences")
+OPS = ("remove", "move", "truncate", "replace", "keep_only", "keep_sentences", *compression.OPS)
 MOVE_TARGETS = ("front", "end", "middle", "before", "after")
 
 # The parameters the completions API takes (a transcript fallback sends no others).
@@ -83,6 +87,8 @@ def validate_operation(op: Any) -> Operation:
     if not isinstance(op, dict) or op.get("op") not in OPS:
         raise VariantError(f"an operation is an object with 'op' one of {', '.join(OPS)}")
     kind = op["op"]
+    if kind in compression.OPS:
+        return compression.validate(op)
     if kind == "keep_only":
         keys = op.get("keys")
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
@@ -162,6 +168,9 @@ def apply_operations(blocks: Sequence[ContextBlock], operations: Sequence[Operat
     for raw in operations:
         op = validate_operation(raw)
         kind = op["op"]
+        if kind in compression.OPS:
+            compression.apply(out, op)
+            continue
         if kind == "keep_only":
             wanted = set(op["keys"])
             missing = wanted - {b.get("key") for b in out}
@@ -224,6 +233,8 @@ def describe(operations: Sequence[Operation]) -> str:
             parts.append("only " + ", ".join(op["keys"]))
         elif kind == "keep_sentences":
             parts.append(f"{len(op['keep'])} sentences of {op['key']}")
+        elif kind in compression.OPS:
+            parts.append(compression.describe(op))
     return "; ".join(parts)
 
 

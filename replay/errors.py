@@ -13,6 +13,11 @@ class VariantError(ReplayError):
     """An operation that does not fit the saved block list (unknown key, bad position...)."""
 
 
+class NotApplicable(VariantError):
+    """An operation that has nothing to act on in this context (no such block, nothing old
+    enough, nothing to cut): an evaluation set skips the item rather than failing."""
+
+
 class NotFound(ReplayError):
     status_code = 404
 

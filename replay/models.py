@@ -78,6 +78,7 @@ class ReplayJob(models.Model):
         BATCH = "batch", "one variant over many turns"
         CUSTOM = "custom", "custom variant"
         ATTRIBUTION = "attribution", "attribution (random ablations)"
+        EXPERIMENT = "experiment", "experiment over an evaluation set"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="replay_jobs")
     endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="jobs")
@@ -113,8 +114,32 @@ class ReplayJob(models.Model):
         return (self.n_done + self.n_failed + self.n_cancelled) / self.n_runs if self.n_runs else 1.0
 
 
+class ReplayContext(models.Model):
+    """A saved context frozen for replay: one turn in the wire form (what `ctxobs push` takes),
+    stored once per project by its content hash. Retention never removes it: evaluation sets pin
+    their items' contexts here, so that a set replays the same way however old its turns are."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="replay_contexts")
+    content_hash = models.CharField(max_length=64)
+    # The wire form: blocks with their messages, params, model, output, events (stored escaped,
+    # read back as sent).
+    snapshot = EscapedJSONField(default=dict)
+    size_bytes = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "content_hash"], name="uniq_replay_context_hash")
+        ]
+
+    def __str__(self) -> str:
+        return f"context {self.pk} ({self.content_hash[:12]})"
+
+
 class ReplayVariant(models.Model):
-    """One context to send: a saved snapshot's blocks plus operations (none for the baseline)."""
+    """One context to send: a saved snapshot's blocks plus operations (none for the baseline).
+    With `context`, the blocks come from that frozen context instead of the stored turn."""
 
     job = models.ForeignKey(ReplayJob, on_delete=models.CASCADE, related_name="variants")
     position = models.IntegerField()
@@ -130,6 +155,9 @@ class ReplayVariant(models.Model):
     prompt_tokens_est = models.IntegerField(default=0)
     # Its request equals the baseline's (e.g. moving a block without messages): not run.
     no_change = models.BooleanField(default=False)
+    context = models.ForeignKey(
+        ReplayContext, null=True, blank=True, on_delete=models.PROTECT, related_name="variants"
+    )
 
     class Meta:
         ordering = ["job", "position"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Operation(TypedDict, total=False):
     """One operation on a block list (see replay.ablation): `op` and the fields it needs."""
 
-    op: str  # remove | move | truncate | replace | keep_only | keep_sentences
+    op: str  # remove | move | truncate | replace | keep_only | keep_sentences, or replay.compression.OPS
     key: str
     to: str
     anchor: str
@@ -27,6 +27,16 @@ class Operation(TypedDict, total=False):
     text: str
     keys: list[str]
     keep: list[int]  # keep_sentences: the sentence numbers kept
+    older_than: int  # drop_tool_output: turns kept whole
+    before_last_turns: int  # summarize: the history before the last N turns
+    budget: int  # summarize: tokens the summary may take
+    ratio: float  # summarize: the summary's budget as a share of what it replaces
+    prompt: str  # summarize: the instruction to the summarising model
+    summary: str  # summarize: the model's summary, once computed
+    fields: list[str]  # trim_json: the fields kept
+    max_items: int  # trim_json: the items kept of each list
+    n: int  # keep_last_turns
+    k: int  # top_k: the documents kept
 
 
 class VariantBlock(TypedDict, total=False):

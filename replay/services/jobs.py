@@ -15,7 +15,7 @@ from django.utils import timezone
 from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
-from replay import ablation, attribution
+from replay import ablation, attribution, signals
 from replay.errors import EndpointError, NotFound, TurnGone, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
@@ -24,6 +24,8 @@ from replay.types import PlanEstimate, SkippedTurn
 logger = logging.getLogger(__name__)
 
 JOB_KINDS = ("plain", "without", "move", "loo", "batch", "custom", "attribution")
+# Jobs that other apps plan over frozen contexts (replay_contexts_plan), not from a spec.
+PLANNED_KINDS = ("experiment",)
 MAX_SAMPLES = 10
 MAX_SNAPSHOTS_PER_JOB = 200
 MAX_RUNS_PER_JOB = 2000
@@ -41,6 +43,14 @@ class PlannedSnapshot:
     # Per baseline sample: the id of an earlier run of the same call whose answer it takes
     # instead of calling the model (None: it calls).
     reuse: list[int | None] = field(default_factory=list)
+    # The same for the other variants, by their index in `plans` (jobs that reuse every call).
+    reuse_by_plan: dict[int, list[int | None]] = field(default_factory=dict)
+    # A frozen context the variants render from instead of the stored turn (replay.ReplayContext).
+    context_id: int | None = None
+
+    def reused(self, index: int) -> list[int | None]:
+        """Per sample of plan INDEX: the earlier run it takes the answer of, or None."""
+        return self.reuse if index == 0 and self.plans[0].is_baseline else self.reuse_by_plan.get(index, [])
 
 
 @dataclass
@@ -57,11 +67,14 @@ class JobPlan:
         calls = tokens = reused = 0
         for s in self.snapshots:
             e = ablation.estimate(s.plans, s.blocks)
-            n = sum(1 for r in s.reuse if r is not None)
-            base_tokens = ablation.context_tokens(s.blocks)
-            calls += e["model_calls"] - n
-            tokens += e["prompt_tokens"] - n * base_tokens
-            reused += n
+            calls += e["model_calls"]
+            tokens += e["prompt_tokens"]
+            for i, p in enumerate(s.plans):
+                n = sum(1 for r in s.reused(i) if r is not None)
+                if n:
+                    calls -= n
+                    tokens -= n * ablation.context_tokens(ablation.apply_operations(s.blocks, p.operations))
+                    reused += n
         return {
             "model_calls": calls,
             "prompt_tokens": tokens,
@@ -99,22 +112,32 @@ def _overrides(params: Any) -> dict[str, Any]:
 
 
 def _reusable(
-    *, project: Project, endpoint: ModelEndpoint, planned: list[PlannedSnapshot], overrides: dict[str, Any]
+    *,
+    project: Project,
+    endpoint: ModelEndpoint,
+    planned: list[PlannedSnapshot],
+    overrides: dict[str, Any],
+    every_variant: bool = False,
 ) -> None:
-    """Per baseline sample of each planned turn, an earlier done run of the same call (same
-    endpoint, model and request body) to take the answer of, each earlier run at most once per
-    job; fills PlannedSnapshot.reuse."""
-    keys_by_snapshot: list[list[str]] = []
+    """Per baseline sample of each planned turn (with EVERY_VARIANT, per sample of every
+    variant), an earlier done run of the same call (same endpoint, model and request body) to
+    take the answer of, each earlier run at most once per job; fills PlannedSnapshot.reuse and
+    reuse_by_plan."""
+    keys_by_unit: list[tuple[PlannedSnapshot, int, list[str]]] = []
     for s in planned:
-        request = ablation.render_variant(s.blocks, [], s.params)
-        keys = []
-        for i in range(s.plans[0].samples):
-            call = run_call_plan(
-                request=request, overrides=overrides, endpoint=endpoint, is_baseline=True, sample=i
-            )
-            keys.append(reuse_key(endpoint=endpoint, call=call))
-        keys_by_snapshot.append(keys)
-    wanted = {k for keys in keys_by_snapshot for k in keys}
+        for j, p in enumerate(s.plans):
+            if not p.samples or (j > 0 and not every_variant) or (j == 0 and not p.is_baseline):
+                continue
+            request = ablation.render_variant(s.blocks, p.operations, s.params)
+            keys = []
+            for i in range(p.samples):
+                call = run_call_plan(
+                    request=request, overrides=overrides, endpoint=endpoint, is_baseline=p.is_baseline,
+                    sample=i,
+                )
+                keys.append(reuse_key(endpoint=endpoint, call=call))
+            keys_by_unit.append((s, j, keys))
+    wanted = {k for _, _, keys in keys_by_unit for k in keys}
     available: dict[str, list[int]] = {}
     for run_id, key in (
         ReplayRun.objects.filter(
@@ -127,8 +150,12 @@ def _reusable(
         .values_list("id", "request_key")
     ):
         available.setdefault(key, []).append(run_id)
-    for s, keys in zip(planned, keys_by_snapshot, strict=True):
-        s.reuse = [available[k].pop(0) if available.get(k) else None for k in keys]
+    for s, j, keys in keys_by_unit:
+        found = [available[k].pop(0) if available.get(k) else None for k in keys]
+        if j == 0:
+            s.reuse = found
+        else:
+            s.reuse_by_plan[j] = found
 
 
 def _turn_matches(row: TimelineRow, flt: dict[str, Any]) -> bool:
@@ -296,6 +323,47 @@ def replay_job_create(
     plan = replay_job_plan(project=project, spec=spec, endpoint=endpoint)
     if endpoint is None:
         raise EndpointError("this project has no model endpoint; add one first")
+    return replay_job_store(
+        project=project, endpoint=endpoint, plan=plan, spec={**spec, "skipped": plan.skipped}, user=user
+    )
+
+
+def replay_contexts_plan(
+    *,
+    project: Project,
+    endpoint: ModelEndpoint,
+    kind: str,
+    title: str,
+    samples: int,
+    params: dict[str, Any] | None,
+    snapshots: list[PlannedSnapshot],
+    skipped: list[SkippedTurn] | None = None,
+) -> JobPlan:
+    """A job's plan over frozen contexts whose variants the caller chose (an experiment's items):
+    every call that an earlier run of the project already made with the same request takes
+    that run's answer (reuse across jobs: a control or a strategy run again pays nothing twice)."""
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise VariantError(f"samples must be an integer from 1 to {MAX_SAMPLES}")
+    overrides = _overrides(params)
+    if not snapshots:
+        raise VariantError("nothing to run: no item has a variant to replay")
+    _reusable(project=project, endpoint=endpoint, planned=snapshots, overrides=overrides, every_variant=True)
+    runs = sum(p.samples for s in snapshots for p in s.plans)
+    limit = MAX_RUNS_PER_JOB * 10
+    if runs > limit:
+        raise VariantError(f"this would make {runs} model calls; at most {limit} per run")
+    return JobPlan(
+        kind=kind, title=title[:300], samples=samples, params=overrides, snapshots=snapshots,
+        skipped=list(skipped or []),
+    )
+
+
+def replay_job_store(
+    *, project: Project, endpoint: ModelEndpoint, plan: JobPlan, spec: dict[str, Any], user: Any = None
+) -> ReplayJob:
+    """Store PLAN as a job with its variants and one run per (variant, sample): a run that an
+    earlier call answers (PlannedSnapshot.reused) is done at once with that answer, the others
+    are pending and enqueued once the transaction commits."""
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,
@@ -303,21 +371,22 @@ def replay_job_create(
             created_by=user if getattr(user, "pk", None) else None,
             kind=plan.kind,
             title=plan.title,
-            spec={**spec, "skipped": plan.skipped},
+            spec=spec,
             params=plan.params,
             samples=plan.samples,
             estimate=plan.estimate,
         )
         variants: list[ReplayVariant] = []
+        reuse_of: list[list[int | None]] = []
         pos = 0
         for s in plan.snapshots:
-            for p in s.plans:
+            for j, p in enumerate(s.plans):
                 v = ReplayVariant(
                     job=job,
                     position=pos,
                     snapshot_ref=s.snapshot_ref,
                     snapshot_uuid=s.snapshot_uuid,
-                    session_id=s.session_id,
+                    session_id=s.session_id[:256],
                     turn=s.turn,
                     label=p.label[:300],
                     operations=p.operations,
@@ -325,31 +394,30 @@ def replay_job_create(
                     target_key=p.target_key[:128],
                     samples=p.samples,
                     no_change=p.no_change,
+                    context_id=s.context_id,
                     prompt_tokens_est=ablation.context_tokens(
                         ablation.apply_operations(s.blocks, p.operations)
                     ),
                 )
                 variants.append(v)
+                reuse_of.append(s.reused(j))
                 pos += 1
         ReplayVariant.objects.bulk_create(variants)
         # Queued messages wait safely in Redis, however long the queue; the lease only says when
         # the reclaimer may start asking whether this run's message was lost (see replay_runs_reclaim).
         now = timezone.now()
         lease_end = now + _lease()
-        reuse = {s.snapshot_ref: s.reuse for s in plan.snapshots}
         sources = {
             r.pk: r
             for r in ReplayRun.objects.filter(
-                pk__in=[i for ids in reuse.values() for i in ids if i is not None],
+                pk__in=[i for ids in reuse_of for i in ids if i is not None],
                 status=ReplayRun.Status.DONE,
             )
         }
         new_runs: list[ReplayRun] = []
-        for v in variants:
+        for v, reused in zip(variants, reuse_of, strict=True):
             for i in range(v.samples):
-                src_id = reuse.get(v.snapshot_ref, [])[i] if v.is_baseline and i < len(
-                    reuse.get(v.snapshot_ref, [])
-                ) else None
+                src_id = reused[i] if i < len(reused) else None
                 src = sources.get(src_id) if src_id is not None else None
                 if src is None:
                     new_runs.append(ReplayRun(job=job, variant=v, sample=i, lease_expires_at=lease_end))
@@ -370,7 +438,7 @@ def replay_job_create(
         job.n_runs = len(runs)
         job.save(update_fields=["n_runs"])
         run_ids = [r.pk for r in runs if r.status == ReplayRun.Status.PENDING]
-        if len(run_ids) < len(runs):
+        if len(run_ids) < len(runs) or not runs:
             # Reused samples are done already; a job with nothing left to call ends here.
             transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
         transaction.on_commit(lambda: _enqueue(run_ids))
@@ -401,6 +469,7 @@ def replay_job_cancel(*, job: ReplayJob) -> ReplayJob:
             status=ReplayRun.Status.CANCELLED, finished_at=now, error="cancelled"
         )
     _job_refresh(job_id=job.pk)
+    signals.job_finished.send(sender=ReplayJob, job_id=job.pk, status=JobStatus.CANCELLED)
     logger.info("replay.job_cancelled job_id=%s runs_cancelled=%s", job.pk, len(ids))
     job.refresh_from_db()
     return job

@@ -21,9 +21,10 @@ from django.utils import timezone
 from core.models import Project
 from ctxobs.retry import backoff_delay
 from ingest import selectors as ingest_selectors
-from replay import ablation, endpoints
+from replay import ablation, endpoints, signals
 from replay.errors import ReplayError, VariantError, turn_expired
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+from replay.services import contexts
 from replay.services.model_endpoints import _api_key
 from replay.types import ChatRequest
 
@@ -71,6 +72,10 @@ def _job_refresh(*, job_id: int) -> None:
             job.status = JobStatus.FAILED if job.n_done == 0 and job.n_failed else JobStatus.DONE
             job.finished_at = timezone.now()
             fields += ["status", "finished_at"]
+            status = job.status
+            transaction.on_commit(
+                lambda: signals.job_finished.send(sender=ReplayJob, job_id=job_id, status=status)
+            )
             logger.info(
                 "replay.job_finished job_id=%s status=%s done=%s failed=%s",
                 job.pk,
@@ -217,7 +222,13 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
 
 def replay_run_request(*, project: Project, variant: ReplayVariant) -> ChatRequest:
     """The request VARIANT sends: the saved blocks with its operations, the saved parameters
-    that still apply (removing the tool definitions' block removes `tools`)."""
+    that still apply (removing the tool definitions' block removes `tools`). A variant with a
+    frozen context renders from it, whatever the project's retention did to the turn."""
+    if variant.context_id is not None:
+        frozen = variant.context.snapshot if variant.context else {}
+        return ablation.render_variant(
+            contexts.context_blocks(frozen), variant.operations, contexts.context_params(frozen)
+        )
     snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=variant.snapshot_uuid)
     if snap is None:
         # It was stored when the job was made: retention has removed it since.
@@ -309,7 +320,7 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
     with transaction.atomic():
         run = (
             ReplayRun.objects.select_for_update(of=("self",))
-            .select_related("job", "job__endpoint", "job__project", "variant")
+            .select_related("job", "job__endpoint", "job__project", "variant", "variant__context")
             .filter(pk=run_id)
             .first()
         )
@@ -348,7 +359,7 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             and run.next_attempt_at > now + timedelta(seconds=1)
         ):
             return RunOutcome("not_yet", retry_in=(run.next_attempt_at - now).total_seconds())
-        if not ingest_selectors.snapshots_existing(
+        if run.variant.context_id is None and not ingest_selectors.snapshots_existing(
             project_id=job.project_id, snapshot_refs=[run.variant.snapshot_ref]
         ):
             # Retention removed the turn after the job was made: the run ends here, without a

@@ -29,6 +29,6 @@ api = CtxobsAPI(
 install_exception_handlers(api)
 api.add_router("", ingest_router)
 api.add_router("", otlp_router)
-for app in ("replay", "alerts"):
+for app in ("replay", "alerts", "experiments"):
     if app in settings.INSTALLED_APPS and find_spec(f"{app}.api") is not None:
         api.add_router("", import_module(f"{app}.api").router)

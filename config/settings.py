@@ -50,7 +50,7 @@ INSTALLED_APPS = [
     "core",
     "ingest",
 ]
-for optional_app in ("insights", "replay", "alerts"):
+for optional_app in ("insights", "replay", "alerts", "experiments"):
     if (BASE_DIR / optional_app / "apps.py").exists():
         INSTALLED_APPS.append(optional_app)
 
@@ -192,6 +192,9 @@ CELERY_TASK_ROUTES = {
     "replay.*": {"queue": "replay"},
     "alerts.*": {"queue": "alerts"},
     "insights.*": {"queue": "default"},
+    # Summaries for a strategy are model calls: they wait with the replays, not with alerts.
+    "experiments.prepare": {"queue": "replay"},
+    "experiments.*": {"queue": "default"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -204,6 +207,10 @@ CTXOBS_REPLAY_TIME_LIMIT_S = env_float("CTXOBS_REPLAY_TIME_LIMIT_S", 1260.0)
 CTXOBS_TASK_TIME_LIMITS: dict[str, tuple[float, float]] = {
     "replay.runs_reclaim": (60.0, 90.0),
     "replay.*": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
+    # Each summary is one bounded model call; an experiment's preparation resumes where it stopped.
+    "experiments.prepare": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
+    # Checks on every answer of an experiment: milliseconds each, 500 items x samples x arms.
+    "experiments.finalize": (600.0, 660.0),
     # A webhook or SMTP send is bounded by the channel's timeout (at most 30 s).
     "alerts.*": (120.0, 150.0),
     # Expiry deletes in bounded batches; a run cut short goes on at the next tick.

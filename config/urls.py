@@ -17,7 +17,7 @@ if settings.CTXOBS_SERVE_STATIC:
     urlpatterns.append(
         re_path(r"^static/(?P<path>.*)$", login_not_required(static_serve), {"insecure": True})
     )
-for app in ("replay", "alerts", "insights"):
+for app in ("replay", "alerts", "insights", "experiments"):
     if app in settings.INSTALLED_APPS and find_spec(f"{app}.urls") is not None:
         urlpatterns.append(path("", include(f"{app}.urls")))
 urlpatterns.append(path("", include("ingest.urls")))

@@ -53,5 +53,6 @@ def page_context(
         "is_editor": membership.at_least("editor"),
         "replay_enabled": "replay" in settings.INSTALLED_APPS,
         "alerts_enabled": "alerts" in settings.INSTALLED_APPS,
+        "experiments_enabled": "experiments" in settings.INSTALLED_APPS,
         **extra,
     }

@@ -784,20 +784,89 @@ def snapshots_export(
         if not chunk:
             return
         last = chunk[-1].id
-        refs = [s.id for s in chunk]
-        blocks = snapshots_blocks(project_id=project.pk, snapshot_refs=refs)
-        events = _events_many(project.pk, refs)
-        for s in sorted(chunk, key=lambda s: (s.session_ref, s.turn, s.ts)):
-            yield {
-                "snapshot_id": str(s.snapshot_id), "session_id": s.session_id, "turn": s.turn,
-                "agent": s.agent, "ts": s.ts.isoformat(), "model": _wire_model(s), "params": s.params,
-                "blocks": [
-                    {"key": b["key"], "kind": b["kind"], "messages": b["messages"], "tokens": b["tokens"],
-                     "estimated": b["estimated"], "pinned": b["pinned"], "compressed": b["compressed"],
-                     "refs": b["refs"]}
-                    for b in blocks[s.id]
-                ],
-                "compression": events[s.id]["compression"], "recall": events[s.id]["recall"],
-                "validation": events[s.id]["validation"], "output": s.output, "tags": s.tags,
-                "retries": s.retries, "fallback_used": s.fallback_used,
-            }
+        yield from _wire_chunk(project, chunk)
+
+
+def snapshots_wire(*, project: Project, snapshot_refs: Sequence[int]) -> dict[int, dict[str, object]]:
+    """The wire form (as the SDK sent it, what `ctxobs push` takes) of each stored snapshot of
+    SNAPSHOT_REFS, by ref; expired ones are absent. Six queries per EXPORT_CHUNK snapshots."""
+    out: dict[int, dict[str, object]] = {}
+    refs = sorted(set(snapshot_refs))
+    for i in range(0, len(refs), EXPORT_CHUNK):
+        chunk = list(Snapshot.objects.filter(project=project, id__in=refs[i:i + EXPORT_CHUNK]))
+        for s, wire in zip(sorted(chunk, key=lambda s: (s.session_ref, s.turn, s.ts)),
+                           _wire_chunk(project, chunk), strict=True):
+            out[s.id] = wire
+    return out
+
+
+def snapshot_refs_by_uuid(*, project: Project, snapshot_ids: Sequence[str | uuid.UUID]) -> list[SnapshotRef]:
+    """The stored snapshots among SNAPSHOT_IDS (ids that are not UUIDs or not stored are left
+    out), in the order given."""
+    wanted: list[uuid.UUID] = []
+    for sid in snapshot_ids:
+        try:
+            wanted.append(uuid.UUID(str(sid)))
+        except ValueError:
+            continue
+    found = {s.snapshot_id: s for s in Snapshot.objects.filter(project=project, snapshot_id__in=wanted)}
+    return [_snapshot_ref(found[u]) for u in dict.fromkeys(wanted) if u in found]
+
+
+def snapshot_refs_matching(
+    *,
+    project: Project,
+    agent: str | None = None,
+    model: str | None = None,
+    tag: tuple[str, str] | None = None,
+    failed_validation: bool = False,
+    has_alerts: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 10_000,
+) -> list[SnapshotRef]:
+    """Stored turns of PROJECT matching every condition given (a tag as (name, value); turns
+    whose output failed validation; turns of sessions with alerts; sent in [SINCE, UNTIL)), in
+    session and turn order, at most LIMIT."""
+    qs = Snapshot.objects.filter(project=project)
+    if any(v and unstorable(v) for v in (agent, model, *(tag or ()))):
+        return []
+    if agent:
+        qs = qs.filter(agent=agent)
+    if model:
+        qs = qs.filter(model_name=model)
+    if tag:
+        qs = qs.filter(tags__contains={tag[0]: tag[1]})
+    if failed_validation:
+        qs = qs.filter(n_validation_failed__gt=0)
+    if since:
+        qs = qs.filter(ts__gte=since)
+    if until:
+        qs = qs.filter(ts__lt=until)
+    if has_alerts:
+        sessions = AgentSession.objects.filter(project=project, alert_count__gt=0)
+        qs = qs.filter(session_ref__in=list(sessions.values_list("id", flat=True)[:limit]))
+    rows = qs.order_by("session_id", "turn", "ts").only(
+        "id", "snapshot_id", "session_id", "turn", "params", "output")[:limit]
+    return [_snapshot_ref(s) for s in rows]
+
+
+def _wire_chunk(project: Project, chunk: list[Snapshot]) -> Iterable[dict[str, object]]:
+    """CHUNK's snapshots in the wire form, by session and turn."""
+    refs = [s.id for s in chunk]
+    blocks = snapshots_blocks(project_id=project.pk, snapshot_refs=refs)
+    events = _events_many(project.pk, refs)
+    for s in sorted(chunk, key=lambda s: (s.session_ref, s.turn, s.ts)):
+        yield {
+            "snapshot_id": str(s.snapshot_id), "session_id": s.session_id, "turn": s.turn,
+            "agent": s.agent, "ts": s.ts.isoformat(), "model": _wire_model(s), "params": s.params,
+            "blocks": [
+                {"key": b["key"], "kind": b["kind"], "messages": b["messages"], "tokens": b["tokens"],
+                 "estimated": b["estimated"], "pinned": b["pinned"], "compressed": b["compressed"],
+                 "refs": b["refs"]}
+                for b in blocks[s.id]
+            ],
+            "compression": events[s.id]["compression"], "recall": events[s.id]["recall"],
+            "validation": events[s.id]["validation"], "output": s.output, "tags": s.tags,
+            "retries": s.retries, "fallback_used": s.fallback_used,
+        }

@@ -245,6 +245,30 @@ def session_filters() -> list[SessionFilter]:
     return list(_session_filters.values())
 
 
+# --- actions on turns selected on a session's timeline ------------------------------------------
+# The timeline's turns table shows a checkbox per turn when an app registers an action here; the
+# selected turns' snapshot ids are posted (as `snapshot_id`) to the action's URL, with the text
+# the user typed as `name` when the action asks for one (experiments: add them to a set).
+@dataclass(frozen=True)
+class TurnSelectionAction:
+    name: str
+    label: str  # the button
+    url: Callable[[int], str]  # project id -> the URL the selection is posted to
+    input_label: str = ""  # a text field posted as `name`; none when empty
+    role: str = "editor"  # the least role that sees it
+
+
+_turn_selection: dict[str, TurnSelectionAction] = {}
+
+
+def turn_selection_action_add(action: TurnSelectionAction) -> None:
+    _turn_selection[action.name] = action
+
+
+def turn_selection_actions() -> list[TurnSelectionAction]:
+    return list(_turn_selection.values())
+
+
 # --- count drift against a model's usual ratio --------------------------------------------------
 # The turn page and the timeline show the count drift (our prompt tokens vs the provider's). An app
 # that calibrates counts per model (insights' counts analyzer) provides, per snapshot, the drift

@@ -70,15 +70,25 @@ def _fail(request: HttpRequest, exc: ExperimentError, to: str) -> HttpResponse:
 def set_create(request: HttpRequest, project_id: int) -> HttpResponse:
     """A set from a filter form, a timeline selection (snapshot_id values) or a JSONL upload."""
     project, membership = project_access(request, project_id, "editor")
-    home_url = reverse("experiments:home", kwargs={"project_id": project.pk})
+    back = request.POST.get("next") or ""
+    # Back to the page the selection came from (a path on this site only), else the home page.
+    home_url = (
+        back
+        if back.startswith("/") and not back.startswith("//")
+        else reverse("experiments:home", kwargs={"project_id": project.pk})
+    )
     data = request.POST
     name = (data.get("name") or "").strip()
     rejected: list[dict[str, Any]] = []
     try:
-        if data.getlist("snapshot_id"):
-            ids = data.getlist("snapshot_id")
+        if data.getlist("snapshot_id") or data.get("alert_id"):
+            if data.get("alert_id"):
+                seeds = sets.seeds_from_alert(project=project, alert_id=int(data["alert_id"]))
+            else:
+                seeds = sets.seeds_from_turns(
+                    project=project, snapshot_ids=data.getlist("snapshot_id"), source="timeline"
+                )
             existing = selectors.set_by_name(project=project, name=name) if name else None
-            seeds = sets.seeds_from_turns(project=project, snapshot_ids=ids, source="timeline")
             if existing is not None:
                 sets.eval_set_items_add(eval_set=existing, seeds=seeds, user=request.user)
                 messages.success(request, f"Added {len(seeds)} turns to {existing.name}.")
@@ -119,6 +129,8 @@ def set_create(request: HttpRequest, project_id: int) -> HttpResponse:
                 description=data.get("description") or "",
                 user=request.user,
             )
+    except ValueError:
+        return _fail(request, ExperimentError("alert_id: a whole number"), home_url)
     except ExperimentError as exc:
         return _fail(request, exc, home_url)
     if rejected:

@@ -33,6 +33,7 @@ from ingest.types import (
 SPARK_POINTS = 24
 TURN_TABLE_FIELDS = (
     "id",
+    "snapshot_id",
     "turn",
     "ts",
     "total_tokens",

@@ -294,6 +294,7 @@ class TurnTableRow(TypedDict):
     """One row of the turns table; the page adds the bar segments, alert count and drift flag."""
 
     id: int
+    snapshot_id: uuid.UUID
     turn: int
     ts: datetime
     total_tokens: int

@@ -405,6 +405,11 @@ def timeline(request: HttpRequest, project_id: int, session_id: str) -> HttpResp
             "ingest:timeline", kwargs={"project_id": project.pk, "session_id": session.session_id}
         )
         + "t/",
+        selection_actions=[
+            {"label": a.label, "url": a.url(project.pk), "input_label": a.input_label}
+            for a in registry.turn_selection_actions()
+            if membership.at_least(a.role)
+        ],
     )
     template = "ingest/_turns_table.html" if is_htmx(request) else "ingest/timeline.html"
     return render(request, template, ctx)

@@ -56,10 +56,26 @@ def suggestions_for(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The checks ctxobs suggests for a turn (experiments.checks.suggest_checks), as stored."""
     output = snapshot.get("output") if isinstance(snapshot.get("output"), dict) else {}
     assert isinstance(output, dict)
+    blocks = [b for b in snapshot.get("blocks") or [] if isinstance(b, dict)]
+    recall = [r for r in snapshot.get("recall") or [] if isinstance(r, dict)]
+    if not any(r.get("injected") for r in recall):
+        # A memory block is what was injected, whether or not the agent sent its recall list.
+        recall = recall + [
+            {
+                "injected": True,
+                "preview": str(m.get("content") or ""),
+                "block": b.get("key"),
+                "memory_id": b.get("key"),
+            }
+            for b in blocks
+            if b.get("kind") == "memory"
+            for m in b.get("messages") or []
+            if isinstance(m, dict) and isinstance(m.get("content"), str)
+        ]
     found = checks_mod.suggest_checks(
-        blocks=[b for b in snapshot.get("blocks") or [] if isinstance(b, dict)],
+        blocks=blocks,
         validation=[v for v in snapshot.get("validation") or [] if isinstance(v, dict)],
-        recall=[r for r in snapshot.get("recall") or [] if isinstance(r, dict)],
+        recall=recall,
         output_text=str(output.get("text") or ""),
         output_tool_calls=[c for c in output.get("tool_calls") or [] if isinstance(c, dict)],
     )
@@ -104,6 +120,26 @@ def seeds_from_turns(
     if missing:
         raise NotFound(f"no stored turn {missing[0][:64]!r} in this project (expired, or never sent)")
     return _seeds_from_refs(project, refs, source)
+
+
+def seeds_from_alert(*, project: Project, alert_id: int) -> list[ItemSeed]:
+    """Items for the turns an alert covers (its session's turns from its first to its last)."""
+    from alerts import selectors as alert_selectors
+
+    alert = alert_selectors.alert_get(project_id=project.pk, alert_id=alert_id)
+    if alert is None:
+        raise NotFound("no such alert in this project")
+    session = ingest_selectors.session_get(project=project, session_id=alert.session_id)
+    if session is None:
+        raise NotFound("the alert's session has expired")
+    ids = [
+        row["snapshot_id"]
+        for row in ingest_selectors.session_timeline(project=project, session=session)
+        if alert.turn <= row["turn"] <= max(alert.turn, alert.last_turn)
+    ]
+    if not ids:
+        raise NotFound("the alert's turns have expired")
+    return seeds_from_turns(project=project, snapshot_ids=ids[:MAX_ITEMS_PER_SET], source="alert")
 
 
 FILTER_FIELDS = (
@@ -210,6 +246,8 @@ def _name(name: Any) -> str:
 
 
 def _store_items(version: EvalSetVersion, seeds: Sequence[ItemSeed], start: int = 0) -> None:
+    for i, seed in enumerate(seeds):
+        seed.checks = _checks(seed.checks, f"items[{i}].")
     contexts = replay_contexts_freeze(project=version.eval_set.project, snapshots=[s.snapshot for s in seeds])
     EvalItem.objects.bulk_create(
         [

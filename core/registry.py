@@ -91,6 +91,19 @@ def project_has_data(project: Project) -> bool:
     return any(check(project) for check in _has_data.values())
 
 
+# Steps `manage.py ctxobs_up` runs once the example agent has filled the demo project (experiments:
+# a set of its turns and strategies run against it); each returns a line for the operator.
+_demo_steps: dict[str, Callable[[Project], str]] = {}
+
+
+def demo_step_add(name: str, step: Callable[[Project], str]) -> None:
+    _demo_steps[name] = step
+
+
+def demo_steps() -> list[Callable[[Project], str]]:
+    return list(_demo_steps.values())
+
+
 # Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
 # turn, rule_kind, severity, title and alert_id (the timeline's alert markers). SOURCE says what they
 # are: "alert" (alerts' fired alerts) or another name ("lint": lint findings); markers carry it too.

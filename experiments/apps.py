@@ -10,7 +10,7 @@ class ExperimentsConfig(AppConfig):
         from django.urls import reverse
 
         from core import registry
-        from experiments import receivers
+        from experiments import demo, receivers
         from replay.signals import job_finished
 
         # An experiment is evaluated once its replay job has ended.
@@ -27,6 +27,7 @@ class ExperimentsConfig(AppConfig):
         registry.turn_page_extension_add(
             registry.TurnPageExtension(name="experiments.add_turn", template="experiments/_turn_add.html")
         )
+        registry.demo_step_add("experiments.demo", demo.demo_experiments)
         registry.alert_page_extension_add(
             registry.AlertPageExtension(name="experiments.add_alert", template="experiments/_alert_add.html")
         )

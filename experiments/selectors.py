@@ -4,7 +4,7 @@ figures, comparisons of experiments on one set version, sweeps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import QuerySet
 
@@ -171,6 +171,10 @@ def compare(*, project: Project, experiment_ids: Sequence[int]) -> dict[str, Any
     versions = {e.set_version_id for e in exps}
     if len(versions) > 1:
         raise Conflict("experiments compare only on the same set version; these ran on different ones")
+    for e in exps:
+        if e.summary is None and e.job_id is not None and e.job is not None and e.job.finished:
+            experiment_finalize(experiment_id=e.pk)
+            e.refresh_from_db()
     not_done = [e.pk for e in exps if e.summary is None]
     if not_done:
         raise Conflict(f"experiment {not_done[0]} has no results yet")
@@ -197,3 +201,50 @@ def sweep_curve(*, sweep: Sweep) -> dict[str, Any]:
             ready.append((float(ratio), float(fid)))
     k = stats.knee(ready) if len(ready) >= 3 else None
     return {"points": points, "knee": ready[k] if k is not None else None}
+
+
+def sweeps_list(*, project: Project, limit: int = 20) -> list[Sweep]:
+    return list(
+        Sweep.objects.filter(project=project).select_related("strategy").order_by("-created_at")[:limit]
+    )
+
+
+def sweep_get(*, project: Project, sweep_id: int) -> Sweep | None:
+    return Sweep.objects.filter(project=project, pk=sweep_id).select_related("strategy").first()
+
+
+def sweep_figure(*, curve: dict[str, Any], parameter: str) -> dict[str, Any] | None:
+    """The compression-ratio versus fact-fidelity curve of a sweep (plotly), the knee marked;
+    None until two points are measured."""
+    pts = [p for p in curve["points"] if p["ratio"] is not None and p["fidelity"] is not None]
+    if len(pts) < 2:
+        return None
+    import plotly.graph_objects as go
+
+    pts.sort(key=lambda p: -float(p["ratio"]))
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[p["ratio"] for p in pts],
+        y=[p["fidelity"] for p in pts],
+        mode="lines+markers+text",
+        text=[f"{parameter}={p['value']}" for p in pts],
+        textposition="top center",
+        name="fact fidelity",
+        line={"color": "#1e88e5"},
+    )
+    knee = curve.get("knee")
+    if knee is not None:
+        fig.add_scatter(
+            x=[knee[0]],
+            y=[knee[1]],
+            mode="markers",
+            name="knee",
+            marker={"symbol": "star", "size": 16, "color": "#e53935"},
+        )
+    fig.update_layout(
+        xaxis={"title": "compression ratio (tokens after / before)", "autorange": "reversed"},
+        yaxis={"title": "fact fidelity", "range": [-0.05, 1.05]},
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        height=380,
+    )
+    return cast(dict[str, Any], fig.to_plotly_json())

@@ -12,6 +12,8 @@ urlpatterns = [
     path("p/<int:project_id>/experiments/strategies/save", views.strategy_save, name="strategy_save"),
     path("p/<int:project_id>/experiments/run", views.experiment_create, name="run"),
     path("p/<int:project_id>/experiments/compare", views.compare, name="compare"),
+    path("p/<int:project_id>/experiments/sweeps/new", views.sweep_create, name="sweep_create"),
+    path("p/<int:project_id>/experiments/sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep"),
     path(
         "p/<int:project_id>/experiments/compare/<int:a_id>/<int:b_id>/items/<int:item_id>/",
         views.compare_item,

@@ -17,8 +17,8 @@ from core import textdiff
 from core.access import page_context, project_access
 from experiments import checks as checks_mod
 from experiments import selectors
-from experiments.errors import ExperimentError
-from experiments.models import CheckResult, EvalSet, Experiment, ExperimentItem
+from experiments.errors import Conflict, ExperimentError
+from experiments.models import EXPERIMENT_FINISHED, CheckResult, EvalSet, Experiment, ExperimentItem
 from experiments.services import runs, sets, strategies
 from replay import ablation
 from replay import selectors as replay_selectors
@@ -56,6 +56,7 @@ def home(request: HttpRequest, project_id: int) -> HttpResponse:
             strategies=selectors.strategies_list(project=project),
             presets=strategies.PRESETS,
             experiments=selectors.experiments_list(project=project, limit=100),
+            sweeps=selectors.sweeps_list(project=project),
             endpoints=replay_selectors.endpoints_list(project=project),
         ),
     )
@@ -478,12 +479,18 @@ def experiment_item(request: HttpRequest, project_id: int, experiment_id: int, i
 def compare(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "viewer")
     raw = request.GET.get("ids") or ",".join(request.GET.getlist("id"))
-    ctx = page_context(request, project, membership, error=None, result=None)
+    ctx = page_context(request, project, membership, error=None, result=None, waiting=None)
     try:
         ids = [int(x) for x in raw.split(",") if x.strip()]
         ctx["result"] = selectors.compare(project=project, experiment_ids=ids)
     except ValueError:
         ctx["error"] = "experiment ids separated by commas"
+    except Conflict as exc:
+        if "no results yet" not in exc.detail:
+            ctx["error"] = exc.detail
+        else:
+            # Still running: the page looks again until every experiment has its figures.
+            ctx["waiting"] = exc.detail
     except ExperimentError as exc:
         ctx["error"] = exc.detail
     return render(request, "experiments/compare.html", ctx, status=400 if ctx["error"] else 200)
@@ -541,3 +548,66 @@ def compare_item(request: HttpRequest, project_id: int, a_id: int, b_id: int, it
             context_diff=textdiff.prose_diff(texts[0], texts[1]),
         ),
     )
+
+
+@require_GET
+def sweep_detail(request: HttpRequest, project_id: int, sweep_id: int) -> HttpResponse:
+    """A sweep: one experiment per value of a strategy's parameter, and the compression-ratio
+    versus fidelity curve with its knee (where fidelity starts to fall faster than tokens)."""
+    project, membership = project_access(request, project_id, "viewer")
+    sweep = selectors.sweep_get(project=project, sweep_id=sweep_id)
+    if sweep is None:
+        raise Http404("no such sweep")
+    curve = selectors.sweep_curve(sweep=sweep)
+    return render(
+        request,
+        "experiments/sweep.html",
+        page_context(
+            request,
+            project,
+            membership,
+            sweep=sweep,
+            curve=curve,
+            figure=selectors.sweep_figure(curve=curve, parameter=sweep.parameter),
+            finished=all(p["status"] in EXPERIMENT_FINISHED for p in curve["points"]),
+        ),
+    )
+
+
+@require_POST
+def sweep_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, _ = project_access(request, project_id, "editor")
+    try:
+        s = _set_or_404(project, int(request.POST.get("set") or 0))
+    except ValueError:
+        raise Http404("no such set") from None
+    here = reverse("experiments:set", kwargs={"project_id": project.pk, "set_id": s.pk})
+    try:
+        st = selectors.strategy_get(project=project, strategy_id=int(request.POST.get("strategy") or 0))
+        if st is None:
+            raise ExperimentError("choose a strategy")
+        raw = [v.strip() for v in (request.POST.get("values") or "").split(",") if v.strip()]
+        values: list[Any] = []
+        for v in raw:
+            try:
+                values.append(json.loads(v))
+            except ValueError:
+                values.append(v)
+        version = selectors.version_get(eval_set=s, number=int(request.POST.get("version") or 0) or None)
+        if version is None:
+            raise ExperimentError("no such version")
+        exps = runs.sweep_start(
+            project=project,
+            set_version=version,
+            strategy=st,
+            parameter=(request.POST.get("parameter") or "").strip(),
+            values=values,
+            samples=int(request.POST.get("samples") or 2),
+            user=request.user,
+        )
+    except ValueError:
+        return _fail(request, ExperimentError("a whole number was expected"), here)
+    except ExperimentError as exc:
+        return _fail(request, exc, here)
+    assert exps[0].sweep_id is not None
+    return redirect("experiments:sweep", project_id=project.pk, sweep_id=exps[0].sweep_id)

@@ -156,6 +156,12 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             demo = proc.stdout.readline()
             assert demo, "ctxobs_up stopped before the example agent finished"
         assert "filled the demo project" in demo, demo
+        # Then the demo's experiments start: a set of the agent's turns, two strategies and the control.
+        started = ""
+        while time.monotonic() < deadline and "ctxobs: the demo set" not in started:
+            started = proc.stdout.readline()
+            assert started, "ctxobs_up stopped before the demo's experiments started"
+        assert "runs 3 experiments" in started, started
         base = found["url"]
         headers = {"Authorization": f"Bearer {found['key']}"}
         with httpx.Client(base_url=f"{base}/api/v1", headers=headers, timeout=30) as api:
@@ -176,7 +182,8 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
                                            "samples": 1, "params": {"max_tokens": 16}})
             assert r.status_code == 201, r.text
             job_id = r.json()["id"]
-            deadline = time.monotonic() + 240
+            # The demo's experiments share the replay worker: this job may wait behind their calls.
+            deadline = time.monotonic() + 600
             job = r.json()
             while time.monotonic() < deadline and job["status"] not in ("done", "failed", "cancelled"):
                 time.sleep(1)
@@ -188,6 +195,25 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             baseline = next(v for t in job["turns"] for v in t["variants"] if v["is_baseline"])
             # The local model saw fewer prompt tokens without the memory block: it reached the model.
             assert without["runs"][0]["prompt_tokens"] < baseline["runs"][0]["prompt_tokens"]
+            # The demo's experiments end on the local model, and the comparison page has its figures.
+            deadline = time.monotonic() + 900
+            exps = api.get("/experiments").json()
+            while time.monotonic() < deadline and not all(
+                e["status"] in ("done", "partial", "failed", "cancelled") for e in exps
+            ):
+                time.sleep(2)
+                exps = api.get("/experiments").json()
+            assert len(exps) == 3 and all(e["status"] in ("done", "partial") for e in exps), exps
+            by_strategy = {e["strategy"]: e for e in exps}
+            assert "as saved" in by_strategy, by_strategy.keys()
+            strategies = [e for e in exps if e["strategy"] != "as saved"]
+            for e in strategies:
+                assert e["vs_control"]["metrics"], e
+                tokens = next(m for m in e["vs_control"]["metrics"] if m["name"] == "prompt_tokens")
+                assert tokens["pairs"] >= 1, e
+            ids = ",".join(str(e["id"]) for e in [by_strategy["as saved"], *strategies])
+            compare = api.get("/experiments/compare", params={"ids": ids})
+            assert compare.status_code == 200 and len(compare.json()["rows"]) == 2, compare.text
         # The worker counted the demo's Gemma prompts with the local model's own vocabulary.
         with httpx.Client(base_url=base, timeout=30, follow_redirects=True) as c:
             token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', c.get("/login/").text).group(1)

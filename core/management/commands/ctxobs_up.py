@@ -225,6 +225,14 @@ class Command(BaseCommand):
             rc = subprocess.call(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(root))
         if rc == 0:
             self.stdout.write(f"ctxobs: the example agent filled the demo project ({sessions} sessions)")
+            project = Project.objects.get(name=DEMO_PROJECT)
+            for step in registry.demo_steps():
+                try:
+                    line = step(project)
+                except Exception as exc:  # noqa: BLE001 - a demo step never stops the stack
+                    line = f"a demo step failed: {type(exc).__name__}: {exc}"
+                if line:
+                    self.stdout.write(f"ctxobs: {line}")
         else:
             self.stderr.write(f"ctxobs: the example agent failed (exit {rc}); see {logs / 'demo-agent.log'}")
 

@@ -1,5 +1,7 @@
 """`ctxobs` command line: `ctxobs push [PATH ...]` sends spooled snapshots; `ctxobs export`
-saves a session, or what a project received in a time range, as such a JSONL file.
+saves a session, or what a project received in a time range, as such a JSONL file;
+`ctxobs push --dataset NAME FILE ...` makes JSONL files an evaluation set; `ctxobs experiment run`
+runs a context experiment and judges it against thresholds.
 
 The SDK sends its spool by itself once the server answers again; `push` is for the offline case
 (a machine that recorded without a server, a spool copied elsewhere). PATH is a spool directory
@@ -12,6 +14,18 @@ Exit status: 0 all delivered (created or duplicate), 1 some rejected, 2 some not
 `ctxobs export (--session ID | --since T [--until T]) -o FILE` writes the snapshots in the wire
 format, one a line (GET /api/v1/export), so that `ctxobs push FILE` to any project restores them:
 archive before retention removes them. Exit status: 0 written, 1 refused by the server, 2 not reached.
+
+`ctxobs push --dataset NAME FILE [FILE ...]` reads JSONL files (`ctxobs export` output, or a set's
+export: a {"dataset": {...}} header line, then snapshots with their `checks`) and adds their items
+to the evaluation set NAME as one new version, creating the set (with the header's description and
+checks) when it does not exist. The key needs the replay scope.
+Exit status: 0 all added, 1 some rejected or unreadable lines, 2 nothing stored (refused, not reached).
+
+`ctxobs experiment run --dataset NAME [--strategy NAME] [--fail-under METRIC=VALUE] ...` starts an
+experiment (POST /api/v1/experiments; the key needs the replay scope), waits for the replay workers,
+prints the strategy against the control and checks the strategy's means against the thresholds.
+Exit status: 0 done and every threshold holds, 1 a threshold failed or the experiment ended
+failed/partial/cancelled, 2 usage, network or refused errors, or the wait timed out.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from ctxobs.cli_experiments import add_experiment_parser, experiment_run, push_dataset
 from ctxobs.spool import Spool, resolve_spool_dir
 from ctxobs.transport import DeliveryReport, Transport, _Item, read_spool
 
@@ -46,6 +61,8 @@ def _push(args: argparse.Namespace) -> int:
     if target is None:
         return 2
     endpoint, api_key = target
+    if args.dataset is not None:
+        return push_dataset(args, endpoint, api_key, 300.0 if args.timeout is None else args.timeout)
     paths = [Path(p) for p in args.paths]
     if not paths:
         default = resolve_spool_dir(True, endpoint, api_key)
@@ -68,7 +85,7 @@ def _push(args: argparse.Namespace) -> int:
         api_key,
         batch_size=args.batch_size,
         max_retries=args.retries,
-        timeout=args.timeout,
+        timeout=30.0 if args.timeout is None else args.timeout,
         spool=False,
         on_error=lambda e: errors.append(f"{e.kind}: {e}"),
         flush_at_exit=False,
@@ -186,7 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     push.add_argument("--api-key", help="project key (default: CTXOBS_API_KEY)")
     push.add_argument("--batch-size", type=int, default=200)
     push.add_argument("--retries", type=int, default=4, help="retries per batch on 429/5xx/errors")
-    push.add_argument("--timeout", type=float, default=30.0)
+    push.add_argument(
+        "--timeout", type=float, default=None, help="seconds per request (default 30; 300 with --dataset)"
+    )
+    push.add_argument(
+        "--dataset", metavar="NAME", help="add the FILEs' items to the evaluation set NAME (one new "
+        "version; the set is created when it does not exist)"
+    )
     push.add_argument(
         "--delete", action="store_true", help="remove a FILE once all of it was delivered (spool "
         "directories always lose their delivered files)"
@@ -202,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--api-key", help="project key (default: CTXOBS_API_KEY)")
     export.add_argument("--timeout", type=float, default=300.0)
     export.add_argument("-v", "--verbose", action="store_true")
+    add_experiment_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.command == "push":
         return _push(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "experiment" and args.experiment_command == "run":
+        target = _target(args, "experiment")
+        return 2 if target is None else experiment_run(args, *target)
     return 2
 
 

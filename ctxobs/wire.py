@@ -400,3 +400,20 @@ def occurrence_keys(keys: Iterable[str]) -> list[str]:
         seen[key] = n + 1
         out.append(key if n == 0 else f"{key}#{n + 1}")
     return out
+
+
+# --- evaluation sets and experiments (the server's experiments app and `ctxobs experiment run`) -----
+# Items in one version of an evaluation set: every addition makes a new version, so a file pushed
+# with `ctxobs push --dataset` must fit in one request.
+MAX_ITEMS_PER_SET = 2000
+# The figures an experiment reports against its control, by their API names.
+EXPERIMENT_METRICS = (
+    "fact_fidelity",
+    "constraint_violations",
+    "repeat_questions",
+    "consistency",
+    "task_success",
+    "prompt_tokens",
+    "compression_ratio",
+    "cost",
+)

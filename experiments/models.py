@@ -13,10 +13,11 @@ from django.conf import settings
 from django.db import models
 
 from core.models import EscapedTextField, Project
+from ctxobs import wire
 from replay.models import ModelEndpoint, ReplayContext, ReplayJob
 
 # Documented limits (README, docs/experiments.md).
-MAX_ITEMS_PER_SET = 2000
+MAX_ITEMS_PER_SET = wire.MAX_ITEMS_PER_SET
 MAX_CHECKS_PER_ITEM = 50
 MAX_SAMPLES = 10
 

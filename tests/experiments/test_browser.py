@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def _turn(i: int) -> dict[str, Any]:
     return f.snapshot(
-        session_id="trip-42", turn=i,
+        session_id="trip-42",
+        turn=i,
         blocks=[
             f.block("system", "system", "You are a travel assistant.", pinned=True),
             f.block("memory", "memory", f"Memory: booking code BK{i:03d}."),
@@ -40,8 +41,11 @@ def _run_all(exp: Experiment) -> None:
     exp.refresh_from_db()
     for rid in ReplayRun.objects.filter(job_id=exp.job_id).order_by("pk").values_list("pk", flat=True):
         replay_run_execute(run_id=rid)
-    wait_until(lambda: not ReplayRun.objects.filter(job_id=exp.job_id, status__in=("pending", "running")).exists(),
-               30, "the experiment's runs")
+    wait_until(
+        lambda: not ReplayRun.objects.filter(job_id=exp.job_id, status__in=("pending", "running")).exists(),
+        30,
+        "the experiment's runs",
+    )
 
 
 def test_a_set_from_a_timeline_selection_run_compared_and_a_flipped_item_opened(

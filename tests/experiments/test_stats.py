@@ -277,3 +277,10 @@ def test_verdicts_are_frozen() -> None:
     with pytest.raises(AttributeError):
         v.changed = True  # type: ignore[misc]
     assert math.isclose(v.p, 1.0)
+
+
+def test_the_server_reports_the_metrics_the_cli_knows_by_name() -> None:
+    from ctxobs.wire import EXPERIMENT_METRICS
+    from experiments.metrics import METRICS
+
+    assert tuple(name for name, _, _ in METRICS) == EXPERIMENT_METRICS

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from experiments import views
+from experiments import versions, views
 
 app_name = "experiments"
 urlpatterns = [
@@ -14,6 +14,7 @@ urlpatterns = [
     path("p/<int:project_id>/experiments/compare", views.compare, name="compare"),
     path("p/<int:project_id>/experiments/sweeps/new", views.sweep_create, name="sweep_create"),
     path("p/<int:project_id>/experiments/sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep"),
+    path("p/<int:project_id>/experiments/versions/", versions.versions_page, name="versions"),
     path(
         "p/<int:project_id>/experiments/compare/<int:a_id>/<int:b_id>/items/<int:item_id>/",
         views.compare_item,

@@ -870,3 +870,88 @@ def _wire_chunk(project: Project, chunk: list[Snapshot]) -> Iterable[dict[str, o
             "validation": events[s.id]["validation"], "output": s.output, "tags": s.tags,
             "retries": s.retries, "fallback_used": s.fallback_used,
         }
+
+
+# --- figures per tag value --------------------------------------------------------
+# Quantiles of a value's turn watermarks, in the order of the `watermark_quantiles` a summary gives.
+TAG_WATERMARK_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def tag_value_summaries(
+    *, project: Project, tag: str, since: datetime, until: datetime, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """PROJECT's turns received in [SINCE, UNTIL) grouped by the value of their tag TAG (None:
+    turns without it): the LIMIT values with the most turns, most first, each with `value`,
+    `turns`, `sessions`, `first_received`, `watermark_mean` and `watermark_quantiles` (see
+    TAG_WATERMARK_QUANTILES); and how many values there are in all. One query."""
+    with connection.cursor() as cur:
+        # received_at bounds every scan to the period's day partitions.
+        cur.execute(
+            """
+            SELECT v, turns, sessions, first_received, wm_mean, wm_q, count(*) OVER () FROM (
+                SELECT tags ->> %(key)s AS v, count(*) AS turns, count(DISTINCT session_ref) AS sessions,
+                       min(received_at) AS first_received, avg(watermark) AS wm_mean,
+                       percentile_cont(%(q)s::float8[]) WITHIN GROUP (ORDER BY watermark) AS wm_q
+                FROM ingest_snapshot
+                WHERE project_id = %(p)s AND received_at >= %(since)s AND received_at < %(until)s
+                GROUP BY 1
+            ) g
+            ORDER BY turns DESC, v NULLS LAST
+            LIMIT %(limit)s
+            """,
+            {"key": pgtext.escape_text(tag), "q": list(TAG_WATERMARK_QUANTILES), "p": project.pk,
+             "since": since, "until": until, "limit": limit},
+        )
+        rows = cur.fetchall()
+    groups = [
+        {"value": None if v is None else pgtext.unescape_text(v), "turns": turns, "sessions": sessions,
+         "first_received": first, "watermark_mean": float(mean), "watermark_quantiles": [float(x) for x in q]}
+        for v, turns, sessions, first, mean, q, _ in rows
+    ]
+    return groups, (rows[0][6] if rows else 0)
+
+
+def tag_value_session_sums(
+    *, project: Project, tag: str, since: datetime, until: datetime, values: Sequence[str | None]
+) -> list[dict[str, Any]]:
+    """Per value of VALUES (None: turns without the tag TAG), session and model, sums over PROJECT's
+    turns received in [SINCE, UNTIL): `turns`, `watermark`, `compressions`, `checks`,
+    `checks_failed`, `recalled`, `injected`; over the turns that report both prompt and cached
+    tokens, `cache_turns`, `cache_prompt` and `cache_read` (cached tokens, at most the prompt's);
+    over the turns that report prompt tokens, `usage_turns`, `usage_plain` (uncached prompt
+    tokens), `usage_cached` and `usage_completion`. One query, one row per (value, session, model)."""
+    wanted = [pgtext.escape_text(v) for v in values if v is not None]
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT tags ->> %(key)s, session_ref, model_name, count(*), sum(watermark), sum(n_compression),
+                   sum(n_validation), sum(n_validation_failed), sum(n_recall), sum(n_recall_injected),
+                   count(*) FILTER (WHERE cached_tokens IS NOT NULL AND prompt_tokens_reported > 0),
+                   coalesce(sum(prompt_tokens_reported)
+                            FILTER (WHERE cached_tokens IS NOT NULL AND prompt_tokens_reported > 0), 0),
+                   coalesce(sum(least(cached_tokens, prompt_tokens_reported))
+                            FILTER (WHERE cached_tokens IS NOT NULL AND prompt_tokens_reported > 0), 0),
+                   count(prompt_tokens_reported),
+                   coalesce(sum(greatest(prompt_tokens_reported - coalesce(cached_tokens, 0), 0)), 0),
+                   coalesce(sum(least(coalesce(cached_tokens, 0), prompt_tokens_reported)), 0),
+                   coalesce(sum(coalesce(completion_tokens, 0))
+                            FILTER (WHERE prompt_tokens_reported IS NOT NULL), 0)
+            FROM ingest_snapshot
+            WHERE project_id = %(p)s AND received_at >= %(since)s AND received_at < %(until)s
+              AND (tags ->> %(key)s = ANY(%(values)s::text[]) OR (%(none)s AND tags ->> %(key)s IS NULL))
+            GROUP BY 1, 2, 3
+            """,
+            {"key": pgtext.escape_text(tag), "p": project.pk, "since": since, "until": until,
+             "values": wanted, "none": None in values},
+        )
+        rows = cur.fetchall()
+    names = ("turns", "watermark", "compressions", "checks", "checks_failed", "recalled", "injected",
+             "cache_turns", "cache_prompt", "cache_read", "usage_turns", "usage_plain", "usage_cached",
+             "usage_completion")
+    out: list[dict[str, Any]] = []
+    for v, session_ref, model, *sums in rows:
+        row: dict[str, Any] = {"value": None if v is None else pgtext.unescape_text(v),
+                               "session_ref": session_ref, "model": model}
+        row.update(zip(names, (float(x) if i == 1 else int(x) for i, x in enumerate(sums)), strict=True))
+        out.append(row)
+    return out

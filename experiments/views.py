@@ -175,6 +175,7 @@ def set_detail(request: HttpRequest, project_id: int, set_id: int) -> HttpRespon
             set_checks=[(c, checks_mod.describe(c)) for c in version.checks],
             set_checks_json=json.dumps(version.checks, indent=1, ensure_ascii=False),
             pending=sum(len(it.suggestions) for it in items),
+        pinned_bytes=sum(it.context.size_bytes for it in {it.context_id: it for it in items}.values()),
             strategies=selectors.strategies_list(project=project),
             endpoints=replay_selectors.endpoints_list(project=project),
             experiments=selectors.experiments_list(project=project, set_version=version),

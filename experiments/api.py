@@ -54,26 +54,24 @@ def _user(c: Caller) -> Any:
 
 
 def _set(project: Project, ref: str | int) -> EvalSet:
+    """The set named REF, else the set whose id REF is (a name that is a number wins)."""
     if "\x00" in str(ref):
         raise NotFound("no such evaluation set in this project")
-    s = None
-    if isinstance(ref, int) or str(ref).isdigit():
+    s = selectors.set_by_name(project=project, name=str(ref))
+    if s is None and str(ref).isdigit() and len(str(ref)) < 19:
         s = selectors.set_get(project=project, set_id=int(ref))
-    if s is None:
-        s = selectors.set_by_name(project=project, name=str(ref))
     if s is None:
         raise NotFound(f"no evaluation set {str(ref)[:100]!r} in this project")
     return s
 
 
 def _strategy(project: Project, ref: str) -> Strategy:
+    """The strategy named REF, else the one whose id REF is (a name that is a number wins)."""
     if "\x00" in ref:
         raise NotFound("no such strategy in this project")
-    s = None
-    if ref.isdigit():
+    s = selectors.strategy_by_name(project=project, name=ref)
+    if s is None and ref.isdigit() and len(ref) < 19:
         s = selectors.strategy_get(project=project, strategy_id=int(ref))
-    if s is None:
-        s = selectors.strategy_by_name(project=project, name=ref)
     if s is None:
         raise NotFound(f"no strategy {ref[:100]!r} in this project")
     return s
@@ -323,6 +321,7 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
         "n_not_applicable": e.n_not_applicable,
         "progress": selectors.experiment_progress(e),
         "vs_control": summary.get("vs_control"),
+        "figures": summary.get("figures") or [],
         "created_at": e.created_at,
         "finished_at": e.finished_at,
         "url": reverse("experiments:experiment", kwargs={"project_id": e.project_id, "experiment_id": e.pk}),

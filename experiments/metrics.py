@@ -140,6 +140,15 @@ class Side:
     items: Mapping[str, tuple[Mapping[str, Any] | None, float | None]]
 
 
+def figures(side: Side) -> list[dict[str, Any]]:
+    """Each metric of one arm over its items: the mean with its 95% interval (None: no item has it)."""
+    out = []
+    for name, label, higher in METRICS:
+        values = [v for d, r in side.items.values() if (v := item_value(d, name, ratio=r)) is not None]
+        out.append({"name": name, "label": label, "higher_is_better": higher, "value": _interval(values)})
+    return out
+
+
 def fact_changes(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> tuple[list[str], list[str]]:
     """(lost, gained): fact checks that most of A's answers state and most of B's do not, and
     the other way round."""

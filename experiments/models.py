@@ -270,3 +270,20 @@ class SummaryCache(models.Model):
 
     def __str__(self) -> str:
         return f"summary {self.content_hash[:12]}"
+
+
+class Comparison(models.Model):
+    """Experiment B against experiment A (experiments.metrics.compare), kept once computed: both
+    summaries are final, and a bootstrap over 500 items is worth computing once. Removed when
+    either experiment is evaluated again."""
+
+    a = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    b = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    result = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["a", "b"], name="uniq_experiment_comparison")]
+
+    def __str__(self) -> str:
+        return f"#{self.b_id} against #{self.a_id}"

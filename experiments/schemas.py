@@ -207,6 +207,10 @@ class ExperimentOut(Schema):
     n_not_applicable: int
     progress: dict[str, Any]
     vs_control: dict[str, Any] | None = None
+    figures: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="this experiment's own arm: each metric's mean with its 95% interval",
+    )
     created_at: datetime
     finished_at: datetime | None
     url: str

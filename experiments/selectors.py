@@ -13,6 +13,7 @@ from experiments import metrics, stats
 from experiments.errors import Conflict, ExperimentError, NotFound
 from experiments.models import (
     CheckResult,
+    Comparison,
     EvalItem,
     EvalSet,
     EvalSetVersion,
@@ -178,10 +179,15 @@ def compare(*, project: Project, experiment_ids: Sequence[int]) -> dict[str, Any
     not_done = [e.pk for e in exps if e.summary is None]
     if not_done:
         raise Conflict(f"experiment {not_done[0]} has no results yet")
-    base = arm_side(exps[0])
+    base = exps[0]
+    kept = {c.b_id: c.result for c in Comparison.objects.filter(a=base, b__in=[e.pk for e in exps[1:]])}
     rows = []
     for e in exps[1:]:
-        rows.append({"experiment": e, "comparison": metrics.compare(base, arm_side(e))})
+        result = kept.get(e.pk)
+        if result is None:
+            result = metrics.compare(arm_side(base), arm_side(e))
+            Comparison.objects.bulk_create([Comparison(a=base, b=e, result=result)], ignore_conflicts=True)
+        rows.append({"experiment": e, "comparison": result})
     return {"experiments": exps, "base": exps[0], "rows": rows, "set_version": exps[0].set_version}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.models import Project
@@ -25,6 +26,7 @@ from experiments.models import (
     EXPERIMENT_FINISHED,
     MAX_SAMPLES,
     CheckResult,
+    Comparison,
     EvalItem,
     EvalSetVersion,
     Experiment,
@@ -532,6 +534,8 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
                     )
     CheckResult.objects.bulk_create(new_rows, batch_size=2000, ignore_conflicts=True)
     exp.summary = _summary(exp, eitems, by_variant)
+    # Comparisons made from the summary it replaces are stale.
+    Comparison.objects.filter(Q(a=exp) | Q(b=exp)).delete()
     failed_runs = sum(1 for r in runs if r.status == ReplayRun.Status.FAILED)
     cancelled = exp.status == Experiment.Status.CANCELLED or job.status == JobStatus.CANCELLED
     done_runs = sum(1 for r in runs if r.status == ReplayRun.Status.DONE)
@@ -611,6 +615,8 @@ def _summary(
     else:
         out["vs_control"] = None
     out["arm"] = "strategy" if (exp.strategy_version_id or exp.operations) else "control"
+    own = strategy if out["arm"] == "strategy" else control
+    out["figures"] = metrics.figures(metrics.Side(exp.strategy_label, own))
     return out
 
 

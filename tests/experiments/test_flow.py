@@ -128,8 +128,13 @@ def test_a_set_edited_while_an_experiment_runs_keeps_the_experiments_version(
     first = version.items.order_by("position").first()
     new = sets.eval_set_items_remove(eval_set=eval_set, item_ids=[first.pk])
     assert new.number == version.number + 1 and new.n_items == version.n_items - 1
+    stub_server.answer = fact_answer({f"BK{i:03d}": f"BK{i:03d}" for i in range(8)})
     exp = _finish(exp)
     assert exp.set_version_id == version.pk
     assert len(exp.summary["items"]) == version.n_items
+    # The control's own figures: every planted fact stated, over the six items that carry one.
+    figures = {m["name"]: m["value"] for m in exp.summary["figures"]}
+    assert figures["fact_fidelity"]["mean"] == 1.0 and figures["fact_fidelity"]["n"] == 6
+    assert figures["compression_ratio"]["mean"] == 1.0
     got = experiment_get(project=private_project, experiment_id=exp.pk)
     assert got is not None and got.set_version.number == 1

@@ -46,6 +46,22 @@ def _fixture_teardown_retrying(self: testcases.TransactionTestCase) -> None:
 testcases.TransactionTestCase._fixture_teardown = _fixture_teardown_retrying  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="session")
+def local_model() -> Iterator[Any]:
+    """The embedded Gemma 3 270M behind llama-cpp-python's OpenAI server, on a free port: one
+    server for the whole test session, whichever packages use it."""
+    from replay import localmodel
+
+    server = localmodel.start(
+        port=localmodel.free_port(), n_ctx=2048, log_path=artifacts_dir() / "localmodel.log"
+    )
+    try:
+        localmodel.wait_ready(server.base_url, timeout=120, process=server.process)
+        yield server
+    finally:
+        localmodel.stop(server)
+
+
 @pytest.fixture
 def project_and_key(db: Any) -> tuple[Project, str]:
     return project_create(name="acme")

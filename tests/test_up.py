@@ -140,6 +140,7 @@ def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tm
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(1800)
 def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_path):
     """The first command with its defaults: the local model is registered as the demo
     project's endpoint, the example agent fills the demo project through the real ingest API,

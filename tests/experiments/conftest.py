@@ -11,7 +11,6 @@ from replay.services.runs import _job_refresh, replay_run_execute
 from tests.replay.conftest import (  # noqa: F401 - fixtures shared with the replay tests
     StubServer,
     local_endpoint,
-    local_model,
     private_project,
     stub_endpoint,
     stub_server,

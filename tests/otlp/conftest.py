@@ -3,7 +3,6 @@ embedded local model server, for agents that export their traces with the standa
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,24 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from core.models import Project
-from replay import localmodel
 from tests.ctxobs.conftest import ApiServer
 from tests.processes import Processes, keep_logs_on_failure, process_env
-
-ARTIFACTS = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
-
-
-@pytest.fixture(scope="session")
-def local_model() -> Iterator[localmodel.LocalModelServer]:
-    """The embedded Gemma 3 270M behind llama-cpp-python's OpenAI server, on a free port."""
-    server = localmodel.start(
-        port=localmodel.free_port(), n_ctx=2048, log_path=ARTIFACTS / "localmodel-otlp.log"
-    )
-    try:
-        localmodel.wait_ready(server.base_url, timeout=120, process=server.process)
-        yield server
-    finally:
-        localmodel.stop(server)
 
 
 @pytest.fixture

@@ -1,15 +1,14 @@
-"""Replay fixtures: the real local model server (session-scoped), a scripted OpenAI-compatible
-HTTP server in a thread, members with roles, and helpers to wait for jobs."""
+"""Replay fixtures: the endpoint of the session's local model server (tests/conftest.py), a
+scripted OpenAI-compatible HTTP server in a thread, members with roles, and helpers to wait for
+jobs."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,19 +19,6 @@ from core.models import Membership, Project
 from replay import localmodel
 from replay.models import ModelEndpoint, ReplayJob
 from replay.services.model_endpoints import endpoint_create, local_endpoint_register
-
-ARTIFACTS = Path(os.environ.get("CTXOBS_TEST_ARTIFACTS", "artifacts"))
-
-
-@pytest.fixture(scope="session")
-def local_model() -> Iterator[localmodel.LocalModelServer]:
-    """The embedded Gemma 3 270M behind llama-cpp-python's OpenAI server, on a free port."""
-    server = localmodel.start(port=localmodel.free_port(), n_ctx=2048, log_path=ARTIFACTS / "localmodel.log")
-    try:
-        localmodel.wait_ready(server.base_url, timeout=120, process=server.process)
-        yield server
-    finally:
-        localmodel.stop(server)
 
 
 @pytest.fixture

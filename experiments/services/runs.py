@@ -198,17 +198,27 @@ def _enqueue_prepare(experiment_id: int) -> None:
     experiment_prepare.delay(experiment_id)
 
 
-def _launch(exp: Experiment, plans: list[ItemPlan]) -> None:
-    """Store the items' plans and the replay job: per item the control (as saved, SAMPLES
-    times) and, where the strategy applies, the strategy's variant. Inside a transaction."""
+def _job_plan(
+    *,
+    project: Project,
+    endpoint: ModelEndpoint,
+    label: str,
+    title: str,
+    samples: int,
+    params: dict[str, Any],
+    plans: list[ItemPlan],
+) -> replay_jobs.JobPlan:
+    """The replay job of an experiment: per item the control (as saved, SAMPLES times) and,
+    where the strategy applies, the strategy's variant; calls made before are reused."""
     planned: list[replay_jobs.PlannedSnapshot] = []
-    label = exp.strategy_label
     for p in plans:
         ctx = p.item.context
-        variants = [ablation.VariantPlan(label="as saved", is_baseline=True, samples=exp.samples)]
+        variants = [ablation.VariantPlan(label="as saved", is_baseline=True, samples=samples)]
         if p.applicable and p.operations:
             variants.append(
-                ablation.VariantPlan(label=label[:300], operations=p.operations, samples=exp.samples)  # type: ignore[arg-type]
+                ablation.VariantPlan(
+                    label=label[:300], operations=cast(list[Operation], p.operations), samples=samples
+                )
             )
         planned.append(
             replay_jobs.PlannedSnapshot(
@@ -223,17 +233,58 @@ def _launch(exp: Experiment, plans: list[ItemPlan]) -> None:
             )
         )
     try:
-        plan = replay_jobs.replay_contexts_plan(
-            project=exp.project,
-            endpoint=exp.endpoint,
+        return replay_jobs.replay_contexts_plan(
+            project=project,
+            endpoint=endpoint,
             kind=ReplayJob.Kind.EXPERIMENT,
-            title=exp.title,
-            samples=exp.samples,
-            params=exp.params,
+            title=title,
+            samples=samples,
+            params=params,
             snapshots=planned,
         )
     except VariantError as exc:
         raise ExperimentError(exc.detail) from exc
+
+
+@dataclass
+class ExperimentPlan:
+    items: list[ItemPlan]
+    job: replay_jobs.JobPlan | None  # None until the summaries a strategy needs are made
+
+
+def experiment_plan(
+    *,
+    project: Project,
+    set_version: EvalSetVersion,
+    strategy_version: StrategyVersion | None = None,
+    endpoint: ModelEndpoint | None = None,
+    samples: Any = 3,
+    params: dict[str, Any] | None = None,
+) -> ExperimentPlan:
+    """What an experiment would run, nothing written: each item's plan (tokens before and after,
+    or why the strategy does not apply) and the replay job with its estimate (model calls, prompt
+    tokens, calls reused)."""
+    ep = _endpoint(project, endpoint)
+    n = _samples(samples)
+    try:
+        overrides = replay_jobs._overrides(params)
+    except VariantError as exc:
+        raise ExperimentError(exc.detail) from exc
+    operations = list(strategy_version.operations) if strategy_version else []
+    items = list(set_version.items.select_related("context").order_by("position"))
+    plans = [_plan_item(it, operations) for it in items]
+    if _needs_summary(operations):
+        return ExperimentPlan(items=plans, job=None)
+    label = str(strategy_version) if strategy_version else "as saved"
+    job = _job_plan(project=project, endpoint=ep, label=label, title=label, samples=n, params=overrides,
+                    plans=plans)
+    return ExperimentPlan(items=plans, job=job)
+
+
+def _launch(exp: Experiment, plans: list[ItemPlan]) -> None:
+    """Store the items' plans and the experiment's replay job. Inside a transaction."""
+    plan = _job_plan(project=exp.project, endpoint=exp.endpoint, label=exp.strategy_label, title=exp.title,
+                     samples=exp.samples, params=exp.params, plans=plans)
     job = replay_jobs.replay_job_store(
         project=exp.project,
         endpoint=exp.endpoint,
@@ -262,9 +313,11 @@ def _launch(exp: Experiment, plans: list[ItemPlan]) -> None:
         ei.control_variant_id = control
         ei.strategy_variant_id = strategy
         rows.append(ei)
+    # Rows made while preparing summaries are updated; the others are new.
+    kept = [r for r in rows if r.pk is not None]
     ExperimentItem.objects.bulk_create([r for r in rows if r.pk is None])
     ExperimentItem.objects.bulk_update(
-        [r for r in rows if r.pk is not None],
+        kept,
         [
             "applicable",
             "reason",

@@ -175,7 +175,7 @@ def set_detail(request: HttpRequest, project_id: int, set_id: int) -> HttpRespon
             set_checks=[(c, checks_mod.describe(c)) for c in version.checks],
             set_checks_json=json.dumps(version.checks, indent=1, ensure_ascii=False),
             pending=sum(len(it.suggestions) for it in items),
-        pinned_bytes=sum(it.context.size_bytes for it in {it.context_id: it for it in items}.values()),
+            pinned_bytes=sum(it.context.size_bytes for it in {it.context_id: it for it in items}.values()),
             strategies=selectors.strategies_list(project=project),
             endpoints=replay_selectors.endpoints_list(project=project),
             experiments=selectors.experiments_list(project=project, set_version=version),
@@ -341,7 +341,7 @@ def experiment_create(request: HttpRequest, project_id: int) -> HttpResponse:
         chosen = [x for x in request.POST.getlist("strategy") if x]
         if not chosen:
             raise ExperimentError("choose at least one strategy (or as saved)")
-        started = []
+        chosen_versions = []
         for ref in chosen:
             sv = None
             if ref != "as-saved":
@@ -349,6 +349,43 @@ def experiment_create(request: HttpRequest, project_id: int) -> HttpResponse:
                 if st is None:
                     raise ExperimentError("no such strategy")
                 sv = strategies.strategy_latest(st)
+            chosen_versions.append(sv)
+        if request.POST.get("preview"):
+            previews = []
+            for sv in chosen_versions:
+                plan = runs.experiment_plan(
+                    project=project,
+                    set_version=version,
+                    strategy_version=sv,
+                    endpoint=endpoint,
+                    samples=samples,
+                )
+                previews.append(
+                    {
+                        "strategy": str(sv) if sv else "as saved",
+                        "items": len(plan.items),
+                        "not_applicable": [p for p in plan.items if not p.applicable],
+                        "estimate": plan.job.estimate if plan.job else None,
+                    }
+                )
+            _, membership = project_access(request, project_id, "editor")
+            return render(
+                request,
+                "experiments/confirm.html",
+                page_context(
+                    request,
+                    project,
+                    membership,
+                    eval_set=s,
+                    version=version,
+                    previews=previews,
+                    post=request.POST,
+                    chosen=chosen,
+                    samples=samples,
+                ),
+            )
+        started = []
+        for sv in chosen_versions:
             started.append(
                 runs.experiment_start(
                     project=project,

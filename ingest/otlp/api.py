@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -21,11 +22,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from core.auth import Caller, IngestKeyAuth
+from core.models import Project
 from core.schemas import Detail
 from core.services import ingest_key_authenticate
+from ingest import selectors
 from ingest.api import read_body
 from ingest.errors import IngestError, RateLimited
-from ingest.otlp import decode, services
+from ingest.otlp import decode, mapping, services
 from ingest.otlp.services import OtlpResult
 from ingest.ratelimit import retry_after_seconds, take_token
 
@@ -96,6 +99,37 @@ def _encoding(request: HttpRequest) -> str:
     raise OtlpUnsupported(
         f"unsupported Content-Type {ctype or '(none)'!r}: send application/x-protobuf or application/json"
     )
+
+
+def _ts(ns: int, shift_s: float) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9 + shift_s, UTC)
+
+
+def _traces_store(project: Project, spans: list[decode.Span]) -> OtlpResult:
+    """SPANS stored as snapshots, less the model calls an earlier export already stored through
+    the span wrapping them or the span they wrap (one export per span with SimpleSpanProcessor)."""
+
+    def stored(ids: list[str]) -> set[str]:
+        refs = selectors.snapshot_refs_by_uuid(project=project, snapshot_ids=ids)
+        return {str(r.snapshot_id) for r in refs}
+
+    def has_stored_child(span: decode.Span) -> bool:
+        # A child starts within its parent's lifetime; the window keeps the tag lookup on the
+        # (project, ts) index. A second each side allows for clock steps between the spans.
+        bounded = span.start_ns > 0 and span.end_ns >= span.start_ns
+        return bool(
+            selectors.snapshot_refs_matching(
+                project=project,
+                tag=(mapping.TAG_PARENT, span.span_id),
+                since=_ts(span.start_ns, -1) if bounded else None,
+                until=_ts(span.end_ns, 1) if bounded else None,
+                limit=1,
+            )
+        )
+
+    seen = mapping.calls_stored_before(spans, stored=stored, has_stored_child=has_stored_child)
+    kept = [s for s in spans if (s.trace_id, s.span_id) not in seen]
+    return services.otlp_traces_ingest(project=project, spans=kept)
 
 
 def _export(
@@ -221,7 +255,8 @@ _ERRORS = {400: Detail, 401: Detail, 413: Detail, 415: Detail, 429: Detail, 503:
 _DESCRIPTION = (
     "OTLP/HTTP {what} export (protobuf or JSON, optionally gzip; the ingest key as a bearer token). "
     "Model-call spans of the OTel GenAI, OpenInference and OpenLLMetry conventions become snapshots "
-    "(one per innermost model-call span, idempotent on trace id + span id); see docs/otlp.md. "
+    "(one per innermost model-call span, idempotent on trace id + span id, also when a framework's "
+    "span and the provider span it wraps come in separate exports); see docs/otlp.md. "
     "Body limit max_body_bytes, checked after decompression too."
 )
 
@@ -238,7 +273,7 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
     return _export(
         request,
         decoders=(decode.decode_traces_protobuf, decode.decode_traces_json),
-        store=lambda project, d: services.otlp_traces_ingest(project=project, spans=d.spans),
+        store=lambda project, d: _traces_store(project, d.spans),
         response=lambda _r: ExportTraceServiceResponse(),
         rejected_field="rejected_spans",
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +42,8 @@ DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 GENAI_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 OPENLLMETRY_TYPES = frozenset({"chat", "completion"})
 REDACTED = "__REDACTED__"
+# Where a tool result part holds its content: the GenAI convention's key, then pydantic-ai's.
+TOOL_RESULT_KEYS = ("response", "result")
 # A compaction part (OpenAI Responses `compaction` item, Anthropic `compaction` block) stands for
 # the history it replaced: it becomes a `summary` block and a compression event.
 COMPACTION = "compaction"
@@ -65,6 +67,7 @@ TAG_CONTENT_REASON = "ctxobs.content.reason"
 TAG_WINDOW = "ctxobs.window"
 TAG_TRACE = "otel.trace_id"
 TAG_SPAN = "otel.span_id"
+TAG_PARENT = "otel.parent_span_id"
 
 _DEPRECATED_EVENTS = {
     "gen_ai.system.message": "system",
@@ -114,6 +117,39 @@ def innermost_model_calls(spans: Iterable[Span]) -> list[Span]:
             parent = by_id.get((parent.trace_id, parent.parent_span_id))
             seen += 1
     return [s for s in calls if (s.trace_id, s.span_id) not in wrapping]
+
+
+def calls_stored_before(
+    spans: list[Span],
+    *,
+    stored: Callable[[list[str]], Collection[str]],
+    has_stored_child: Callable[[Span], bool],
+) -> set[tuple[str, str]]:
+    """(trace id, span id) of the innermost model-call spans of SPANS whose call is already a
+    stored snapshot from an earlier export, so it is not stored twice whatever the exporter
+    batches together: a model-call ancestor, or the nearest ancestor missing from SPANS, is a
+    stored snapshot (the LLM span came first; STORED answers which snapshot ids exist), or a
+    stored snapshot's span is a child of it (the client span came first; HAS_STORED_CHILD looks
+    for a stored snapshot whose parent is the span)."""
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+    calls = innermost_model_calls(spans)
+    outside: list[tuple[str, tuple[str, str]]] = []
+    for s in calls:
+        node, seen = s, 0
+        while node.parent_span_id and (node.trace_id, node.parent_span_id) in by_id and seen < 1000:
+            node = by_id[(node.trace_id, node.parent_span_id)]
+            seen += 1
+            if convention_of(node.attributes) is not None:
+                # A wrapping model-call span stored alone by an earlier export.
+                outside.append((snapshot_id_for(s.trace_id, node.span_id), (s.trace_id, s.span_id)))
+        if node.parent_span_id and (node.trace_id, node.parent_span_id) not in by_id:
+            outside.append((snapshot_id_for(s.trace_id, node.parent_span_id), (s.trace_id, s.span_id)))
+    found = set(stored([sid for sid, _ in outside])) if outside else set()
+    out = {key for sid, key in outside if sid in found}
+    out.update(
+        (s.trace_id, s.span_id) for s in calls if (s.trace_id, s.span_id) not in out and has_stored_child(s)
+    )
+    return out
 
 
 @dataclass
@@ -237,9 +273,35 @@ def _compaction_message(
     return msg
 
 
-def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def _tool_use_call(p: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic `tool_use` content part ({id, name, input}) as a tool call."""
+    return {
+        "id": str(p.get("id") or ""),
+        "type": "function",
+        "function": {
+            "name": str(p.get("name") or ""),
+            "arguments": _genai_arguments(p.get("input", p.get("arguments"))),
+        },
+    }
+
+
+def _tool_response(p: dict[str, Any], problems: list[str] | None) -> str:
+    """A tool result part's content: `response` in the GenAI convention, `result` from
+    pydantic-ai. A part with neither is noted, so the turn is marked incomplete."""
+    for key in TOOL_RESULT_KEYS:
+        if key in p:
+            return _text(p[key])
+    if problems is not None:
+        problems.append("a tool result part has no readable content (no response or result)")
+    return ""
+
+
+def _genai_message(
+    m: Any, compactions: list[dict[str, Any]] | None = None, problems: list[str] | None = None
+) -> list[dict[str, Any]]:
     """One GenAI message ({role, parts}) as chat messages: tool responses become tool messages,
-    a compaction part (or a bare compaction item) a summary message before the rest."""
+    a compaction part (or a bare compaction item) a summary message before the rest. A
+    `tool_use` part is a tool call, kept once as the call and never as content."""
     if not isinstance(m, dict):
         return []
     if m.get("type") == COMPACTION and "parts" not in m:
@@ -252,13 +314,18 @@ def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> l
     results: list[dict[str, Any]] = []
     parts = m.get("parts")
     if parts is None and "content" in m:
-        parts = [{"type": "text", "content": m.get("content")}]
+        content = m.get("content")
+        if isinstance(content, list) and content and all(isinstance(p, dict) for p in content):
+            # Provider content blocks as the message's content (Anthropic's text / tool_use).
+            parts = content
+        else:
+            parts = [{"type": "text", "content": content}]
     for p in parts if isinstance(parts, list) else []:
         if not isinstance(p, dict):
             continue
         ptype = p.get("type")
         if ptype == "text":
-            texts.append(_text(p.get("content")))
+            texts.append(_text(p.get("content") if "content" in p else p.get("text")))
         elif ptype == "tool_call":
             calls.append(
                 {
@@ -270,17 +337,25 @@ def _genai_message(m: Any, compactions: list[dict[str, Any]] | None = None) -> l
                     },
                 }
             )
+        elif ptype == "tool_use":
+            calls.append(_tool_use_call(p))
         elif ptype == "tool_call_response":
             results.append(
-                {"role": "tool", "tool_call_id": str(p.get("id") or ""), "content": _text(p.get("response"))}
+                {
+                    "role": "tool",
+                    "tool_call_id": str(p.get("id") or ""),
+                    "content": _tool_response(p, problems),
+                }
             )
         elif ptype == COMPACTION:
             summaries.append(_compaction_message(p, role, compactions))
         else:
             others.append(p)
-    if not calls and isinstance(m.get("tool_calls"), list):
-        # The OpenAI chat shape beside the parts (LiteLLM writes its messages so).
-        calls = _event_calls(m["tool_calls"])
+    if isinstance(m.get("tool_calls"), list):
+        # The OpenAI chat shape beside the parts (LiteLLM writes its messages so); a call that
+        # is also a `tool_use` part is the same call.
+        have = {c["id"] for c in calls}
+        calls += [c for c in _event_calls(m["tool_calls"]) if not have or (c["id"] and c["id"] not in have)]
     if role == "tool" and results:
         return summaries + results
     msg: dict[str, Any] = {
@@ -327,14 +402,14 @@ def _genai_content(attrs: dict[str, Any], content: _Content) -> bool:
         messages.append({"role": "system", "content": system})
     inputs = _json_value(inp_raw, "gen_ai.input.messages", problems)
     for m in inputs if isinstance(inputs, list) else []:
-        messages.extend(_genai_message(m, content.compactions))
+        messages.extend(_genai_message(m, content.compactions, problems))
     content.messages = messages
     tools = _json_value(tools_raw, "gen_ai.tool.definitions", problems) if tools_raw is not None else None
     content.tools = [d for t in tools if (d := _genai_tool(t)) is not None] if isinstance(tools, list) else []
     outputs = _json_value(out_raw, "gen_ai.output.messages", problems) if out_raw is not None else None
     if isinstance(outputs, list) and outputs:
         first = outputs[0] if isinstance(outputs[0], dict) else {}
-        reply = _genai_message(first)
+        reply = _genai_message(first, problems=problems)
         am = next((m for m in reply if m.get("role") == "assistant"), {})
         c = am.get("content")
         content.output = {
@@ -355,6 +430,7 @@ def _oi_message(fields: dict[str, Any], problems: list[str], what: str) -> dict[
         "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
     }
     contents = _indexed(fields, "message.contents")
+    uses: list[dict[str, Any]] = []
     if "message.content" in fields:
         msg["content"] = _text(fields.get("message.content"))
     elif contents:
@@ -362,6 +438,9 @@ def _oi_message(fields: dict[str, Any], problems: list[str], what: str) -> dict[
             problems.append(f"{what} content parts have gaps")
         parts = []
         for _, part in sorted(contents.items()):
+            if part.get("message_content.type") == "tool_use":
+                uses.append(_tool_use_call({k.removeprefix("message_content."): v for k, v in part.items()}))
+                continue
             if part.get("message_content.type", "text") == "text":
                 parts.append({"type": "text", "text": _text(part.get("message_content.text"))})
             else:
@@ -389,6 +468,14 @@ def _oi_message(fields: dict[str, Any], problems: list[str], what: str) -> dict[
             }
             for _, c in sorted(calls.items())
         ]
+    if uses:
+        # An Anthropic tool_use part is the call itself: kept once, as a tool call.
+        have = {c["id"] for c in msg.get("tool_calls") or []}
+        extra = [u for u in uses if not u["id"] or u["id"] not in have]
+        if extra:
+            msg["tool_calls"] = [*(msg.get("tool_calls") or []), *extra]
+        if msg.get("content") == []:
+            msg["content"] = None
     if fields.get("message.tool_call_id"):
         msg["tool_call_id"] = str(fields["message.tool_call_id"])
     if fields.get("message.name"):
@@ -670,6 +757,18 @@ def _redacted(messages: list[dict[str, Any]], output: dict[str, Any] | None) -> 
     return has(messages) or (output is not None and has(output.get("text")))
 
 
+def _invocation_model(attrs: dict[str, Any]) -> str | None:
+    """The model named in the request's parameters (`llm.invocation_parameters` JSON): all a
+    failed call carries when the instrumentation takes the model name from the response."""
+    inv = attrs.get("llm.invocation_parameters")
+    parsed = _json_value(inv, "llm.invocation_parameters", []) if isinstance(inv, str) else inv
+    if isinstance(parsed, dict):
+        model = parsed.get("model") or parsed.get("model_name")
+        if isinstance(model, str) and model:
+            return model
+    return None
+
+
 def _params(attrs: dict[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for name, keys in _PARAMS:
@@ -809,6 +908,7 @@ def span_to_snapshot(
 
     model = str(
         _first(attrs, "gen_ai.request.model", "llm.model_name", "gen_ai.response.model", "llm.request.model")
+        or _invocation_model(attrs)
         or "unknown"
     )
     window_attr = _int(
@@ -820,6 +920,8 @@ def span_to_snapshot(
         TAG_TRACE: span.trace_id,
         TAG_SPAN: span.span_id,
     }
+    if span.parent_span_id:
+        tags[TAG_PARENT] = span.parent_span_id
     window = window_attr or context_window_for(model, overrides=model_windows)
     if not window:
         window = DEFAULT_CONTEXT_WINDOW
@@ -893,7 +995,9 @@ def span_to_snapshot(
         agent = span.resource.get("service.name") or ""
     snapshot: dict[str, Any] = {
         "snapshot_id": snapshot_id_for(span.trace_id, span.span_id),
-        "session_id": _session_id(chain, span.resource, span.trace_id)[: LIMITS.max_id_chars],
+        # Never cut: two long ids sharing a prefix would merge two conversations. An id over the
+        # limit is refused by validation and reported in the export's partial_success.
+        "session_id": _session_id(chain, span.resource, span.trace_id),
         "turn": turn,
         "agent": str(agent)[: LIMITS.max_id_chars],
         "ts": _iso(span.start_ns),

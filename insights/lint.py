@@ -8,12 +8,13 @@ ingest and stores what they find, and bench/lint.py measures their precision and
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from insights.lint_injection import asked_about_injection, injection_hint
 
 ECHO_CHAMBER = "echo_chamber"
 SUPERSEDED_CONSTRAINT = "superseded_constraint"
@@ -480,52 +481,35 @@ def tool_output_bloat(turn: LintTurn, prev: LintTurn | None, s: LintSettings) ->
 
 
 # --- 8. prompt-injection hint ---------------------------------------------------------------
-_LINE_START = r"(?:^|\\n|[.!?]\s+)\s*(?:#+\s*)?"
-INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(rx, re.IGNORECASE | re.MULTILINE))
-    for name, rx in (
-        ("ignore previous instructions",
-         r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+)?"
-         r"(?:previous|prior|above|earlier|preceding|system)\s+(?:instructions|prompts?|rules|directions)"),
-        ("you are now", r"\byou\s+are\s+now\s+(?:an?\s+|the\s+|in\s+)?"
-                        r"(?:dan\b|jailbroken|unrestricted|unfiltered|developer\s+mode|evil|free\s+of|"
-                        r"no\s+longer|a\s+different|(?:helpful\s+)?(?:ai|assistant|agent|chatbot|model)\b)"),
-        # At the start of a line (also a "\n" escaped inside JSON text) or of a sentence.
-        ("system prompt:", _LINE_START + r"(?:new\s+)?system\s+(?:prompt|message|instructions?)\s*:"),
-        ("new instructions:", _LINE_START + r"(?:new|updated|important)\s+instructions?\s*:"),
-        ("chat-template token", r"<\|im_start\|>\s*system|<\|system\|>|\[INST\]|<<SYS>>"),
-        ("reveal the prompt", r"\b(?:reveal|print|repeat|output)\s+(?:your|the)\s+(?:system\s+)?prompt\b"),
-    )
-)
 INJECTION_KINDS = ("tool_results", "retrieval")
-# Words one of the patterns needs (lower case): a text holding none of them is not searched.
-_INJECTION_WORDS = re.compile(
-    r"ignore|disregard|forget|override|you are now|system|instruction|<\||\[inst\]|<<sys>>|prompt")
 
 
-@functools.lru_cache(maxsize=4096)
-def injection_hint(text: str) -> tuple[str, str] | None:
-    """The first INJECTION_PATTERNS match in TEXT: (pattern name, the match with 60 characters
-    around it). Memoised: a retrieved document or tool result stays in the context for many turns."""
-    if _INJECTION_WORDS.search(text.lower()) is None:
-        return None
-    for name, rx in INJECTION_PATTERNS:
-        found = rx.search(text)
-        if found:
-            a, z = max(0, found.start() - 60), min(len(text), found.end() + 60)
-            return name, text[a:z]
-    return None
+def _last_user_text(turn: LintTurn) -> str:
+    """The user's last message: the user blocks', else the history's."""
+    last: dict[bool, str] = {}
+    for b, _i, m in _messages(turn):
+        if m.get("role") == "user" and b.kind in ("user", "history"):
+            last[b.kind == "user"] = message_text(m)
+    return last.get(True, last.get(False, ""))
 
 
 def prompt_injection(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> Issue | None:
     """Instructions addressed to the model inside tool output or retrieved documents (tool
-    messages anywhere, every message of `tool_results` and `retrieval` blocks), by the patterns
-    of INJECTION_PATTERNS. User and system text is never read by this check."""
+    messages anywhere, every message of `tool_results` and `retrieval` blocks), told apart from
+    quotation, discussion and documentation of attacks by `insights.lint_injection`. User and
+    system text is never searched; the user's last message only says whether they asked about
+    the topic."""
+    topic: bool | None = None
     hits: list[tuple[str, str, str]] = []
     for b, _i, m in _messages(turn):
         if m.get("role") != "tool" and b.kind not in INJECTION_KINDS:
             continue
-        hint = injection_hint(message_text(m))
+        text = message_text(m)
+        if not text.strip():
+            continue
+        if topic is None:
+            topic = asked_about_injection(_last_user_text(turn))
+        hint = injection_hint(text, topic=topic)
         if hint is not None:
             hits.append((b.key, *hint))
     if not hits:
@@ -534,7 +518,7 @@ def prompt_injection(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> 
     return Issue(
         PROMPT_INJECTION,
         tuple(dict.fromkeys(h[0] for h in hits)),
-        _clip(f"'{name}' in '{key}': {snippet}"),
+        _clip(f"{name} in '{key}': {snippet}"),
         {"patterns": sorted({h[1] for h in hits})},
     )
 

@@ -1,7 +1,7 @@
 """Can a replay verdict be trusted? Planted-fact turns against the real local model.
 
     .venv/bin/python bench/replay_trust.py [--design issue|rich] [--turns 24] [--samples 3]
-        [--ablations 32] [--log F]
+        [--ablations 32] [--temperature T] [--no-attribution] [--log F]
     .venv/bin/python bench/replay_trust.py --summarize F     # the summary of a (partial) log
 
 The last line printed is one JSON object. Uses the PostgreSQL of DATABASE_URL (or the embedded
@@ -25,7 +25,7 @@ checks that the baseline's request body is byte for byte the agent's (`request_a
 Each turn is ingested through the HTTP API, then jobs run through the replay service functions
 (replay_job_create, and replay_run_execute for each run, as the worker runs them):
 
-- a leave-one-out job (SAMPLES baseline samples, one variant per block: 5 or 8 calls);
+- a leave-one-out job (SAMPLES baseline samples, and SAMPLES answers without each block);
 - an attribution job with as many ablations as leave-one-out made variant calls, at least the
   fewest an attribution takes (8), over the sources between the system prompt and the question
   (3 or 6): attribution at leave-one-out's cost;
@@ -33,7 +33,17 @@ Each turn is ingested through the HTTP API, then jobs run through the replay ser
   same count.
 Later jobs reuse the turn's baseline samples (same endpoint, model and request).
 
+With --no-attribution only the leave-one-out runs; --temperature overrides the turns' saved 0.
+
 It reports, over the turns whose baseline samples all state the fact (as a whole token):
+- `without_memory_changed`: the share where the verdict on "without memory" is "changed"
+  (replay.measures.compare; target >= 95%);
+- `irrelevant_within_noise_per_block`: per (turn, irrelevant block), the share whose verdict is
+  "within noise" (target >= 90%); split by whether the answers without the block kept the fact
+  in every sample (`irrelevant_within_noise_where_fact_kept`) or lost it in every one
+  (`irrelevant_changed_where_fact_lost`: a lost fact should be "changed");
+- `without_memory_changed_where_majority`: the same verdict on turns whose baseline states the
+  fact in most samples but not all;
 - `without_memory_lost_fact`: the share where the answer without memory no longer states it
   (target >= 95%);
 - `irrelevant_moves_less`: the share where removing each irrelevant block (tools and history;
@@ -281,15 +291,24 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
     from replay.models import ReplayRun
 
     sid = wire["snapshot_id"]
-    common = {"snapshot_id": sid, "samples": args.samples}
+    common: dict[str, Any] = {"snapshot_id": sid, "samples": args.samples}
+    if args.temperature is not None:
+        common["params"] = {"temperature": args.temperature}
     loo_job, loo, loo_n = run_job(project, endpoint, {"kind": "loo", **common})
     variants = [e for e in loo["variants"] if not e["variant"].is_baseline]
     # Attribution for as many model calls as leave-one-out made for its variants.
     equal = max(8, sum(1 for e in variants if not e.get("no_change")))
-    att_eq_job, att_eq, att_eq_n = run_job(
-        project, endpoint, {"kind": "attribution", "ablations": equal, "seed": 0, **common}
-    )
-    if args.ablations == equal:
+    if args.no_attribution:
+        att_eq_job = att_job = None
+        att_eq = att_turn = None
+        att_eq_n = att_n = {"calls": 0, "runs": 0, "reused": 0}
+    else:
+        att_eq_job, att_eq, att_eq_n = run_job(
+            project, endpoint, {"kind": "attribution", "ablations": equal, "seed": 0, **common}
+        )
+    if args.no_attribution:
+        pass
+    elif args.ablations == equal:
         # The same job again would only answer from the same ablations.
         att_job, att_turn, att_n = att_eq_job, att_eq, {**att_eq_n, "calls": 0, "runs": 0, "reused": 0}
     else:
@@ -307,6 +326,10 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
     src_rank = [k for k in ranking if k not in ("system", "user")]
     mem = moved(effects.get("memory"))
     less = {k: moved(effects.get(k)) < mem for k in irrelevant(args.design)}
+    verdicts = {e["variant"].target_key: e.get("verdict") for e in variants}
+    without_memory_runs = [
+        r for r in without_memory["runs"] if r.status == ReplayRun.Status.DONE
+    ]
     return {
         "session": wire["session_id"],
         "design": args.design,
@@ -321,6 +344,10 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
             without_memory.get("run") and not has_fact(without_memory["run"].output_text, value)
         ),
         "answers": {e["variant"].target_key: e["run"].output_text for e in variants if e.get("run")},
+        "answers_all": {
+            e["variant"].target_key: [r.output_text for r in e["runs"] if r.status == ReplayRun.Status.DONE]
+            for e in variants
+        },
         "moved": {k: [round(x, 4) for x in moved(e)] for k, e in effects.items()},
         "distance": {k: round(v, 4) for k, v in combined.items()},
         "irrelevant_moves_less": all(less.values()),
@@ -328,19 +355,35 @@ def measure_turn(project: Any, endpoint: Any, wire: dict[str, Any], value: str, 
         "irrelevant_moves_less_combined": all(
             combined.get(k, 1.0) < combined.get("memory", 0.0) for k in irrelevant(args.design)
         ),
+        "without_memory_answers": [r.output_text for r in without_memory_runs],
+        "without_memory_lost_fact_all": bool(without_memory_runs)
+        and not any(has_fact(r.output_text, value) for r in without_memory_runs),
+        "verdicts": verdicts,
+        "verdict_words": {e["variant"].target_key: e.get("verdict_words") for e in variants},
+        "p": {e["variant"].target_key: e.get("p") for e in variants},
+        "without_memory_changed": verdicts.get("memory") == measures.CHANGED,
+        "irrelevant_within_noise_each": {
+            k: verdicts.get(k) == measures.WITHIN_NOISE for k in irrelevant(args.design)
+        },
+        "irrelevant_within_noise": all(
+            verdicts.get(k) == measures.WITHIN_NOISE for k in irrelevant(args.design)
+        ),
         "loo_ranking": ranking,
         "loo_memory_first_alone": first_alone(ranking, effects),
         "loo_sources_memory_first_alone": first_alone(src_rank, effects),
-        "attribution": attribution_row(att_turn),
-        "attribution_memory_first_alone": attribution_row(att_turn)["memory_first_alone"],
-        "attribution_equal": {**attribution_row(att_eq), "ablations": equal},
-        "attribution_equal_memory_first_alone": attribution_row(att_eq)["memory_first_alone"],
+        "attribution": attribution_row(att_turn) if att_turn else None,
+        "attribution_memory_first_alone": bool(att_turn and attribution_row(att_turn)["memory_first_alone"]),
+        "attribution_equal": {**attribution_row(att_eq), "ablations": equal} if att_eq else {"ablations": 0},
+        "attribution_equal_memory_first_alone": bool(
+            att_eq and attribution_row(att_eq)["memory_first_alone"]
+        ),
         "jobs": {"loo": loo_n, "attribution_equal": att_eq_n, "attribution": att_n},
         "estimate": {
             "loo": loo_job.estimate,
-            "attribution_equal": att_eq_job.estimate,
-            "attribution": att_job.estimate,
+            "attribution_equal": att_eq_job.estimate if att_eq_job else None,
+            "attribution": att_job.estimate if att_job else None,
         },
+        "temperature": args.temperature,
     }
 
 
@@ -366,12 +409,52 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
     reused = sum(r["jobs"][k]["reused"] for r in rows for k in kinds)
     made = sum(sum(v) for v in calls.values())
     pairs = [(r, k) for r in had for k in blocks]
+    partial = [
+        r
+        for r in rows
+        if not r["baseline_has_fact"]
+        and 2 * sum(1 for t in r["baseline"] if has_fact(t, r["fact"])) > len(r["baseline"])
+    ]
+    # Turns run with --no-attribution have no attribution to count.
+    attributed = [r for r in had if r["jobs"]["attribution_equal"]["runs"]]
+    # Rows logged before the distribution verdicts have none.
+    verdicts = all("verdicts" in r for r in rows)
+    temperatures = sorted({str(r.get("temperature")) for r in rows})
     result = {
+        "temperature": temperatures,
         "design": design,
         "turns": len(rows),
         "baseline_had_fact": len(had),
         "request_as_sent": sum(1 for r in rows if r["request_as_sent"]),
         "without_memory_lost_fact": share(had, "without_memory_lost_fact"),
+        # The verdicts (replay.measures.compare) on the same turns.
+        "without_memory_changed": share(had, "without_memory_changed") if verdicts else None,
+        "without_memory_changed_where_lost": (
+            share([r for r in had if r["without_memory_lost_fact_all"]], "without_memory_changed")
+            if verdicts
+            else None
+        ),
+        "irrelevant_within_noise_per_block": (
+            round(sum(1 for r, k in pairs if r["irrelevant_within_noise_each"][k]) / len(pairs), 4)
+            if pairs and verdicts
+            else None
+        ),
+        "irrelevant_within_noise_by_block": (
+            {k: sum(1 for r in had if r["irrelevant_within_noise_each"][k]) for k in blocks}
+            if verdicts
+            else None
+        ),
+        "irrelevant_within_noise": share(had, "irrelevant_within_noise") if verdicts else None,
+        # Turns whose baseline states the fact in most but not all samples (the issue's case of
+        # one sample missing it): how often the verdict still calls "without memory" changed.
+        "baseline_fact_majority_not_all": len(partial),
+        "without_memory_changed_where_majority": (
+            share(partial, "without_memory_changed") if verdicts else None
+        ),
+        # The same pairs split by what the answers without the block did with the fact: kept in
+        # every answer (the verdict should say "within noise") or lost in every one ("changed").
+        **(_by_fact(had, blocks) if verdicts else {}),
+        "verdict_counts": _verdict_counts(had, blocks) if verdicts else None,
         "irrelevant_moves_less": share(had, "irrelevant_moves_less"),
         "irrelevant_moves_less_per_block": (
             round(sum(1 for r, k in pairs if r["irrelevant_moves_less_each"][k]) / len(pairs), 4)
@@ -382,8 +465,8 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
             k: sum(1 for r in had if r["irrelevant_moves_less_each"][k]) for k in blocks
         },
         "irrelevant_moves_less_combined": share(had, "irrelevant_moves_less_combined"),
-        "attribution_memory_first_alone": share(had, "attribution_memory_first_alone"),
-        "attribution_equal_memory_first_alone": share(had, "attribution_equal_memory_first_alone"),
+        "attribution_memory_first_alone": share(attributed, "attribution_memory_first_alone"),
+        "attribution_equal_memory_first_alone": share(attributed, "attribution_equal_memory_first_alone"),
         "loo_memory_first_alone": share(had, "loo_memory_first_alone"),
         "loo_sources_memory_first_alone": share(had, "loo_sources_memory_first_alone"),
         "calls_per_job": {k: _mean(v) for k, v in calls.items()},
@@ -400,11 +483,77 @@ def summarize(rows: list[dict[str, Any]], args: Any) -> dict[str, Any]:
         "max_tokens": PARAMS["max_tokens"],
         "targets": {
             "without_memory_lost_fact": 0.95,
+            "without_memory_changed": 0.95,
+            "irrelevant_within_noise_per_block": 0.9,
             "irrelevant_moves_less": 0.9,
             "attribution_memory_first_alone": 0.8,
         },
     }
     return result
+
+
+def rejudge(row: dict[str, Any]) -> dict[str, Any]:
+    """ROW with its verdicts recomputed by replay.measures from its logged answers, as
+    job_results judges them (no tool calls, no embeddings: the bench's server has none)."""
+    from replay import measures
+
+    base = list(row["baseline"])
+    noise = measures.noise_floor(base)
+    verdicts, words = {}, {}
+    for key in row["verdicts"]:
+        answers = _answers_of(row, key)
+        if not answers:
+            continue
+        eff = measures.effect(answers[0], base, noise, texts=answers, label=f"without {key}")
+        verdicts[key], words[key] = eff["verdict"], eff["verdict_words"]
+    blocks = irrelevant(row.get("design", "rich"))
+    return {
+        **row,
+        "verdicts": verdicts,
+        "verdict_words": words,
+        "without_memory_changed": verdicts.get("memory") == measures.CHANGED,
+        "irrelevant_within_noise_each": {k: verdicts.get(k) == measures.WITHIN_NOISE for k in blocks},
+        "irrelevant_within_noise": all(verdicts.get(k) == measures.WITHIN_NOISE for k in blocks),
+    }
+
+
+def _answers_of(row: dict[str, Any], key: str) -> list[str]:
+    """A block's variant answers; rows logged before `answers_all` have the first one only (at
+    temperature 0 every sample is the same answer)."""
+    if "answers_all" in row:
+        return list(row["answers_all"].get(key) or [])
+    return [row["answers"][key]] if key in row.get("answers", {}) else []
+
+
+def _by_fact(rows: list[dict[str, Any]], blocks: tuple[str, ...]) -> dict[str, Any]:
+    kept = lost = kept_within = lost_changed = 0
+    for r in rows:
+        for k in blocks:
+            answers = _answers_of(r, k)
+            if answers and all(has_fact(a, r["fact"]) for a in answers):
+                kept += 1
+                kept_within += int(r["verdicts"].get(k) == "within noise")
+            elif answers and not any(has_fact(a, r["fact"]) for a in answers):
+                lost += 1
+                lost_changed += int(r["verdicts"].get(k) == "changed")
+    return {
+        "irrelevant_fact_kept_pairs": kept,
+        "irrelevant_within_noise_where_fact_kept": round(kept_within / kept, 4) if kept else None,
+        "irrelevant_fact_lost_pairs": lost,
+        "irrelevant_changed_where_fact_lost": round(lost_changed / lost, 4) if lost else None,
+    }
+
+
+def _verdict_counts(rows: list[dict[str, Any]], blocks: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per block (memory and the irrelevant ones): how many turns got each verdict."""
+    out: dict[str, dict[str, int]] = {}
+    for k in ("memory", *blocks):
+        counts: dict[str, int] = {}
+        for r in rows:
+            v = str(r["verdicts"].get(k))
+            counts[v] = counts.get(v, 0) + 1
+        out[k] = counts
+    return out
 
 
 def main() -> None:
@@ -418,12 +567,27 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=24)
     ap.add_argument("--first", type=int, default=0, help="the first planted turn's number")
     ap.add_argument("--ablations", type=int, default=32)
-    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=3, help="baseline samples; each variant gets as many")
+    ap.add_argument(
+        "--temperature", type=float, default=None, help="a job override; by default the turn's saved 0"
+    )
+    ap.add_argument(
+        "--no-attribution",
+        action="store_true",
+        help="leave-one-out only (its verdicts); skip the two attribution jobs",
+    )
     ap.add_argument("--log", default="", help="append each turn's row (JSON lines) to this file")
     ap.add_argument("--summarize", default="", help="only summarise the rows of this --log file")
+    ap.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="with --summarize: the verdicts again from the logged answers, by the current code",
+    )
     args = ap.parse_args()
     if args.summarize:
         rows = [json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]
+        if args.rejudge:
+            rows = [rejudge(r) for r in rows]
         print(json.dumps(summarize(rows, args)), flush=True)
         return
 

@@ -565,9 +565,10 @@ def plan_variants(
     seed: int = 0,
 ) -> list[VariantPlan]:
     """The variants a job of KIND makes for one snapshot: the baseline (unchanged context,
-    SAMPLES times, the noise floor) first, then one variant per effect to measure. A variant
-    whose request (with the saved PARAMS) equals the baseline's is marked `no_change` and
-    makes no call."""
+    SAMPLES times, the noise floor) first, then one variant per effect to measure, SAMPLES
+    times too (a verdict compares the two distributions; an attribution's ablations are one
+    call each, the fit pools them). A variant whose request (with the saved PARAMS) equals the
+    baseline's is marked `no_change` and makes no call."""
     plans = _plan_variants(
         kind=kind, blocks=blocks, samples=samples, block_key=block_key, to=to, anchor=anchor,
         operations=operations, ablations=ablations, seed=seed,
@@ -607,7 +608,9 @@ def _plan_variants(
                 continue
             seen.add(key)
             remove: list[Operation] = [{"op": "remove", "key": key}]
-            plans.append(VariantPlan(label=describe(remove), operations=remove, target_key=key))
+            plans.append(
+                VariantPlan(label=describe(remove), operations=remove, target_key=key, samples=samples)
+            )
         return plans
     ops: list[Any]  # as given; validated below
     if kind == "without":
@@ -623,7 +626,9 @@ def _plan_variants(
     valid = [validate_operation(o) for o in ops]
     apply_operations(blocks, valid)  # fails early on unknown keys
     target = valid[0].get("key", "") if len(valid) == 1 else ""
-    plans.append(VariantPlan(label=describe(valid), operations=valid, target_key=target or ""))
+    plans.append(
+        VariantPlan(label=describe(valid), operations=valid, target_key=target or "", samples=samples)
+    )
     return plans
 
 

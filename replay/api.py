@@ -123,6 +123,8 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
                         "effect": e.get("effect"),
                         "changed": e.get("changed"),
                         "verdict": e.get("verdict"),
+                        "verdict_words": e.get("verdict_words"),
+                        "p": e.get("p"),
                         "tool_calls_match": e.get("tool_calls_match"),
                         "prompt_tokens_delta": e.get("prompt_tokens_delta"),
                         "no_change": bool(e.get("no_change")),

@@ -11,9 +11,13 @@
 - **semantic distance** (`semantic_distance`): 1 - cosine of two embeddings (the endpoint's
   embeddings model; the embedded local server can serve them offline).
 
-A variant's effect gets a verdict (`verdict`): "changed" when it moves the answer further than
-the baseline samples differ from each other, "within noise" when it does not, and "needs more
-samples" while fewer than MIN_SAMPLES baseline samples make the spread meaningless.
+A variant's effect gets a verdict (`compare`) from the distribution of its answers against the
+baseline's, answers taken as independent draws: how many carry every check (each key fact and
+tool call that most baseline answers carry) by Boschloo's exact test; without checks, how many
+give the baseline's one answer, or a permutation test of the edit (and semantic) distances.
+"changed" when the p-value is below ALPHA, "within noise" otherwise, "needs more samples" under
+MIN_SAMPLES baseline answers or MIN_VARIANT_SAMPLES variant answers (or when the test could not
+reach ALPHA). `verdict_words` says it in a sentence.
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from difflib import SequenceMatcher
 from itertools import combinations
 from typing import Any
 
+from replay import stats
+
 # Floats: an effect equal to the baseline's largest spread is still noise.
 NOISE_EPS = 1e-9
 # With fewer baseline samples their spread says too little about the model's own variation.
 MIN_SAMPLES = 3
+# One answer is no distribution: it cannot tell a changed answer from an unlucky sample.
+MIN_VARIANT_SAMPLES = 2
+ALPHA = stats.DEFAULT_ALPHA
 
 WITHIN_NOISE = "within noise"
 CHANGED = "changed"
@@ -197,6 +206,19 @@ def _spread(values: list[float]) -> dict[str, Any]:
     }
 
 
+def _task_pairs(
+    texts: Sequence[str], calls: Sequence[Sequence[Any] | None], pairs: Sequence[tuple[int, int]]
+) -> list[float]:
+    """Task distances of each pair both ways (each answer the reference once), where defined."""
+    out: list[float] = []
+    for i, j in pairs:
+        for a, b in ((i, j), (j, i)):
+            d = task_distance(texts[a], texts[b], reference_tool_calls=calls[a], tool_calls=calls[b])
+            if d is not None:
+                out.append(d)
+    return out
+
+
 def noise_floor(
     texts: Sequence[str],
     *,
@@ -210,12 +232,7 @@ def noise_floor(
     embs = list(embeddings) if embeddings is not None else [None] * n
     pairs = list(combinations(range(n), 2))
     edit = [edit_distance(texts[i], texts[j]) for i, j in pairs]
-    task: list[float] = []
-    for i, j in pairs:
-        for a, b in ((i, j), (j, i)):
-            d = task_distance(texts[a], texts[b], reference_tool_calls=calls[a], tool_calls=calls[b])
-            if d is not None:
-                task.append(d)
+    task = _task_pairs(texts, calls, pairs)
     sem = [d for i, j in pairs if (d := semantic_distance(embs[i], embs[j])) is not None]
     return {
         "samples": n,
@@ -247,9 +264,15 @@ def effect(
     baseline_tool_calls: Sequence[Sequence[Any] | None] | None = None,
     embedding: Sequence[float] | None = None,
     baseline_embeddings: Sequence[Sequence[float] | None] | None = None,
+    texts: Sequence[str] | None = None,
+    variant_tool_calls: Sequence[Sequence[Any] | None] | None = None,
+    variant_embeddings: Sequence[Sequence[float] | None] | None = None,
+    label: str = "the variant",
 ) -> dict[str, Any]:
-    """How far TEXT is from the baseline samples under each measure (mean over the samples),
-    against their own spread, with its verdict."""
+    """How far the variant's answers (TEXTS, or TEXT alone) are from the baseline samples under
+    each measure (mean over every variant-baseline pair), with the verdict of `compare` on the
+    two distributions (`verdict`, `p`, `verdict_words`, `tests`). LABEL names the variant in the
+    words ("without memory")."""
     if not baseline_texts:
         return {
             "distance": None,
@@ -260,35 +283,63 @@ def effect(
             "task_distance": None,
             "semantic_distance": None,
             "verdict": NEEDS_SAMPLES,
+            "verdict_words": "needs more samples: no baseline answer to compare with",
+            "p": None,
+            "tests": [],
             "samples": 0,
+            "variant_samples": len(texts) if texts is not None else 1,
         }
     n = len(baseline_texts)
     calls = list(baseline_tool_calls) if baseline_tool_calls is not None else [None] * n
     embs = list(baseline_embeddings) if baseline_embeddings is not None else [None] * n
-    dists = [edit_distance(b, text) for b in baseline_texts]
+    if texts is None:
+        v_texts: list[str] = [text]
+        v_calls: list[Sequence[Any] | None] = [tool_calls]
+        v_embs: list[Sequence[float] | None] = [embedding]
+    else:
+        v_texts = list(texts)
+        v_calls = list(variant_tool_calls) if variant_tool_calls is not None else [None] * len(v_texts)
+        v_embs = list(variant_embeddings) if variant_embeddings is not None else [None] * len(v_texts)
+    cross = [(b, j) for j in range(len(v_texts)) for b in range(n)]
+    dists = [edit_distance(baseline_texts[b], v_texts[j]) for b, j in cross]
     task = [
         d
-        for b, bc in zip(baseline_texts, calls, strict=True)
-        if (d := task_distance(b, text, reference_tool_calls=bc, tool_calls=tool_calls)) is not None
+        for b, j in cross
+        if (d := task_distance(baseline_texts[b], v_texts[j], reference_tool_calls=calls[b],
+                               tool_calls=v_calls[j])) is not None
     ]
-    sem = [d for e in embs if (d := semantic_distance(e, embedding)) is not None]
+    sem = [d for b, j in cross if (d := semantic_distance(embs[b], v_embs[j])) is not None]
     out: dict[str, Any] = {
-        "distance": sum(dists) / n,
+        "distance": sum(dists) / len(dists),
         "min_distance": min(dists),
-        "word_distance": sum(word_distance(b, text) for b in baseline_texts) / n,
+        "word_distance": _mean([word_distance(baseline_texts[b], v_texts[j]) for b, j in cross]),
         "task_distance": _mean(task),
         "semantic_distance": _mean(sem),
-        "exact_baseline": any(text == b for b in baseline_texts),
+        "exact_baseline": all(v in baseline_texts for v in v_texts),
         "samples": noise.get("samples", n),
+        "variant_samples": len(v_texts),
     }
-    out["within_noise"] = _within(out, noise)
-    out["verdict"] = verdict(out, noise)
+    judged = compare(
+        baseline_texts,
+        v_texts,
+        baseline_tool_calls=calls,
+        variant_tool_calls=v_calls,
+        baseline_embeddings=embs,
+        variant_embeddings=v_embs,
+        label=label,
+    )
+    out.update(judged)
+    if judged["verdict"] == NEEDS_SAMPLES:
+        # No test to go by: whether it stays inside the baseline's spread, as a description.
+        out["within_noise"] = _within(out, noise)
+    else:
+        out["within_noise"] = judged["verdict"] == WITHIN_NOISE
     return out
 
 
 def _within(eff: dict[str, Any], noise: dict[str, Any]) -> bool:
     """Whether every measure that both the effect and the noise have stays inside the spread."""
-    if eff["distance"] > noise["max"] + NOISE_EPS:
+    if eff["distance"] > noise.get("max", 0.0) + NOISE_EPS:
         return False
     measures = noise.get("measures") or {}
     for name, key in (("task", "task_distance"), ("semantic", "semantic_distance")):
@@ -299,10 +350,204 @@ def _within(eff: dict[str, Any], noise: dict[str, Any]) -> bool:
 
 
 def verdict(eff: dict[str, Any], noise: dict[str, Any]) -> str:
-    """ "needs more samples" under MIN_SAMPLES baseline samples, else "within noise" or "changed"."""
+    """An effect's verdict (`compare`'s, which `effect` stores); "needs more samples" under
+    MIN_SAMPLES baseline samples or without one."""
     if eff.get("distance") is None or noise.get("samples", 0) < MIN_SAMPLES:
         return NEEDS_SAMPLES
-    return WITHIN_NOISE if eff.get("within_noise") else CHANGED
+    return str(eff.get("verdict") or (WITHIN_NOISE if eff.get("within_noise") else CHANGED))
+
+
+# --- verdicts on distributions ------------------------------------------------------------
+_PREPOSITIONS = ("with", "without", "after", "before", "under")
+
+def _states(check: tuple[str, str], text: str | None, tool_calls: Sequence[Any] | None) -> bool:
+    kind, value = check
+    if kind == "tool call":
+        return value in _canonical_calls(tool_calls)
+    if kind == "field":
+        data = _as_json(text or "")
+        return data is not None and value in _json_leaves(data)
+    return _contains(" ".join((text or "").lower().split()), value)
+
+
+def baseline_checks(
+    texts: Sequence[str], tool_calls: Sequence[Sequence[Any] | None] | None = None
+) -> list[tuple[str, str]]:
+    """What the baseline's majority answer delivers, as (kind, value) checks: each tool call,
+    JSON field ("field") or key fact ("fact") of a baseline answer that more than half of the
+    baseline answers carry, in order of first appearance."""
+    n = len(texts)
+    calls = list(tool_calls) if tool_calls is not None else [None] * n
+    candidates: list[tuple[str, str]] = []
+    for text, c in zip(texts, calls, strict=True):
+        found = [("tool call", x) for x in _canonical_calls(c)]
+        kind = "field" if _as_json(text or "") is not None else "fact"
+        found += [(kind, f) for f in key_facts(text)]
+        candidates += [x for x in found if x not in candidates]
+    return [
+        x
+        for x in candidates
+        if 2 * sum(1 for t, c in zip(texts, calls, strict=True) if _states(x, t, c)) > n
+    ]
+
+
+def _check_words(check: tuple[str, str]) -> str:
+    kind, value = check
+    if kind == "tool call":
+        return f"the tool call {value.split(' ', 2)[1] or '(unnamed)'}"
+    if kind == "field":
+        return f"the field {value[:80]}"
+    return f"the fact “{value[:80]}”"
+
+
+def _samples_words(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _same_text(a: str | None, b: str | None) -> bool:
+    return " ".join((a or "").split()) == " ".join((b or "").split())
+
+
+def _proportion_test(
+    what: str, subject: str, measure: str, by: int, nb: int, vy: int, nv: int, label: str
+) -> dict[str, Any]:
+    return {
+        "measure": measure,
+        "what": what,
+        "p": stats.boschloo_exact(by, nb, vy, nv),
+        "baseline": by,
+        "variant": vy,
+        "words": (
+            f"{subject} was in {stats.answers_phrase(by, nb, 'baseline')} and {vy} of {nv} answers "
+            f"{_of(label)}"
+        ),
+    }
+
+
+def _distance_test(
+    measure: str, matrix: list[list[float]], nb: int, label: str
+) -> dict[str, Any]:
+    n = len(matrix)
+    cross = [matrix[i][j] for i in range(nb) for j in range(nb, n)]
+    within = [matrix[i][j] for i, j in combinations(range(nb), 2)]
+    moved, spread = sum(cross) / len(cross), sum(within) / len(within)
+    return {
+        "measure": measure,
+        "what": f"{measure} distance",
+        "p": stats.distance_permutation_test(matrix, nb),
+        "smallest_p": stats.smallest_permutation_p(n, nb),
+        "baseline": spread,
+        "variant": moved,
+        "words": (
+            f"the answers {_of(label)} are {moved:.2f} from the baseline answers on average, the "
+            f"baseline answers {spread:.2f} from each other ({measure} distance)"
+        ),
+    }
+
+
+def compare(
+    baseline_texts: Sequence[str],
+    texts: Sequence[str],
+    *,
+    baseline_tool_calls: Sequence[Sequence[Any] | None] | None = None,
+    variant_tool_calls: Sequence[Sequence[Any] | None] | None = None,
+    baseline_embeddings: Sequence[Sequence[float] | None] | None = None,
+    variant_embeddings: Sequence[Sequence[float] | None] | None = None,
+    label: str = "the variant",
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """The verdict on the variant's answers TEXTS against the baseline's: `verdict` (VERDICTS),
+    `p` (of the tests it rests on: the smallest, times their number; None without a verdict),
+    `verdict_words` (a sentence for the page) and `tests` (each test's p-value and words, and
+    whether the verdict rests on it).
+
+    The tests take the answers as independent draws, never the distances between them (which
+    share answers): an answer with checks (`baseline_checks`) is judged on how many answers of
+    each side carry every check (Boschloo's exact test), with a test per check for the words;
+    else, when the baseline answers are all one text, on how many answers of each side give it;
+    else on its edit (and semantic) distances, by permuting which answers are the baseline's."""
+    nb, nv = len(baseline_texts), len(texts)
+    b_calls = list(baseline_tool_calls) if baseline_tool_calls is not None else [None] * nb
+    v_calls = list(variant_tool_calls) if variant_tool_calls is not None else [None] * nv
+    if nb < MIN_SAMPLES or nv < MIN_VARIANT_SAMPLES:
+        return _needs_samples(
+            f"a verdict compares at least {MIN_SAMPLES} baseline answers with at least "
+            f"{MIN_VARIANT_SAMPLES} answers {_of(label)} (here {_samples_words(nb, 'baseline answer')} "
+            f"and {nv})"
+        )
+    tests: list[dict[str, Any]] = []
+    checks = baseline_checks(baseline_texts, b_calls)
+    if checks:
+        b_has = [[_states(c, t, k) for c in checks] for t, k in zip(baseline_texts, b_calls, strict=True)]
+        v_has = [[_states(c, t, k) for c in checks] for t, k in zip(texts, v_calls, strict=True)]
+        for i, c in enumerate(checks):
+            b_yes, v_yes = sum(h[i] for h in b_has), sum(h[i] for h in v_has)
+            tests.append(_proportion_test(c[1], _check_words(c), c[0], b_yes, nb, v_yes, nv, label))
+        if len(checks) > 1:
+            b_all, v_all = sum(all(h) for h in b_has), sum(all(h) for h in v_has)
+            together = "every fact and call checked"
+            tests.append(_proportion_test("every check", together, "checks", b_all, nb, v_all, nv, label))
+        deciding = [tests[-1]]
+    elif all(_same_text(t, baseline_texts[0]) for t in baseline_texts):
+        same = sum(1 for t in texts if _same_text(t, baseline_texts[0]))
+        first = baseline_texts[0][:80]
+        tests.append(_proportion_test(first, "the baseline's answer", "answer", nb, nb, same, nv, label))
+        deciding = [tests[-1]]
+    else:
+        deciding = []
+    answers = [*baseline_texts, *texts]
+    n = len(answers)
+    edit = [[0.0 if i == j else edit_distance(answers[i], answers[j]) for j in range(n)] for i in range(n)]
+    tests.append(_distance_test("edit", edit, nb, label))
+    embs = [*(baseline_embeddings or [None] * nb), *(variant_embeddings or [None] * nv)]
+    if all(e is not None for e in embs):
+        sem = [
+            [0.0 if i == j else (semantic_distance(embs[i], embs[j]) or 0.0) for j in range(n)]
+            for i in range(n)
+        ]
+        tests.append(_distance_test("semantic", sem, nb, label))
+    if not deciding:
+        deciding = tests[-2:] if tests[-1]["measure"] == "semantic" else tests[-1:]
+        if min(t["smallest_p"] for t in deciding) * len(deciding) >= alpha:
+            return {
+                **_needs_samples(
+                    f"{nb} baseline answers and {nv} answers {_of(label)}, none of them stating a fact "
+                    f"or making a call, cannot show a change in wording at p < {stats.format_number(alpha)}; "
+                    "run 4 or more samples"
+                ),
+                "tests": tests,
+            }
+    for t in tests:
+        t["decides"] = any(t is d for d in deciding)
+    m = len(deciding)
+    p = min(1.0, min(t["p"] for t in deciding) * m)
+    changed = p < alpha
+    if checks:
+        # The readable form: the check that moved most, with its counts.
+        lead = min(tests[: len(checks)], key=lambda t: (t["p"], t["variant"] - t["baseline"]))
+    else:
+        lead = min(deciding, key=lambda t: t["p"])
+    outcome = f"changed, {stats.format_p(p)}" if changed else f"within noise ({stats.format_p(p)})"
+    words = f"{lead['words']}: {outcome}"
+    reworded = [
+        t for t in tests if not t["decides"] and t["measure"] in ("edit", "semantic") and t["p"] < alpha
+    ]
+    if reworded and not changed:
+        r = min(reworded, key=lambda t: t["p"])
+        words += (
+            f"; worded differently ({r['measure']} distance {r['variant']:.2f} against "
+            f"{r['baseline']:.2f}, {stats.format_p(r['p'])})"
+        )
+    return {"verdict": CHANGED if changed else WITHIN_NOISE, "p": p, "verdict_words": words, "tests": tests}
+
+
+def _needs_samples(why: str) -> dict[str, Any]:
+    return {"verdict": NEEDS_SAMPLES, "p": None, "verdict_words": f"needs more samples: {why}", "tests": []}
+
+
+def _of(label: str) -> str:
+    """"without memory" as is; "memory moved to the end" as "of memory moved to the end"."""
+    return label if label.split(" ", 1)[0] in _PREPOSITIONS else f"of {label}"
 
 
 # Combined distances closer than this are a tie for the ranking.

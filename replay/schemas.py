@@ -146,6 +146,16 @@ class RunOut(Schema):
     reused_from: int | None = Field(None, description="the earlier run whose answer this sample reuses")
 
 
+class VerdictTestOut(Schema):
+    measure: str = Field(description="a check (fact, field, tool call) or a distance (task, edit, semantic)")
+    what: str
+    p: float = Field(description="Fisher's exact test (a check), a one-sided permutation test (a distance)")
+    baseline: float = Field(description="baseline answers with the check, or their mean distance apart")
+    variant: float = Field(description="variant answers with the check, or their mean distance to baseline")
+    words: str
+    decides: bool = Field(description="whether the verdict rests on it (with checks: checks and task)")
+
+
 class EffectOut(Schema):
     distance: float | None = Field(
         None, description="edit distance (characters and words), mean over the baseline samples"
@@ -160,7 +170,13 @@ class EffectOut(Schema):
     within_noise: bool | None
     exact_baseline: bool | None
     verdict: str | None = Field(None, description="within noise | changed | needs more samples")
+    verdict_words: str | None = Field(None, description="the verdict in a sentence, with its p-value")
+    p: float | None = Field(
+        None, description="the verdict's p-value: its smallest test's, times the number of tests"
+    )
+    tests: list[VerdictTestOut] | None = Field(None, description="each check's and measure's test")
     samples: int | None = Field(None, description="baseline samples the verdict rests on")
+    variant_samples: int | None = Field(None, description="answers of the variant the verdict rests on")
 
 
 class VariantOut(Schema):
@@ -176,6 +192,10 @@ class VariantOut(Schema):
     effect: EffectOut | None = None
     changed: bool | None = None
     verdict: str | None = Field(None, description="within noise | changed | needs more samples")
+    verdict_words: str | None = Field(
+        None, description='the verdict in words: "the fact “4417” was in 8 of 8 baseline answers and …"'
+    )
+    p: float | None = Field(None, description="the verdict's p-value")
     tool_calls_match: bool | None = None
     prompt_tokens_delta: int | None = Field(
         None, description="the replay model's prompt tokens: this variant minus the baseline"

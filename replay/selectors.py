@@ -69,8 +69,9 @@ def _usage(run: ReplayRun | None) -> dict[str, Any]:
 
 def job_results(*, job: ReplayJob, attribute: bool = True) -> JobResults:
     """Per turn: the baseline samples and their spread (the noise floor), and each variant's
-    effect against it; plus the leave-one-out bars and the many-turn summary. Two queries; an
-    attribution job's fit (one more, for the blocks) unless ATTRIBUTE is False."""
+    effect against it; plus the leave-one-out bars and the many-turn summary. Two queries; a
+    leave-one-out's ranking one more (the blocks' kinds), an attribution job's fit one more (the
+    blocks) unless ATTRIBUTE is False."""
     variants = list(ReplayVariant.objects.filter(job=job).order_by("position"))
     runs = list(ReplayRun.objects.filter(job=job).order_by("variant_id", "sample"))
     by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
@@ -94,7 +95,15 @@ def job_results(*, job: ReplayJob, attribute: bool = True) -> JobResults:
             t["baseline"] = entry
         else:
             t["variants"].append(entry)
-    for t in turns.values():
+    fixed: dict[int, set[str]] = {}
+    if job.kind == ReplayJob.Kind.LEAVE_ONE_OUT and turns:
+        outlines = ingest_selectors.snapshot_outlines(project_id=job.project_id, snapshot_refs=list(turns))
+        fixed = {
+            ref: {b["key"] for b in o.blocks if b["kind"] in attribution.FIXED_KINDS}
+            for ref, o in outlines.items()
+        }
+    for ref, t in turns.items():
+        t["fixed_keys"] = sorted(fixed.get(ref, ()))
         _measure_turn(t)
     ordered = sorted(turns.values(), key=lambda t: (t["session_id"], t["turn"]))
     summary: dict[str, VariantSummary] = {}
@@ -122,9 +131,20 @@ def job_results(*, job: ReplayJob, attribute: bool = True) -> JobResults:
     }
 
 
+def _ranked(t: TurnResult) -> list[VariantResult]:
+    """The measured variants, largest effect first (replay.measures.rank_key). A leave-one-out
+    keeps the system prompt and the question out of the ranking (attribution.FIXED_KINDS, as
+    attribution does): without the question any answer moves, which says nothing about which
+    block of the context the answer rests on. A turn with nothing else ranks every block."""
+    measured = [e for e in t["variants"] if e.get("effect")]
+    fixed = set(t.get("fixed_keys") or ())
+    context = [e for e in measured if e["variant"].target_key not in fixed]
+    return sorted(context or measured, key=lambda e: measures.rank_key(e.get("effect")), reverse=True)
+
+
 def _measure_turn(t: TurnResult) -> None:
-    """The turn's noise floor and each variant's effect against it (replay.measures), and the
-    variants ranked by effect (edit distance, ties broken by the task then semantic distance)."""
+    """The turn's noise floor and each variant's effect against it: every answer of the variant
+    against every baseline answer (replay.measures.effect), and the variants ranked (`_ranked`)."""
     baseline = t["baseline"]
     base_runs = [r for r in (baseline["runs"] if baseline else []) if r.status == ReplayRun.Status.DONE]
     texts = [r.output_text for r in base_runs]
@@ -142,6 +162,8 @@ def _measure_turn(t: TurnResult) -> None:
             e["effect"] = None
             e["changed"] = False
             e["verdict"] = None
+            e["verdict_words"] = None
+            e["p"] = None
             e["tool_calls_match"] = None
             e["prompt_tokens_delta"] = None
         elif done and base_runs:
@@ -150,16 +172,20 @@ def _measure_turn(t: TurnResult) -> None:
                 run.output_text,
                 texts,
                 t["noise"],
-                tool_calls=run.tool_calls,
                 baseline_tool_calls=base_calls,
-                embedding=run.embedding,
                 baseline_embeddings=base_embs,
+                texts=[r.output_text for r in done],
+                variant_tool_calls=[r.tool_calls for r in done],
+                variant_embeddings=[r.embedding for r in done],
+                label=e["variant"].label,
             )
             match = diff.tool_calls_match(run.tool_calls, base_runs[0].tool_calls)
             e["tool_calls_match"] = match
             e["changed"] = not effect["within_noise"] or not match
-            # A lost or changed tool call counts in the task distance, hence in the verdict.
+            # A lost or changed tool call is one of the verdict's checks.
             e["verdict"] = effect["verdict"]
+            e["verdict_words"] = effect["verdict_words"]
+            e["p"] = effect["p"]
             # Like with like: both counts are the replay model's (its usage for each call).
             e["prompt_tokens_delta"] = (
                 None
@@ -170,14 +196,11 @@ def _measure_turn(t: TurnResult) -> None:
             e["effect"] = None
             e["changed"] = None
             e["verdict"] = None
+            e["verdict_words"] = None
+            e["p"] = None
             e["tool_calls_match"] = None
             e["prompt_tokens_delta"] = None
-    ranked = sorted(
-        (e for e in t["variants"] if e.get("effect")),
-        key=lambda e: measures.rank_key(e.get("effect")),
-        reverse=True,
-    )
-    t["ranking"] = [e["variant"].target_key or e["variant"].label for e in ranked]
+    t["ranking"] = [e["variant"].target_key or e["variant"].label for e in _ranked(t)]
 
 
 def _response(eff: dict[str, Any]) -> float:
@@ -310,9 +333,16 @@ def attribution_figure(*, turn: TurnResult, turn_url: str = "") -> dict[str, Any
 
 def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
     """A plotly bar per block (distance of the answer without it from the baseline) with the
-    baseline's own spread as a band; None until something is measured."""
-    effects = [e for e in turn["variants"] if e.get("effect")]
-    effects.sort(key=lambda e: measures.rank_key(e.get("effect")), reverse=True)
+    baseline's own spread as a band, red where the verdict is "changed"; None until something is
+    measured."""
+    ranked = _ranked(turn)
+    shown = {id(e) for e in ranked}
+    # The fixed blocks (the system prompt, the question) are shown after the ranked ones.
+    effects = ranked + sorted(
+        (e for e in turn["variants"] if e.get("effect") and id(e) not in shown),
+        key=lambda e: measures.rank_key(e.get("effect")),
+        reverse=True,
+    )
     bars = [(e["variant"].target_key, float((e.get("effect") or {})["distance"])) for e in effects]
     if not bars:
         return None
@@ -325,7 +355,7 @@ def loo_figure(*, turn: TurnResult) -> dict[str, Any] | None:
         x=keys,
         y=[d for _, d in bars],
         name="distance from baseline",
-        marker_color=["#c0392b" if d > noise["max"] + diff.NOISE_EPS else "#95a5a6" for _, d in bars],
+        marker_color=["#c0392b" if e.get("changed") else "#95a5a6" for e in effects],
     )
     fig.add_hrect(
         y0=0,

@@ -6,8 +6,9 @@ A turn with at least two source blocks besides the system prompt and the questio
 attribution job (random ablations of those blocks, fitted by a sparse linear surrogate), with as
 many ablations as a leave-one-out would make calls (at least attribution.MIN_ABLATIONS): on the
 planted-fact benchmark (bench/replay_trust.py) it names memory alone where leave-one-out ties
-it with the question. Other turns get a leave-one-out over every block. The verdict names the
-block that moved the answer the most, with its score, the baseline's noise band and the method.
+it with the question. Other turns get a leave-one-out over every block, ranked without the
+system prompt and the question unless nothing else is there. The verdict names the block that
+moved the answer the most, with its score, the baseline's noise band and the method.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from replay import attribution, diff
+from replay import attribution, diff, measures
 from replay.types import AttributionResult, TurnResult
 
 # Baseline samples of a triage job: the noise band its verdict is measured against.
@@ -103,6 +104,7 @@ def triage_result(
     noise_max = float(noise.get("max") or 0.0)
     samples = int(noise.get("samples") or 0)
     measured: list[tuple[float, float, bool, str]] = []
+    verdicts: dict[str, str | None] = {}
     for e in turn["variants"] if turn else []:
         eff = e.get("effect")
         key = e["variant"].target_key
@@ -110,14 +112,26 @@ def triage_result(
             continue
         changed_calls = e.get("tool_calls_match") is False
         measured.append((float(eff["distance"]), float(eff["min_distance"]), changed_calls, key))
+        verdicts[key] = e.get("verdict")
+    # The system prompt and the question stay out of the ranking, as in an attribution: without
+    # the question every answer moves. A turn with no other block ranks them.
+    context = [m for m in measured if block_kinds.get(m[3], "") not in attribution.FIXED_KINDS]
+    measured = context or measured
     measured.sort(key=lambda m: (-m[0], -m[1], not m[2], m[3]))
+
+    def changed(score: float, calls: bool, key: str) -> bool:
+        if verdicts.get(key) in (measures.CHANGED, measures.WITHIN_NOISE):
+            return verdicts[key] == measures.CHANGED or calls
+        # Too few samples for a verdict: whether it left the baseline's spread.
+        return score > noise_max + diff.NOISE_EPS or calls
+
     ranking: list[RankedBlock] = [
         {
             "key": key,
             "kind": block_kinds.get(key, ""),
             "position": (block_positions or {}).get(key),
             "score": round(score, 6),
-            "changed": score > noise_max + diff.NOISE_EPS or calls,
+            "changed": changed(score, calls, key),
         }
         for score, _, calls, key in measured
     ]

@@ -85,6 +85,8 @@ class VariantResult(TypedDict):
     tool_calls_match: NotRequired[bool | None]
     changed: NotRequired[bool | None]
     verdict: NotRequired[str | None]  # replay.measures.VERDICTS
+    verdict_words: NotRequired[str | None]  # the verdict in a sentence (replay.measures.compare)
+    p: NotRequired[float | None]  # the verdict's p-value (Bonferroni over its tests)
     prompt_tokens_delta: NotRequired[int | None]  # replay model's count: variant - baseline
     no_change: NotRequired[bool]  # its request equals the baseline's: not run
 
@@ -130,6 +132,7 @@ class TurnResult(TypedDict):
     baseline_done: NotRequired[int]
     baseline_runs: NotRequired[list[ReplayRun]]
     ranking: NotRequired[list[str]]  # variants' target keys, largest effect first
+    fixed_keys: NotRequired[list[str]]  # a leave-one-out's blocks kept out of the ranking
     attribution: NotRequired[AttributionResult]
 
 

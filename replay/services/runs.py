@@ -246,7 +246,8 @@ def run_call_plan(
     sample: int,
 ) -> ablation.CallPlan:
     """The call a run makes for REQUEST: the saved parameters, the job's OVERRIDES, and for a
-    baseline sample after the first no saved seed (the noise floor's resamples)."""
+    sample after the first no saved seed (the resamples whose spread the verdicts test; the
+    same for baseline and variants, so that both distributions are sampled alike)."""
     return ablation.build_call(
         request=request,
         model=endpoint.model,
@@ -254,7 +255,7 @@ def run_call_plan(
         endpoint_params=endpoint.default_params,
         overrides=overrides,
         drops_later_system=endpoint.chat_drops_later_system,
-        resample=is_baseline and sample > 0,
+        resample=sample > 0,
     )
 
 

@@ -281,13 +281,13 @@ def test_removing_the_block_that_holds_the_tool_definitions_removes_them_from_th
     assert ablation.estimate([plans[0], moved], blocks)["model_calls"] == 2
 
 
-def test_leave_one_out_plans_one_variant_per_block_plus_the_baseline_samples() -> None:
+def test_leave_one_out_plans_one_variant_per_block_with_as_many_samples_as_the_baseline() -> None:
     blocks = _blocks("system", "tools", "memory", "user")
     plans = ablation.plan_variants(kind="loo", blocks=blocks, samples=3)
     assert [p.target_key for p in plans] == ["", "system", "tools", "memory", "user"]
-    assert plans[0].is_baseline and plans[0].samples == 3
+    assert plans[0].is_baseline and [p.samples for p in plans] == [3] * 5
     est = ablation.estimate(plans, blocks)
-    assert est["model_calls"] == len(blocks) + 3
-    # Each variant costs its own (smaller) context; the baseline three full ones.
+    assert est["model_calls"] == 3 * len(blocks) + 3
+    # Each variant costs its own (smaller) context three times; the baseline three full ones.
     full = ablation.context_tokens(blocks)
-    assert est["prompt_tokens"] == 3 * full + sum(full - 10 for _ in blocks)
+    assert est["prompt_tokens"] == 3 * full + sum(3 * (full - 10) for _ in blocks)

@@ -37,7 +37,8 @@ def test_preview_shows_the_cost_and_stores_nothing(
     )
     assert resp.status_code == 200, resp.content
     body = resp.json()
-    assert body["estimate"]["model_calls"] == 3 + 3
+    # 3 baseline samples, and as many answers without each of the 3 blocks.
+    assert body["estimate"]["model_calls"] == 3 + 3 * 3
     assert body["estimate"]["prompt_tokens"] > 0
     assert [v["is_baseline"] for v in body["variants"]] == [True, False, False, False]
     assert not ReplayJob.objects.exists()
@@ -66,7 +67,7 @@ def test_a_replay_key_starts_and_reads_a_job(
     )
     assert resp.status_code == 201, resp.content
     job = resp.json()
-    assert job["status"] == "pending" and job["n_runs"] == 3 and job["estimate"]["model_calls"] == 3
+    assert job["status"] == "pending" and job["n_runs"] == 4 and job["estimate"]["model_calls"] == 4
     got = api.get(f"/replays/{job['id']}")
     assert got.status_code == 200
     turns = got.json()["turns"]

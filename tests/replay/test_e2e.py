@@ -102,13 +102,13 @@ def test_leave_one_out_over_a_snapshot_measures_every_block(
         spec={"kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 2, "params": FAST},
     )
     job = wait_job(job.pk)
-    assert job.status == "done" and job.n_runs == 3 + 2 and job.n_done == 5
+    assert job.status == "done" and job.n_runs == 2 + 3 * 2 and job.n_done == 8
     t = _turn(job_results(job=job))
     effects = {e["variant"].target_key: e for e in t["variants"]}
     assert set(effects) == {"system", "memory", "user"}
     assert all(e["effect"] is not None for e in effects.values())
     assert effects["memory"]["changed"] is True
-    assert sum(r.model_calls for r in ReplayRun.objects.filter(job=job)) == 5
+    assert sum(r.model_calls for r in ReplayRun.objects.filter(job=job)) == 8
 
 
 def test_429_and_500_are_retried_with_backoff_then_succeed(

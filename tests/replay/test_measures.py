@@ -7,13 +7,18 @@ import pytest
 from replay import measures as m
 
 
+def _effect(text: str, baseline: list[str], noise: dict, n: int = 3, **kw: object) -> dict:
+    """The effect of a variant that gave TEXT N times (a verdict compares distributions)."""
+    return m.effect(text, baseline, noise, texts=[text] * n, **kw)  # type: ignore[arg-type]
+
+
 def test_a_one_number_change_in_a_short_answer_is_far_from_1_but_above_a_zero_noise_floor() -> None:
     base = "Your locker code is 4417."
     changed = "Your locker code is 4418."
     d = m.edit_distance(base, changed)
     assert 0 < d < 0.2
     noise = m.noise_floor([base, base, base])
-    eff = m.effect(changed, [base] * 3, noise)
+    eff = _effect(changed, [base] * 3, noise)
     assert eff["distance"] == pytest.approx(d)
     assert eff["within_noise"] is False and eff["verdict"] == m.CHANGED and eff["samples"] == 3
     # The task measure sees the one fact of the answer lost.
@@ -80,29 +85,40 @@ def test_a_verdict_needs_three_baseline_samples() -> None:
     for n in (0, 1, 2):
         texts = ["Guangzhou."] * n
         noise = m.noise_floor(texts)
-        eff = m.effect("I do not know.", texts, noise)
+        eff = _effect("I do not know.", texts, noise)
         assert eff["verdict"] == m.NEEDS_SAMPLES and noise["enough"] is False
     noise = m.noise_floor(["Guangzhou."] * 3)
-    assert m.effect("I do not know.", ["Guangzhou."] * 3, noise)["verdict"] == m.CHANGED
-    assert m.effect("Guangzhou.", ["Guangzhou."] * 3, noise)["verdict"] == m.WITHIN_NOISE
+    assert _effect("I do not know.", ["Guangzhou."] * 3, noise)["verdict"] == m.CHANGED
+    assert _effect("Guangzhou.", ["Guangzhou."] * 3, noise)["verdict"] == m.WITHIN_NOISE
+    # One answer of the variant is no distribution either.
+    assert _effect("I do not know.", ["Guangzhou."] * 3, noise, n=1)["verdict"] == m.NEEDS_SAMPLES
 
 
 def test_an_effect_inside_the_spread_of_every_measure_is_within_noise() -> None:
-    baseline = ["The flight leaves at nine.", "The flight leaves at ten.", "The flight leaves at nine."]
+    nine, ten = "The flight leaves at nine.", "The flight leaves at ten."
+    baseline = [nine, ten, nine, ten, nine]
     noise = m.noise_floor(baseline)
     assert noise["max"] == pytest.approx(m.edit_distance(baseline[0], baseline[1])) and noise["max"] > 0
-    assert noise["samples"] == 3
-    assert m.effect("The flight leaves at ten.", baseline, noise)["verdict"] == m.WITHIN_NOISE
-    assert m.effect("I cannot help with that request.", baseline, noise)["verdict"] == m.CHANGED
+    assert noise["samples"] == 5
+    varied = m.effect(baseline[1], baseline, noise, texts=list(reversed(baseline)))
+    assert varied["verdict"] == m.WITHIN_NOISE
+    assert _effect("I cannot help with that request.", baseline, noise, n=5)["verdict"] == m.CHANGED
+    # Three answers a side without a fact cannot show a change in wording: too few.
+    assert _effect("I cannot help with that request.", baseline[:3], noise)["verdict"] == m.NEEDS_SAMPLES
 
 
 def test_the_spread_of_embeddings_enters_the_noise_and_the_verdict() -> None:
-    texts = ["Guangzhou."] * 3
-    embs = [[1.0, 0.0], [1.0, 0.05], [1.0, 0.0]]
+    texts = ["Sure, happy to help.", "Sure, happy to help!"] * 2 + ["Sure, happy to help."]
+    embs = [[1.0, 0.0], [1.0, 0.05]] * 2 + [[1.0, 0.0]]
     noise = m.noise_floor(texts, embeddings=embs)
     assert noise["measures"]["semantic"]["max"] > 0
-    near = m.effect("Guangzhou.", texts, noise, embedding=[1.0, 0.02], baseline_embeddings=embs)
-    far = m.effect("Guangzhou.", texts, noise, embedding=[0.0, 1.0], baseline_embeddings=embs)
+
+    def variant(emb: list[float]) -> dict:
+        return m.effect(
+            texts[0], texts, noise, texts=texts, variant_embeddings=[emb] * 5, baseline_embeddings=embs
+        )
+
+    near, far = variant([1.0, 0.02]), variant([0.0, 1.0])
     assert near["verdict"] == m.WITHIN_NOISE
     assert far["verdict"] == m.CHANGED and far["semantic_distance"] > 0.9
 

@@ -31,12 +31,12 @@ def _job(project: Any, endpoint: Any, **spec: Any) -> ReplayJob:
 
 
 @pytest.mark.django_db
-def test_leave_one_out_over_d_blocks_makes_d_plus_k_runs(
+def test_leave_one_out_over_d_blocks_makes_k_runs_per_block_plus_k(
     private_project: Any, stub_endpoint: Any, planted: dict[str, Any]
 ) -> None:
     job = _job(private_project, stub_endpoint, kind="loo", snapshot_id=planted["snapshot_id"], samples=3)
-    assert job.n_runs == 3 + 3
-    assert job.estimate["model_calls"] == 6
+    assert job.n_runs == 3 + 3 * 3
+    assert job.estimate["model_calls"] == 12
     assert sorted(v.target_key for v in job.variants.all()) == ["", "memory", "system", "user"]
     assert ReplayRun.objects.filter(job=job, variant__is_baseline=True).count() == 3
 

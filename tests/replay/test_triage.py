@@ -27,8 +27,8 @@ from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-# A planted-fact turn costs 3 baseline calls and one call without each of its 3 blocks.
-CALLS_PER_TRIAGE = 6
+# A planted-fact turn costs 3 baseline calls and 3 without each of its 3 blocks.
+CALLS_PER_TRIAGE = 12
 FAILED_CHECK = {
     "layer": "structure",
     "check": "json_schema",
@@ -105,12 +105,9 @@ def test_an_alert_on_a_planted_fact_turn_is_triaged_by_itself_and_named_everywhe
 
         assert t.status == "done", (t.status, t.reason)
         assert t.trigger == "alert" and set(t.alert_ids) >= {a.pk for a in alerts}
-        assert t.result["block"] in {"system", "memory", "user"}
-        assert [r["key"] for r in t.result["ranking"]] and {r["key"] for r in t.result["ranking"]} == {
-            "system",
-            "memory",
-            "user",
-        }
+        # The system prompt and the question are measured but kept out of the ranking.
+        assert t.result["block"] == "memory"
+        assert [r["key"] for r in t.result["ranking"]] == ["memory"]
         assert t.result["baseline_samples"] == 3 and t.result["noise"] >= 0.0
         top = t.result["ranking"][0]
         assert t.result["score"] == top["score"] == max(r["score"] for r in t.result["ranking"])

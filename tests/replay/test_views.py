@@ -39,12 +39,12 @@ def test_the_first_post_shows_the_cost_and_the_confirm_starts_the_job(
     resp = editor_client.post(url, data)
     page = resp.content.decode()
     assert resp.status_code == 200
-    assert re.search(r'id="est-calls">6<', page)  # 3 blocks + 3 baseline samples
+    assert re.search(r'id="est-calls">12<', page)  # 3 baseline samples + 3 for each of 3 blocks
     assert not ReplayJob.objects.exists()
     resp = editor_client.post(url, {**data, "confirm": "1", "samples": "3", "max_tokens": "16"})
     job = ReplayJob.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/p/{private_project.pk}/replays/{job.pk}/"
-    assert job.n_runs == 6 and job.params == {"max_tokens": 16}
+    assert job.n_runs == 12 and job.params == {"max_tokens": 16}
 
 
 def test_viewers_cannot_start_replays(

@@ -204,60 +204,71 @@ def _row_words(row: dict[str, Any], label: str, b_label: str, higher: bool, alph
 
 def _vector_rows(keys: list[str], a: Side, b: Side) -> list[dict[str, Any]]:
     """Every metric's intervals and paired test from one bootstrap of the items (the mean over
-    the items that have the metric, in each resample) and one set of sign flips."""
+    the items that have the metric, in each resample) and one set of sign flips, every metric
+    and side in one matrix product."""
     import numpy as np
 
     n = len(keys)
     rng = np.random.default_rng(0)
     weights = rng.multinomial(n, np.full(n, 1.0 / n), size=N_BOOT).astype(float)
     signs = rng.choice(np.array([-1.0, 1.0]), size=(N_BOOT, n))
+    names = [m[0] for m in METRICS]
+    av = [_values(keys, a, name) for name in names]
+    bv = [_values(keys, b, name) for name in names]
+    dv = [
+        [y - x if x is not None and y is not None else None for x, y in zip(xs, ys, strict=True)]
+        for xs, ys in zip(av, bv, strict=True)
+    ]
+    columns = av + bv + dv  # one column per (side, metric)
+    mask = np.array([[v is not None for v in col] for col in columns], dtype=float).T  # n x 3k
+    x = np.array([[v if v is not None else 0.0 for v in col] for col in columns], dtype=float).T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (weights @ (x * mask)) / (weights @ mask)  # N_BOOT x 3k
+    counts = mask.sum(axis=0)
+    flips = np.abs(signs @ x[:, 2 * len(names) :])  # the paired differences, sign-flipped
 
-    def interval(values: list[float | None]) -> dict[str, Any] | None:
-        mask = np.array([v is not None for v in values], dtype=float)
-        if not mask.any():
+    def interval(j: int) -> dict[str, Any] | None:
+        if not counts[j]:
             return None
-        x = np.array([v if v is not None else 0.0 for v in values], dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = (weights @ (x * mask)) / (weights @ mask)
-        means = means[np.isfinite(means)]
+        col = means[:, j]
+        col = col[np.isfinite(col)]
         return {
-            "mean": float(x[mask > 0].mean()),
-            "lo": float(np.quantile(means, 0.025)),
-            "hi": float(np.quantile(means, 0.975)),
-            "n": int(mask.sum()),
+            "mean": float(x[mask[:, j] > 0, j].mean()),
+            "lo": float(np.quantile(col, 0.025)),
+            "hi": float(np.quantile(col, 0.975)),
+            "n": int(counts[j]),
         }
 
+    k = len(names)
     rows = []
-    for name, label, higher in METRICS:
-        av, bv = _values(keys, a, name), _values(keys, b, name)
-        paired = [(x, y) for x, y in zip(av, bv, strict=True) if x is not None and y is not None]
+    for i, (name, label, higher) in enumerate(METRICS):
+        pairs = int(counts[2 * k + i])
         row: dict[str, Any] = {
             "name": name,
             "label": label,
             "higher_is_better": higher,
-            "a": interval(av),
-            "b": interval(bv),
-            "pairs": len(paired),
-            "diff": None,
+            "a": interval(i),
+            "b": interval(k + i),
+            "pairs": pairs,
+            "diff": interval(2 * k + i),
             "verdict": "",
             "changed": False,
             "direction": "same",
             "p": None,
         }
-        if paired:
-            diffs = [y - x if x is not None and y is not None else None for x, y in zip(av, bv, strict=True)]
-            row["diff"] = interval(diffs)
-            d = np.array([v if v is not None else 0.0 for v in diffs])
-            if name in SAMPLED and len(paired) >= 2:
-                observed = abs(float(d.sum()))
-                extreme = int((np.abs(signs @ d) >= observed - 1e-9 * max(1.0, observed)).sum())
-                row["p"] = (1 + extreme) / (1 + N_BOOT)
-                _row_words(row, label, b.label, higher)
-            elif name not in SAMPLED and row["diff"]["mean"] != 0:
-                mean_a = sum(x for x, _ in paired) / len(paired)
-                mean_b = sum(y for _, y in paired) / len(paired)
-                row["verdict"] = f"{b.label}: {_fmt(mean_b)} against {_fmt(mean_a)}"
-                row["direction"] = "better" if (row["diff"]["mean"] > 0) == higher else "worse"
+        if pairs and name in SAMPLED and pairs >= 2:
+            observed = abs(float(x[:, 2 * k + i].sum()))
+            extreme = int((flips[:, i] >= observed - 1e-9 * max(1.0, observed)).sum())
+            row["p"] = (1 + extreme) / (1 + N_BOOT)
+            _row_words(row, label, b.label, higher)
+        elif pairs and name not in SAMPLED and row["diff"]["mean"] != 0:
+            paired = [
+                (xa, yb) for xa, yb in zip(av[i], bv[i], strict=True) if xa is not None and yb is not None
+            ]
+            mean_a = sum(p[0] for p in paired) / len(paired)
+            mean_b = sum(p[1] for p in paired) / len(paired)
+            row["verdict"] = f"{b.label}: {_fmt(mean_b)} against {_fmt(mean_a)}"
+            row["direction"] = "better" if (row["diff"]["mean"] > 0) == higher else "worse"
         rows.append(row)
     return rows
 

@@ -17,6 +17,7 @@ from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
+from core import jsonbody
 from core.auth import IngestKeyAuth, ProjectReadAuth
 from core.errors import NotFound
 from core.schemas import Detail
@@ -116,7 +117,9 @@ def read_body(
         "with field errors (loc, msg, hint); good items are stored even when others are rejected "
         "(207). The answer comes after the commit. Limits: " + _LIMITS_TEXT + ". "
         "A body over max_body_bytes (before or after decompression) or a batch over "
-        "max_items_per_batch gets 413; the other limits reject the item (422 in its result). "
+        "max_items_per_batch gets 413; a body whose arrays and objects nest deeper than max_body_depth "
+        "gets 400; the other limits (max_depth among them: levels counted from the snapshot) reject the "
+        "item (422 in its result). "
         "429 and 503 carry Retry-After."
     ),
     openapi_extra={
@@ -144,7 +147,9 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     body = read_body(request)
     with _cyclic_gc_paused():
         try:
-            data = json.loads(body)
+            data = jsonbody.loads(body)
+        except jsonbody.TooDeep as exc:
+            raise BadRequest(str(exc)) from None
         except UnicodeDecodeError as exc:
             # Binary tool output pasted in as raw bytes: the sender has to encode it as text.
             bad = exc.object[exc.start : exc.start + 1].hex()

@@ -17,6 +17,13 @@ class NotFound(ReplayError):
     status_code = 404
 
 
+class PreconditionFailed(ReplayError):
+    """The request is well formed but the project is not ready for it (it has no model endpoint):
+    409, with the reason and what to do first."""
+
+    status_code = 409
+
+
 class Forbidden(ReplayError):
     status_code = 403
 

@@ -16,7 +16,7 @@ from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
 from replay import ablation, attribution
-from replay.errors import EndpointError, NotFound, TurnGone, VariantError
+from replay.errors import NotFound, PreconditionFailed, TurnGone, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
 from replay.types import PlanEstimate, SkippedTurn
@@ -295,7 +295,8 @@ def replay_job_create(
         raise NotFound("no such endpoint in this project")
     plan = replay_job_plan(project=project, spec=spec, endpoint=endpoint)
     if endpoint is None:
-        raise EndpointError("this project has no model endpoint; add one first")
+        raise PreconditionFailed("this project has no model endpoint; add one first (project settings, "
+                                 "Model endpoints)")
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,

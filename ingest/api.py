@@ -202,6 +202,16 @@ class SessionFilters(Schema):
     offset: PageOffset = 0
 
 
+def _session_or_404(project: Any, session_id: str) -> Any:
+    session = selectors.session_get(project=project, session_id=session_id)
+    if session is None:
+        if selectors.session_expired(project=project, session_id=session_id):
+            raise NotFound(f"session expired: every turn of it is older than the {project.retention_days} "
+                           "days this project keeps turns")
+        raise NotFound("no such session: none with this id was sent to this project")
+    return session
+
+
 def _session_out(s: Any) -> dict[str, Any]:
     return {f: getattr(s, f) for f in SessionOut.model_fields}
 
@@ -225,10 +235,7 @@ def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[
 def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     caller = request.auth  # type: ignore[attr-defined]
     project = caller.project
-    session = selectors.session_get(project=project, session_id=session_id)
-    if session is None:
-        raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
-                       "or was never sent")
+    session = _session_or_404(project, session_id)
     turns, window = selectors.session_timeline_turns(project=project, session=session)
     doc = {
         "session": _session_out(session),
@@ -250,8 +257,10 @@ def snapshot_get(request: HttpRequest, snapshot_id: str) -> SnapshotDetail:
     caller = request.auth  # type: ignore[attr-defined]
     snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     if snap is None:
-        raise NotFound(f"no such snapshot: it has expired (turns are kept {caller.project.retention_days} "
-                       "days) or was never sent")
+        # Snapshot ids are the senders' random UUIDs: what retention removed leaves no trace of
+        # them, so the answer cannot tell an expired one from one never sent.
+        raise NotFound(f"no snapshot with this id is stored in this project (it was never sent, or it "
+                       f"is older than the {caller.project.retention_days} days this project keeps turns)")
     return selectors.snapshot_full(snapshot=snap)
 
 
@@ -278,10 +287,7 @@ def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> Htt
     project = caller.project
     session = None
     if filters.session_id is not None:
-        session = selectors.session_get(project=project, session_id=filters.session_id)
-        if session is None:
-            raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
-                           "or was never sent")
+        session = _session_or_404(project, filters.session_id)
     snaps = selectors.snapshots_export(project=project, session=session, since=filters.since,
                                        until=filters.until)
     resp = StreamingHttpResponse(export_lines(snaps), content_type="application/x-ndjson; charset=utf-8")

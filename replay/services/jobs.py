@@ -159,7 +159,8 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
     if spec.get("session_id"):
         session = ingest_selectors.session_get(project=project, session_id=str(spec["session_id"]))
         if session is None:
-            raise TurnGone("session", project.retention_days)
+            expired = ingest_selectors.session_expired(project=project, session_id=str(spec["session_id"]))
+            raise TurnGone("session", project.retention_days, expired=expired)
         sessions = [session]
     elif "filter" in spec:
         # No condition at all selects every session; the per-job bound below still holds.

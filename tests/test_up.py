@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -28,13 +29,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(home: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _start(home: Path, port: int, *extra: str, argv: list[str] | None = None
+           ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CTXOBS_HOME"] = str(home)
     args = list(extra) or ["--no-model", "--no-demo"]
+    # In a session of its own, as in a terminal: Ctrl-C goes to its whole process group.
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "ctxobs_up", "--port", str(port), "--workers", "1", *args],
+        [*(argv or [sys.executable, "manage.py", "ctxobs_up"]), "--port", str(port), "--workers", "1",
+         *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
     )
     found: dict[str, str] = {}
     deadline = time.monotonic() + 300
@@ -203,3 +208,88 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             assert 'with <span class="mono">GGUF vocabulary' in page, page[:3000]
     finally:
         _stop(proc)
+
+
+def _processes_of(proc: subprocess.Popen[str], home: Path) -> list[Any]:
+    """PROC's descendants, and the embedded servers that keep their data under HOME."""
+    import psutil
+
+    found = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True) if _cmdline(p)}
+    for p in psutil.process_iter(["cmdline"]):
+        if str(home) in " ".join(p.info["cmdline"] or []):
+            found.setdefault(p.pid, p)
+    found.pop(proc.pid, None)
+    return list(found.values())
+
+
+def _cmdline(p: Any) -> str:
+    """P's command line; empty once it has exited (a zombie has none)."""
+    import psutil
+
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:
+    """Those of PROCS still running after TIMEOUT (an exited process not yet reaped is gone)."""
+    import psutil
+
+    def running(p: Any) -> bool:
+        try:
+            return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    return alive
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("to_group", "sig"), [(True, signal.SIGINT), (False, signal.SIGTERM)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-up-alone"])
+def test_stopping_scripts_up_stops_every_process_it_started_within_10_s(tmp_path, to_group, sig):
+    """Ctrl-C (SIGINT to scripts/up's process group, as a terminal sends it), or SIGTERM to the
+    command alone (a service manager), while the example agent is talking to the local model: up,
+    web, workers, beat, the model server, the agent and the embedded PostgreSQL and Redis are all
+    gone within 10 s."""
+    import psutil
+
+    home = tmp_path / "home"
+    port = _free_port()
+    proc, found = _start(home, port, "--demo-sessions", "3", "--demo-turns", "40",
+                         argv=[str(ROOT / "scripts" / "up")])
+    procs: list[Any] = []
+    try:
+        assert "model" in found, "the local model server was not started"
+        deadline = time.monotonic() + 120
+        agent = []
+        while time.monotonic() < deadline and not agent:
+            agent = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if "agent_loop.py" in _cmdline(p)]
+            time.sleep(0.5)
+        assert agent, "the example agent did not start"
+        time.sleep(3)  # mid-conversation: the agent waits on the model
+        procs = _processes_of(proc, home)
+        names = sorted({_cmdline(p)[:60] for p in procs})
+        assert len(procs) >= 6, names
+        started = time.monotonic()
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            # scripts/up execs manage.py: the process it started is the command itself.
+            proc.send_signal(sig)
+        alive = _wait_gone(procs, timeout=10)
+        proc.wait(timeout=max(0.1, 10 - (time.monotonic() - started)))
+        took = time.monotonic() - started
+        assert not alive, [_cmdline(p)[:80] for p in alive]
+        assert took <= 10, took
+    finally:
+        for p in [*procs, proc]:
+            if p.poll() is None if isinstance(p, subprocess.Popen) else p.is_running():
+                p.kill()

@@ -293,3 +293,53 @@ def test_stopping_scripts_up_stops_every_process_it_started_within_10_s(tmp_path
         for p in [*procs, proc]:
             if p.poll() is None if isinstance(p, subprocess.Popen) else p.is_running():
                 p.kill()
+
+
+@pytest.mark.e2e
+def test_a_crashed_worker_is_restarted_with_backoff_and_the_stack_keeps_running(tmp_path):
+    """kill -9 of the alerts worker scripts/up started: up logs it, starts the worker again (a
+    longer pause the second time in a row) and the web server and the other processes go on."""
+    import threading
+
+    import psutil
+
+    home = tmp_path / "home"
+    port = _free_port()
+    proc, found = _start(home, port)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def alerts_worker() -> Any:
+        kids = psutil.Process(proc.pid).children()
+        return next((k for k in kids if "default,alerts" in _cmdline(k)), None)
+
+    def wait_for(what: str, check: Any, timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if value := check():
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"{what}; up said: {''.join(lines)[-2000:]}")
+
+    try:
+        others = {k.pid for k in psutil.Process(proc.pid).children()} - {alerts_worker().pid}
+        for attempt, pause in ((1, "1 s"), (2, "2 s")):
+            victim = wait_for("the alerts worker", alerts_worker)
+            victim.kill()
+            wait_for("the exit logged",
+                     lambda a=attempt: sum("worker exited (killed by SIGKILL)" in x for x in lines) >= a)
+            logged = [x for x in lines if "worker exited" in x][-1]
+            assert f"restarting it in {pause}" in logged, logged
+            new = wait_for("a new alerts worker",
+                           lambda v=victim: (w := alerts_worker()) and w.pid != v.pid and w)
+            assert any(f"worker restarted (pid {new.pid})" in x for x in lines), lines[-5:]
+            assert proc.poll() is None
+            assert httpx.get(f"{found['url']}/healthz", timeout=10).status_code == 200
+        # The other processes were left alone, and the new worker serves its queues.
+        assert others <= {k.pid for k in psutil.Process(proc.pid).children()}
+        queues, _ = _worker_queues(proc)
+        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["replay"]], queues
+    finally:
+        _stop(proc)

@@ -3,7 +3,10 @@
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
 the web server, the Celery workers (alerts and replays apart, see config.celery), beat and the
-local model server (the one an installed app registered in core.registry). Ctrl-C (or SIGTERM)
+local model server (the one an installed app registered in core.registry). It supervises the
+web server, the workers and beat: one that exits is restarted, after a pause that doubles with
+each quick failure (RESTART_BACKOFF_S up to RESTART_BACKOFF_MAX_S), with a line on standard error
+each time. Ctrl-C (or SIGTERM)
 stops them all within STOP_GRACE_S seconds: each child runs in a process group of its own (a
 gunicorn master with its workers, a Celery worker with its pool), asked to stop, then killed with
 its group once the time is up.
@@ -21,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,28 @@ DEMO_USER = "demo"
 # Seconds a stopping child gets before it is killed with its process group: Ctrl-C ends
 # everything within about this (Celery's warm shutdown would wait for a running replay; tasks are
 # acknowledged late and safe to run twice, so a killed one loses nothing).
-STOP_GRACE_S = 7.0
+STOP_GRACE_S = 5.0
+
+
+# A supervised child that exits is started again after RESTART_BACKOFF_S, doubled for each
+# exit in a row that came sooner than RESTART_STABLE_S after its start, up to RESTART_BACKOFF_MAX_S.
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+RESTART_STABLE_S = 60.0
+
+
+@dataclass
+class _Child:
+    """A supervised process: how to start it again, and its restart state."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes]
+    started: float
+    quick_exits: int = 0
+    restart_at: float | None = None
 
 
 class _Stop(Exception):
@@ -72,6 +97,23 @@ def _wait_http(url: str, timeout: float) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+def _popen(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("a") as fh:
+        # A process group of its own: Ctrl-C reaches this command only, which stops the children
+        # itself, and a stop or a crash can end a child's own children (workers, pool) with it.
+        return subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                cwd=str(settings.BASE_DIR), process_group=0)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -108,8 +150,7 @@ class Command(BaseCommand):
                             help="start everything, verify it answers, then stop (used by tests)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.names: dict[int, str] = {}
+        self.children: list[_Child] = []
         self.demo_proc: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         self.demo_lock = threading.Lock()
@@ -191,12 +232,8 @@ class Command(BaseCommand):
                 demo_thread.join(timeout=900)
             return
         while True:
-            for p in self.procs:
-                if p.poll() is not None:
-                    name = self.names.get(p.pid, "?")
-                    self.stderr.write(f"ctxobs: a process exited ({name}); see {logs}")
-                    sys.exit(1)
-            time.sleep(1)
+            self._supervise()
+            time.sleep(0.5)
 
     # --- parts ----------------------------------------------------------------
     def _demo_project(self, home: Path) -> tuple[Project, str, str]:
@@ -263,13 +300,28 @@ class Command(BaseCommand):
             self.stderr.write(f"ctxobs: the example agent failed (exit {rc}); see {logs / 'demo-agent.log'}")
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], logs: Path) -> None:
-        with (logs / f"{name}.log").open("a") as fh:
-            # A process group of its own: Ctrl-C reaches this command only, which stops the
-            # children in order, and a stop can end a child's own children (workers, pool) with it.
-            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                    cwd=str(settings.BASE_DIR), process_group=0)
-        self.procs.append(proc)
-        self.names[proc.pid] = name
+        log = logs / f"{name}.log"
+        self.children.append(_Child(name, cmd, env, log, _popen(cmd, env, log), time.monotonic()))
+
+    def _supervise(self) -> None:
+        """Restart the children that exited, each after its backoff."""
+        now = time.monotonic()
+        for c in self.children:
+            if c.restart_at is None:
+                code = c.proc.poll()
+                if code is None:
+                    continue
+                # What the dead process left in its group (a worker's pool) goes with it.
+                _signal_group(c.proc, signal.SIGKILL)
+                c.quick_exits = c.quick_exits + 1 if now - c.started < RESTART_STABLE_S else 1
+                delay = min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** (c.quick_exits - 1))
+                c.restart_at = now + delay
+                self.stderr.write(f"ctxobs: {c.name} exited ({_exit_text(code)}); restarting it in "
+                                  f"{delay:g} s (exit {c.quick_exits} in a row); see {c.log}")
+            elif now >= c.restart_at:
+                c.proc = _popen(c.argv, c.env, c.log)
+                c.started, c.restart_at = now, None
+                self.stderr.write(f"ctxobs: {c.name} restarted (pid {c.proc.pid})")
 
     def _stop(self) -> None:
         """Stop every child at once (the example agent with SIGINT, so that its SDK flushes or
@@ -283,11 +335,12 @@ class Command(BaseCommand):
         if model is not None:
             stopper = threading.Thread(target=model.stop, daemon=True)
             stopper.start()
-        children = list(self.procs)
+        supervised = [c.proc for c in self.children if c.proc.poll() is None]
+        children = list(supervised)
         if self.demo_proc is not None:
             _signal_group(self.demo_proc, signal.SIGINT)
             children.append(self.demo_proc)
-        for p in self.procs:
+        for p in supervised:
             _signal_group(p, signal.SIGTERM)
         for p in children:
             try:

@@ -201,9 +201,11 @@ class Command(BaseCommand):
         for service in WORKER_QUEUES:
             self._spawn(service, worker_argv(service, concurrency=2, hostname=f"{service}@%h"), env, logs)
         self._spawn("beat", beat_argv(schedule_file=str(home / "celerybeat-schedule")), env, logs)
-        self._spawn("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application",
-                            "-b", f"{host}:{port}", "-w", str(opts["workers"]), "--threads", "4",
-                            "--timeout", "60", "--access-logfile", "-"], env, logs)
+        # As in docker-compose.yml: slow clients hold a coroutine of uvicorn, not a view thread.
+        self._spawn("web", [sys.executable, "-m", "uvicorn", "config.asgi:application",
+                            "--host", host, "--port", str(port), "--workers", str(opts["workers"]),
+                            "--timeout-keep-alive", "5", "--no-proxy-headers", "--no-server-header"],
+                    env, logs)
         if not _wait_http(f"{base_url}/healthz", 60):
             self.stderr.write(f"ctxobs: the web server did not come up; see {logs / 'web.log'}")
             sys.exit(1)

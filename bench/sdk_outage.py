@@ -1,7 +1,7 @@
 """The SDK's default settings through a server outage, and at exit.
 
     .venv/bin/python bench/sdk_outage.py outage [--spool-path DIR]   # ~70 s; one JSON line
-    .venv/bin/python bench/sdk_outage.py exit                        # ~15 s; one JSON line
+    .venv/bin/python bench/sdk_outage.py exit [--burners N]          # ~15 s; one JSON line
 
 1. outage: an agent records 1,500 snapshots at a steady 25 per second (60 s) into a Client built
    with the default settings. From t=5 s the server answers 503 with `Retry-After: 5` (what the
@@ -11,7 +11,9 @@
    last snapshot arrived.
 2. exit: 10,000 snapshots queued behind a server that accepts connections and never answers
    (the sender's request hangs for its 10 s timeout), then the process exits: wall time of the
-   exit against the documented `exit_timeout` (5 s), and where the snapshots went.
+   exit against the documented `exit_timeout` (5 s), the margin left (at least a second is the
+   target), and where the snapshots went. `--burners N` runs N processes that spin on the CPU
+   meanwhile: a loaded machine.
 
 The server here is a small local HTTP server that speaks the ingest API's answers (200 with
 per-item results, duplicates by snapshot_id, 503 + Retry-After); the SDK cannot tell it from the
@@ -135,12 +137,13 @@ def outage(spool_path: str | None) -> dict[str, Any]:
     }
 
 
-def exit_time() -> dict[str, Any]:
+def exit_time(burners: int = 0) -> dict[str, Any]:
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))
     hole.listen(1024)
     url = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    out: dict[str, Any] = {"scenario": "exit", "queued": 10_000, "exit_timeout_s": 5.0}
+    out: dict[str, Any] = {"scenario": "exit", "queued": 10_000, "exit_timeout_s": 5.0, "burners": burners}
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burners)]
     with tempfile.TemporaryDirectory() as cache:
         script = (
             "import ctxobs\n"
@@ -161,6 +164,10 @@ def exit_time() -> dict[str, Any]:
         t0 = time.monotonic()
         _, err = proc.communicate()
         out["exit_wall_s"] = round(time.monotonic() - t0, 2)
+        out["margin_s"] = round(out["exit_timeout_s"] - out["exit_wall_s"], 2)
+        for b in spinning:
+            b.kill()
+            b.wait()
         out["spooled"] = sum(len(f.read_bytes().splitlines()) for f in Path(cache).rglob("*.jsonl"))
         out["log"] = err.strip().splitlines()[-1:] if err.strip() else []
     hole.close()
@@ -171,12 +178,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["outage", "exit"])
     p.add_argument("--spool-path", help="passed as Client(spool_path=...)")
+    p.add_argument("--burners", type=int, default=0, help="exit: CPU-spinning processes meanwhile")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         # The default spool lands in a throwaway cache directory, not the user's.
         os.environ["XDG_CACHE_HOME"] = cache
         os.environ.pop("CTXOBS_SPOOL", None)
-        result = outage(args.spool_path) if args.scenario == "outage" else exit_time()
+        result = outage(args.spool_path) if args.scenario == "outage" else exit_time(args.burners)
     print(json.dumps(result))
 
 

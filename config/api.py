@@ -5,12 +5,23 @@ from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from ninja import NinjaAPI
+from ninja.parser import Parser
 
 from config.errors import install_exception_handlers
 from config.openapi import add_error_responses
+from core import jsonbody
 from ingest.api import router as ingest_router
 from ingest.otlp.api import router as otlp_router
+
+
+class BoundedParser(Parser):
+    """JSON bodies of every endpoint with their nesting bounded (LIMITS.max_body_depth): ninja
+    answers 400 to a body it cannot parse, and a deep one is refused before the parser recurses."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return jsonbody.loads(request.body)
 
 
 class CtxobsAPI(NinjaAPI):
@@ -25,6 +36,7 @@ api = CtxobsAPI(
     version="1",
     description="Context snapshots in, sessions and timelines out. Limits are listed on POST /snapshots.",
     urls_namespace="api",
+    parser=BoundedParser(),
 )
 install_exception_handlers(api)
 api.add_router("", ingest_router)

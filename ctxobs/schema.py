@@ -3,8 +3,8 @@
 The ingest API publishes it in its OpenAPI document and `docs/snapshot.schema.json` ships it;
 `python -m ctxobs.schema > docs/snapshot.schema.json` writes that file again after a change of
 the contract. An optional field is typed `[type, "null"]`: null stands for an absent field.
-Two rules cannot be stated in JSON Schema (`ctxobs.wire.RULES_BEYOND_SCHEMA`): the validator
-alone checks them.
+Three rules cannot be stated in JSON Schema (`ctxobs.wire.RULES_BEYOND_SCHEMA`): the validator
+alone checks them (the nesting bound is stated in the schema's description and as `x-ctxobs-max-depth`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin, is_typeddict
 
-from ctxobs.wire import WIRE_VERSION, Spec, WireSnapshot
+from ctxobs.wire import LIMITS, WIRE_VERSION, Spec, WireSnapshot
 
 JSONSchema = dict[str, Any]
 
@@ -107,7 +107,17 @@ def field_schema(tp: Any) -> JSONSchema:
 
 @functools.cache
 def _snapshot_schema() -> JSONSchema:
-    return _object(WireSnapshot)
+    # JSON Schema has no keyword for nesting depth: the bound is stated in words and as an
+    # extension keyword (which validators ignore), and the validator enforces it.
+    return {
+        "description": (
+            f"One context snapshot. Arrays and objects nest at most max_depth={LIMITS.max_depth} levels "
+            "in it, the snapshot itself being level 1 (params, message content and tool calls are free-form "
+            "JSON): a deeper snapshot is rejected."
+        ),
+        "x-ctxobs-max-depth": LIMITS.max_depth,
+        **_object(WireSnapshot),
+    }
 
 
 def json_schema() -> JSONSchema:
@@ -119,6 +129,11 @@ def batch_json_schema(max_items: int) -> JSONSchema:
     """The JSON Schema of an ingest request body: {"snapshots": [at most MAX_ITEMS snapshots]}."""
     return {
         "type": "object",
+        "description": (
+            f"A batch of snapshots. The body's arrays and objects nest at most "
+            f"max_body_depth={LIMITS.max_body_depth} levels: a deeper body is refused whole (400)."
+        ),
+        "x-ctxobs-max-depth": LIMITS.max_body_depth,
         "required": ["snapshots"],
         "properties": {"snapshots": {"type": "array", "maxItems": max_items, "items": json_schema()}},
     }

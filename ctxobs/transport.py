@@ -56,6 +56,11 @@ _ENCODE_FLOOR_S = 0.0001
 _SEND_GUESS_S = 0.001
 # close() returns at most this long after its timeout (the last spool write in progress).
 EXIT_MARGIN_S = 0.5
+# At exit, the part of exit_timeout left to the rest of the interpreter's exit (other atexit
+# handlers, threads, encoding the spool on a loaded machine): close() gets exit_timeout minus this
+# and EXIT_MARGIN_S, so that the process is gone within exit_timeout with a second or more to
+# spare. A short exit_timeout keeps half of itself for close().
+EXIT_RESERVE_S = 2.0
 # How often the reader thread runs the digests queued since its last run.
 _DIGEST_INTERVAL_S = 0.02
 # Snapshots pushed out of the full queue wait for the sender to free them, up to this many.
@@ -970,9 +975,14 @@ class Transport:
             )
         )
 
+    def exit_budget(self) -> float:
+        """The timeout the at-exit close() gets out of exit_timeout (see EXIT_RESERVE_S)."""
+        reserve = min(EXIT_RESERVE_S + EXIT_MARGIN_S, self.exit_timeout / 2)
+        return max(0.0, self.exit_timeout - reserve)
+
     def _at_exit(self) -> None:
         try:
-            self.close(self.exit_timeout)
+            self.close(self.exit_budget())
         except Exception:  # noqa: BLE001 - never fail the host's shutdown
             log.exception("ctxobs.transport.exit_failed")
 

@@ -42,6 +42,7 @@ from ctxobs.wire import (
     ValidationLayer,
     ValidationOutcome,
     WireMessage,
+    deeper_than,
     default_reserve,
     unstorable,
 )
@@ -58,6 +59,16 @@ class _Errors:
 
     def add(self, loc: Loc, msg: str, hint: str) -> None:
         self.items.append({"loc": list(loc), "msg": msg, "hint": hint})
+
+
+# Levels left below each free-form value, the snapshot being level 1 (LIMITS.max_depth).
+_PARAMS_LEVELS = LIMITS.max_depth - 1  # snapshot > params
+_MESSAGE_LEVELS = LIMITS.max_depth - 4  # snapshot > blocks > block > messages > message
+_OUTPUT_CALLS_LEVELS = LIMITS.max_depth - 2  # snapshot > output > tool_calls
+_COMPRESSION_ITEMS_LEVELS = LIMITS.max_depth - 3  # snapshot > compression > event > items
+_TOO_DEEP = (f"arrays and objects nested more than the limit max_depth={LIMITS.max_depth} levels deep "
+             "(counted from the snapshot)")
+_TOO_DEEP_HINT = "flatten the structure, or send a deep value as a JSON string"
 
 
 def _is_int(v: Any) -> TypeGuard[int | float]:
@@ -198,6 +209,10 @@ def _message(m: Any, loc: Loc, err: _Errors) -> WireMessage | None:
     for k in ("name", "tool_call_id"):
         if m.get(k) is not None and not isinstance(m.get(k), str):
             err.add((*loc, k), "must be a string", f"send {k} as a string")
+    for k, v in m.items():
+        if isinstance(v, dict | list) and deeper_than(v, _MESSAGE_LEVELS - 1):
+            err.add((*loc, k), _TOO_DEEP, _TOO_DEEP_HINT)
+            return None  # left out of the block's measures, which walk it
     # Passed on as sent: a message is stored and replayed exactly as it went to the model.
     return cast(WireMessage, m)
 
@@ -233,6 +248,7 @@ def _block_fast(b: Any) -> Block | None:
         if type(role) is not str or role not in _ROLE_SET:
             return None
         c = m.get("content")
+        nested = False
         if type(c) is str:
             chars += len(c)
             if "\x00" in c or c[:1] == STORE_ESCAPE:
@@ -241,7 +257,9 @@ def _block_fast(b: Any) -> Block | None:
             if type(c) is not list:
                 return None
             plain = False
+            nested = True
         if len(m) != 2 or "content" not in m:  # more than {role, content}
+            nested = True
             verbatim = False
             calls = m.get("tool_calls")
             if calls is not None:
@@ -252,6 +270,8 @@ def _block_fast(b: Any) -> Block | None:
                 v = m.get(k)
                 if v is not None and type(v) is not str:
                     return None
+        if nested and deeper_than(m, _MESSAGE_LEVELS):
+            return None
     if not plain:
         chars = block_chars(msgs)
         verbatim = False
@@ -401,6 +421,9 @@ def _compression(c: Any, loc: Loc, err: _Errors) -> CompressionEvent | None:
         err.add(loc, "must be an object", "send each compression event as an object")
         return None
     items = _list(c, "items", loc, err, LIMITS.max_list_items, "max_list_items")
+    if deeper_than(items, _COMPRESSION_ITEMS_LEVELS):
+        err.add((*loc, "items"), _TOO_DEEP, _TOO_DEEP_HINT)
+        items = []
     return {
         "strategy": _req_str(c, "strategy", loc, err, NAME_CHARS),
         "block": _opt_str(c, "block", loc, err, KEY_CHARS, ident=True),
@@ -489,6 +512,9 @@ def _output(o: Any, loc: Loc, err: _Errors) -> Output | None:
     if calls is not None and not isinstance(calls, list):
         err.add((*loc, "tool_calls"), "must be a list", "send the reply's tool calls as a list")
         calls = None
+    elif calls is not None and deeper_than(calls, _OUTPUT_CALLS_LEVELS):
+        err.add((*loc, "tool_calls"), _TOO_DEEP, _TOO_DEEP_HINT)
+        calls = None
     raw_usage = o.get("usage")
     usage: dict[str, int] = {}
     if raw_usage is not None:
@@ -545,6 +571,9 @@ def validate_snapshot(item: Any, index: int = 0) -> tuple[Snapshot | None, list[
         params = {}
     if not isinstance(params, dict):
         err.add((*loc, "params"), "must be an object", "send the request parameters as an object")
+        params = {}
+    elif deeper_than(params, _PARAMS_LEVELS):
+        err.add((*loc, "params"), _TOO_DEEP, _TOO_DEEP_HINT)
         params = {}
     raw_blocks = item.get("blocks")
     blocks: list[Block] = []

@@ -36,6 +36,14 @@ class Limits:
     max_text_chars: int = 2_000  # previews, validation messages, tag values
     max_block_tokens: int = 10_000_000  # a block's token count (200 of them still fit a 32-bit total)
     max_int: int = 2**31 - 1  # turns, windows, token counts, attempts: stored as 32-bit integers
+    # Levels of arrays and objects nested in one snapshot, the snapshot object itself being level 1
+    # (params, message content and tool calls are free-form JSON; storing and hashing them walks
+    # them recursively).
+    max_depth: int = 128
+    # Levels of arrays and objects in a whole request body, checked on its bytes before it is parsed
+    # (a parser recurses per level): room for a batch whose items go beyond max_depth, so that
+    # such an item is rejected alone.
+    max_body_depth: int = 512
 
 
 LIMITS = Limits()
@@ -220,6 +228,7 @@ RULES_BEYOND_SCHEMA = (
     "model.reserve_tokens is smaller than model.context_window",
     "a block's message text (content parts and tool-call arguments included) is at most max_chars_per_block "
     "characters",
+    "arrays and objects nest at most max_depth levels in a snapshot (the snapshot itself is level 1)",
 )
 
 
@@ -337,6 +346,27 @@ def unstorable(s: str) -> str | None:
         return None
     c = m.group()
     return "contains U+0000 (NUL)" if c == "\x00" else f"contains an unpaired surrogate U+{ord(c):04X}"
+
+
+def deeper_than(value: Any, levels: int) -> bool:
+    """Whether VALUE nests arrays and objects more than LEVELS deep (a scalar is 0 deep, `[]` 1).
+
+    Iterative, so that it is safe on any value a JSON parser returned."""
+    if levels < 0:
+        return True
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children: Iterable[Any] = v.values()
+        elif isinstance(v, list | tuple):
+            children = v
+        else:
+            continue
+        if depth > levels:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
 
 
 # --- The usable window and watermark tiers.

@@ -9,6 +9,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field
 
 from config.params import FiniteFloat, Id
+from core.schemas import ObjectIn
 from ctxobs.schema import json_schema as snapshot_json_schema
 
 CHECKS_DOC = (
@@ -19,7 +20,7 @@ CHECKS_DOC = (
 )
 
 
-class SetFilter(Schema):
+class SetFilter(ObjectIn):
     """Turns to take: every condition given must hold. `sample` picks N of them at random."""
 
     model_config = ConfigDict(extra="forbid")

@@ -17,6 +17,7 @@ from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
+from core import jsonbody
 from core.auth import IngestKeyAuth, ProjectReadAuth
 from core.errors import NotFound
 from core.schemas import Detail
@@ -91,17 +92,29 @@ def read_body(
         raise unsupported(f"unsupported Content-Encoding {encoding!r}: send gzip or none")
     # ISA-L inflates the same gzip streams about 2.5x faster than zlib: for a batch of 100
     # snapshots that is ~10 ms of CPU saved per request.
-    d = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, limit + 1)
-    except isal_zlib.error as exc:  # type: ignore[misc]  # IsalError, an Exception subclass
-        raise bad_request(f"body is not valid gzip: {exc}") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
-    if not d.eof:
-        # ISA-L waits for more input where zlib rejects a bad header at once.
-        raise bad_request("body is not valid gzip: not a gzip stream, or truncated")
-    return out
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    # A gzip body may be several members one after the other (RFC 1952, `cat a.gz b.gz`): each is
+    # inflated in turn, the limit counting them all. Zero bytes after the last member are padding
+    # (as gzip(1) and Python's gzip module read them); anything else is not gzip.
+    while True:
+        d = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
+        try:
+            out = d.decompress(rest, limit + 1 - size)
+        except isal_zlib.error as exc:  # type: ignore[misc]  # IsalError, an Exception subclass
+            raise bad_request(f"body is not valid gzip: {exc}") from None
+        size += len(out)
+        if size > limit or d.unconsumed_tail:
+            raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
+        if not d.eof:
+            # ISA-L waits for more input where zlib rejects a bad header at once.
+            raise bad_request("body is not valid gzip: not a gzip stream, or truncated")
+        parts.append(out)
+        rest = d.unused_data
+        if not rest.strip(b"\0"):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 @router.post(
@@ -116,7 +129,9 @@ def read_body(
         "with field errors (loc, msg, hint); good items are stored even when others are rejected "
         "(207). The answer comes after the commit. Limits: " + _LIMITS_TEXT + ". "
         "A body over max_body_bytes (before or after decompression) or a batch over "
-        "max_items_per_batch gets 413; the other limits reject the item (422 in its result). "
+        "max_items_per_batch gets 413; a body whose arrays and objects nest deeper than max_body_depth "
+        "gets 400; the other limits (max_depth among them: levels counted from the snapshot) reject the "
+        "item (422 in its result). "
         "429 and 503 carry Retry-After."
     ),
     openapi_extra={
@@ -144,7 +159,9 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     body = read_body(request)
     with _cyclic_gc_paused():
         try:
-            data = json.loads(body)
+            data = jsonbody.loads(body)
+        except jsonbody.TooDeep as exc:
+            raise BadRequest(str(exc)) from None
         except UnicodeDecodeError as exc:
             # Binary tool output pasted in as raw bytes: the sender has to encode it as text.
             bad = exc.object[exc.start : exc.start + 1].hex()
@@ -185,6 +202,16 @@ class SessionFilters(Schema):
     offset: PageOffset = 0
 
 
+def _session_or_404(project: Any, session_id: str) -> Any:
+    session = selectors.session_get(project=project, session_id=session_id)
+    if session is None:
+        if selectors.session_expired(project=project, session_id=session_id):
+            raise NotFound(f"session expired: every turn of it is older than the {project.retention_days} "
+                           "days this project keeps turns")
+        raise NotFound("no such session: none with this id was sent to this project")
+    return session
+
+
 def _session_out(s: Any) -> dict[str, Any]:
     return {f: getattr(s, f) for f in SessionOut.model_fields}
 
@@ -208,10 +235,7 @@ def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[
 def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
     caller = request.auth  # type: ignore[attr-defined]
     project = caller.project
-    session = selectors.session_get(project=project, session_id=session_id)
-    if session is None:
-        raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
-                       "or was never sent")
+    session = _session_or_404(project, session_id)
     turns, window = selectors.session_timeline_turns(project=project, session=session)
     doc = {
         "session": _session_out(session),
@@ -233,8 +257,10 @@ def snapshot_get(request: HttpRequest, snapshot_id: str) -> SnapshotDetail:
     caller = request.auth  # type: ignore[attr-defined]
     snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     if snap is None:
-        raise NotFound(f"no such snapshot: it has expired (turns are kept {caller.project.retention_days} "
-                       "days) or was never sent")
+        # Snapshot ids are the senders' random UUIDs: what retention removed leaves no trace of
+        # them, so the answer cannot tell an expired one from one never sent.
+        raise NotFound(f"no snapshot with this id is stored in this project (it was never sent, or it "
+                       f"is older than the {caller.project.retention_days} days this project keeps turns)")
     return selectors.snapshot_full(snapshot=snap)
 
 
@@ -261,10 +287,7 @@ def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> Htt
     project = caller.project
     session = None
     if filters.session_id is not None:
-        session = selectors.session_get(project=project, session_id=filters.session_id)
-        if session is None:
-            raise NotFound(f"no such session: it has expired (turns are kept {project.retention_days} days) "
-                           "or was never sent")
+        session = _session_or_404(project, filters.session_id)
     snaps = selectors.snapshots_export(project=project, session=session, since=filters.since,
                                        until=filters.until)
     resp = StreamingHttpResponse(export_lines(snaps), content_type="application/x-ndjson; charset=utf-8")

@@ -8,6 +8,9 @@
 2. Otherwise a project whose retention is shorter than the partition's age loses its rows of it by
    bounded deletes, batch by batch, each in a transaction of its own.
 3. Sessions left with no turn are deleted; the others get their turn count and first time again.
+   Each session records the turn numbers that expired (`expired_turns`), and a session deleted
+   whole leaves a row in `ingest_session_expired` for EXPIRED_SESSION_DAYS: pages and the API say
+   "expired" for those and "not found" for what was never sent.
 4. Overview rollup days before the cutoff, and block and message texts that no kept turn refers to
    (their `last_seen` day is before the cutoff's day: see ingest.store), are deleted in batches.
 
@@ -36,6 +39,17 @@ logger = logging.getLogger(__name__)
 
 BATCH = 5_000
 LOCK_TIMEOUT = "1s"
+# How long a session expired whole is remembered as such (then it is just not found).
+EXPIRED_SESSION_DAYS = 365
+
+# The turn numbers of the rows of {source} (project_id, session_ref, turn) added to their sessions'
+# expired turns.
+_MARK_EXPIRED = """
+    UPDATE ingest_session s SET expired_turns = s.expired_turns + x.turns
+    FROM (SELECT project_id, session_ref, range_agg(int8range(turn, turn, '[]')) AS turns FROM {source}
+          GROUP BY project_id, session_ref) x
+    WHERE s.project_id = x.project_id AND s.id = x.session_ref
+"""
 CHILD_TABLES = PARTITIONED_TABLES[1:]
 
 
@@ -113,10 +127,17 @@ def _sessions_settle(refs: Iterable[tuple[int, int]]) -> int:
             cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             cur.execute(
                 """
-                DELETE FROM ingest_session s USING unnest(%s::bigint[], %s::bigint[]) AS x(project_id, id)
-                WHERE s.project_id = x.project_id AND s.id = x.id
-                  AND NOT EXISTS (SELECT 1 FROM ingest_snapshot t
-                                  WHERE t.project_id = s.project_id AND t.session_ref = s.id)
+                WITH gone AS (
+                    DELETE FROM ingest_session s USING unnest(%s::bigint[], %s::bigint[]) AS x(project_id, id)
+                    WHERE s.project_id = x.project_id AND s.id = x.id
+                      AND NOT EXISTS (SELECT 1 FROM ingest_snapshot t
+                                      WHERE t.project_id = s.project_id AND t.session_ref = s.id)
+                    RETURNING s.project_id, s.session_id, s.expired_turns
+                )
+                INSERT INTO ingest_session_expired AS e (project_id, session_id, expired_turns, expired_at)
+                SELECT project_id, session_id, expired_turns, now() FROM gone
+                ON CONFLICT (project_id, session_id) DO UPDATE
+                SET expired_turns = e.expired_turns + EXCLUDED.expired_turns, expired_at = EXCLUDED.expired_at
                 """,
                 [pids, ids],
             )
@@ -137,7 +158,11 @@ def _sessions_settle(refs: Iterable[tuple[int, int]]) -> int:
 
 
 def _partition_sessions(p: Partition) -> list[tuple[int, int]]:
-    with connection.cursor() as cur:
+    """The sessions with turns in P, their turns there recorded as expired (before P is dropped:
+    should the drop fail, a turn still stored is found before its record is looked at)."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        cur.execute(_MARK_EXPIRED.format(source=f'"{p.name}"'))
         cur.execute(f'SELECT DISTINCT project_id, session_ref FROM "{p.name}"')
         return [(a, b) for a, b in cur.fetchall()]
 
@@ -158,8 +183,8 @@ def _project_rows_delete(project_id: int, cutoff: datetime, report: ExpiryReport
                 ), gone AS (
                     DELETE FROM ingest_snapshot s USING doomed d
                     WHERE s.project_id = d.project_id AND s.id = d.id AND s.received_at = d.received_at
-                    RETURNING s.id, s.session_ref, s.received_at
-                ),
+                    RETURNING s.id, s.project_id, s.session_ref, s.received_at, s.turn
+                ), marked AS ({_MARK_EXPIRED.format(source="gone")} RETURNING 1),
                 {", ".join(
                     f'''{t[7:]} AS (DELETE FROM {t} c USING gone g
                         WHERE c.project_id = %s AND c.snapshot_ref = g.id AND c.received_at = g.received_at
@@ -234,8 +259,10 @@ def expire(*, now: datetime | None = None) -> ExpiryReport:
         if p.day is None or p.end is None or p.end > common:
             continue
         _derived_delete(project_id=None, before=p.end)
-        part_sessions = _partition_sessions(p)
         try:
+            # Marking the turns expired takes the sessions' row locks under the same short
+            # lock_timeout: a busy session puts the day off to the next run too (marking is idempotent).
+            part_sessions = _partition_sessions(p)
             with connection.cursor() as cur:
                 cur.execute(f'SELECT count(*) FROM "{p.name}"')
                 count = cur.fetchone()[0]
@@ -256,10 +283,15 @@ def expire(*, now: datetime | None = None) -> ExpiryReport:
     # 3. Sessions.
     report.sessions_deleted = _sessions_settle(sessions)
 
-    # 4. Rollups and contents.
+    # 4. Rollups and contents, and the memory of sessions expired long ago.
     for pid, cutoff in cutoffs.items():
         _rollups_delete(pid, cutoff)
         _contents_delete(pid, cutoff, report)
+    _delete_batches(
+        "DELETE FROM ingest_session_expired WHERE (project_id, session_id) IN (SELECT project_id, session_id "
+        f"FROM ingest_session_expired WHERE expired_at < %s LIMIT {BATCH})",
+        [now - timedelta(days=EXPIRED_SESSION_DAYS)],
+    )
     report.seconds = time.monotonic() - started
     logger.info(
         "ingest.expired partitions=%d snapshots=%d sessions=%d blocks=%d messages=%d derived=%d seconds=%.2f",

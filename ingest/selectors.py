@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from core import pgtext, registry
 from core.models import Project
 from ctxobs.tokens import REPLY_PRIMING
-from ctxobs.wire import unstorable, usable_window
+from ctxobs.wire import LIMITS, unstorable, usable_window
 from ingest.models import (
     BLOCK_COMPRESSED,
     BLOCK_ESTIMATED,
@@ -110,6 +110,30 @@ def session_get(*, project: Project, session_id: str) -> AgentSession | None:
     if unstorable(session_id):
         return None
     return AgentSession.objects.filter(project=project, session_id=session_id).first()
+
+
+def session_expired(*, project: Project, session_id: str, turn: int | None = None) -> bool:
+    """Whether SESSION_ID named a session of PROJECT whose every turn retention removed (it is
+    remembered for ingest.retention.EXPIRED_SESSION_DAYS), TURN among them when given; False for
+    one never sent."""
+    if unstorable(session_id) or (turn is not None and not 0 <= turn <= LIMITS.max_int):
+        return False
+    with connection.cursor() as cur:
+        cur.execute("SELECT expired_turns @> %s::bigint FROM ingest_session_expired "
+                    "WHERE project_id = %s AND session_id = %s", [turn, project.pk, session_id])
+        row = cur.fetchone()
+    return row is not None and (turn is None or bool(row[0]))
+
+
+def turn_expired(*, project: Project, session: AgentSession, turn: int) -> bool:
+    """Whether turn TURN of SESSION was stored and retention has removed it (not: never sent)."""
+    if not 0 <= turn <= LIMITS.max_int:  # a turn number no snapshot can have
+        return False
+    with connection.cursor() as cur:
+        cur.execute("SELECT expired_turns @> %s::bigint FROM ingest_session "
+                    "WHERE project_id = %s AND id = %s", [turn, project.pk, session.id])
+        row = cur.fetchone()
+    return bool(row and row[0])
 
 
 def session_ids_existing(*, project: Project, session_ids: list[str]) -> set[str]:

@@ -187,11 +187,17 @@ def _page(request: HttpRequest, project: Project, membership: Membership, **extr
     return page_context(request, project, membership, **{"palette": charts.KIND_COLOURS, **extra})
 
 
-def _session_or_404(project: Project, session_id: str) -> AgentSession:
+def _session_or_404(project: Project, session_id: str, turn: int | None = None) -> AgentSession:
+    """The session, or a 404 saying whether retention removed it (or TURN of it) or it was never sent."""
     session = selectors.session_get(project=project, session_id=session_id)
     if session is None:
-        raise Http404(f"Session {session_id} is not stored: its turns have expired (this project keeps "
-                      f"turns {project.retention_days} days after they arrive) or it was never sent.")
+        if turn is not None and selectors.session_expired(project=project, session_id=session_id, turn=turn):
+            raise Http404(f"Turn {turn} of session {session_id} has expired: this project keeps turns "
+                          f"{project.retention_days} days after they arrive.")
+        if selectors.session_expired(project=project, session_id=session_id):
+            raise Http404(f"Session {session_id} has expired: this project keeps turns "
+                          f"{project.retention_days} days after they arrive, and its last turn has gone.")
+        raise Http404(f"Session {session_id} not found: no session with this id was sent to this project.")
     return session
 
 
@@ -467,9 +473,11 @@ def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMes
 def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot:
     snap = selectors.snapshot_by_turn(project=project, session=session, turn=turn)
     if snap is None:
-        raise Http404(f"Turn {turn} of session {session.session_id} is not stored: it has expired "
-                      f"(this project keeps turns {project.retention_days} days after they arrive) "
-                      "or was never sent.")
+        if selectors.turn_expired(project=project, session=session, turn=turn):
+            raise Http404(f"Turn {turn} of session {session.session_id} has expired: this project keeps "
+                          f"turns {project.retention_days} days after they arrive.")
+        raise Http404(f"Turn {turn} of session {session.session_id} not found: the session has no turn "
+                      f"{turn}.")
     return snap
 
 
@@ -477,7 +485,7 @@ def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot
 @legacy_links
 def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: int) -> HttpResponse:
     project, membership = project_access(request, project_id)
-    session = _session_or_404(project, session_id)
+    session = _session_or_404(project, session_id, turn)
     snapshot = _turn_or_404(project, session, turn)
     prev_turn, next_turn = selectors.snapshot_neighbours(project=project, session=session, snapshot=snapshot)
 
@@ -591,7 +599,7 @@ def block_content(
 ) -> HttpResponse:
     """All messages of one block, uncut (the 'show all' of the turn page)."""
     project, membership = project_access(request, project_id)
-    session = _session_or_404(project, session_id)
+    session = _session_or_404(project, session_id, turn)
     snapshot = _turn_or_404(project, session, turn)
     blocks = selectors.snapshot_blocks(project_id=project.pk, snapshot_ref=snapshot.id)
     block = next((b for b in blocks if b["position"] == position), None)

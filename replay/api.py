@@ -181,8 +181,11 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
 @router.post(
     "/replays",
     auth=REPLAY_AUTH,
-    response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail},
+    response={201: JobOut, 400: Detail, 401: Detail, 403: Detail, 404: Detail, 409: Detail},
     summary="Start a replay job (one model call per variant and sample)",
+    openapi_extra={"responses": {409: {
+        "description": "the project is not ready for it: it has no model endpoint (the detail says what "
+                       "to do first)"}}},
 )
 def replay_create(request: HttpRequest, payload: ReplayIn) -> Status:
     caller = request.auth  # type: ignore[attr-defined]

@@ -22,6 +22,13 @@ class NotFound(ReplayError):
     status_code = 404
 
 
+class PreconditionFailed(ReplayError):
+    """The request is well formed but the project is not ready for it (it has no model endpoint):
+    409, with the reason and what to do first."""
+
+    status_code = 409
+
+
 class Forbidden(ReplayError):
     status_code = 403
 
@@ -33,8 +40,15 @@ def turn_expired(retention_days: int) -> str:
 
 
 class TurnGone(NotFound):
-    """A turn named to replay is not stored: expired, or never sent."""
+    """A turn named to replay is not stored. EXPIRED: retention removed it (known for sessions);
+    None: it cannot be told (a snapshot id leaves no trace once removed)."""
 
-    def __init__(self, what: str, retention_days: int) -> None:
-        super().__init__(f"no such {what} in this project: {turn_expired(retention_days)}, "
-                         "or it was never sent")
+    def __init__(self, what: str, retention_days: int, *, expired: bool | None = None) -> None:
+        if expired:
+            detail = f"no such {what} in this project: {turn_expired(retention_days)}"
+        elif expired is None:
+            detail = (f"no such {what} in this project: it was never sent, or it is older than the "
+                      f"{retention_days} days this project keeps turns")
+        else:
+            detail = f"no such {what} in this project: none with this id was sent to it"
+        super().__init__(detail)

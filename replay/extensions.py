@@ -13,6 +13,11 @@ from core.registry import AlertPageExtension, LocalModel, PagePanel, StartupFail
 TURN_ACTIONS = TurnPageExtension(name="replay.turn_actions", template="replay/_turn_actions.html")
 
 
+# Seconds the model server gets to exit on SIGTERM before it is killed (ctxobs_up stops within
+# its STOP_GRACE_S).
+STOP_TIMEOUT_S = 5.0
+
+
 def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
     """Start the embedded model server, wait until it answers and make it PROJECT's default
     endpoint (`manage.py ctxobs_up`)."""
@@ -25,12 +30,15 @@ def local_model_start(*, project: Project, log_path: Path) -> LocalModel:
         raise StartupFailed(f"the local model server did not start: {exc}") from exc
     try:
         localmodel.wait_ready(server.base_url, timeout=180, process=server.process)
-    except Exception as exc:
-        localmodel.stop(server)
-        raise StartupFailed(f"the local model server did not become ready: {exc}") from exc
-    model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
-    return LocalModel(
-        base_url=server.base_url, stop=lambda: localmodel.stop(server), model_file=server.model_file)
+        model_endpoints.local_endpoint_register(project=project, base_url=server.base_url)
+    except BaseException as exc:
+        # Ctrl-C while the model loads stops the server too.
+        localmodel.stop(server, timeout=STOP_TIMEOUT_S)
+        if isinstance(exc, Exception):
+            raise StartupFailed(f"the local model server did not become ready: {exc}") from exc
+        raise
+    return LocalModel(base_url=server.base_url, stop=lambda: localmodel.stop(server, timeout=STOP_TIMEOUT_S),
+                      model_file=server.model_file)
 
 
 def _turn_triage_context(*, project: Project, snapshot: Any, **_: Any) -> dict[str, Any]:

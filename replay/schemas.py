@@ -9,9 +9,10 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, model_validator
 
 from config.params import FiniteFloat, Id
+from core.schemas import ObjectIn
 
 
-class Operation(Schema):
+class Operation(ObjectIn):
     op: Literal["remove", "move", "truncate", "replace", "keep_only", "keep_sentences"]
     key: str | None = None
     to: Literal["front", "end", "middle", "before", "after"] | None = None
@@ -22,7 +23,7 @@ class Operation(Schema):
     keep: list[int] | None = Field(None, description="keep_sentences: the sentence numbers kept")
 
 
-class TurnFilter(Schema):
+class TurnFilter(ObjectIn):
     q: str | None = None
     agent: str | None = None
     model: str | None = None
@@ -32,7 +33,7 @@ class TurnFilter(Schema):
     turn_to: int | None = None
 
 
-class Overrides(Schema):
+class Overrides(ObjectIn):
     """Parameters sent instead of the turn's saved ones, on every call of the job (recorded on
     it). Leave a field out to send the saved value; without `seed`, baseline resamples after
     the first carry no seed."""
@@ -45,7 +46,7 @@ class Overrides(Schema):
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
 
 
-class ReplayIn(Schema):
+class ReplayIn(ObjectIn):
     """A replay job. Name the turns (snapshot_id, or session_id / filter for many turns) and
     what to do: kind plain | without | move | loo | batch | custom | attribution.
 

@@ -68,3 +68,34 @@ def test_compose_runs_the_workers_of_config_celery_and_one_beat() -> None:
         assert services[name]["healthcheck"]["test"], name
     beats = [n for n, s in services.items() if " beat" in str(s.get("command", ""))]
     assert beats == ["beat"]
+
+
+def test_a_channel_closed_after_its_connection_was_detached_fails_as_a_connection_error() -> None:
+    """The state kombu leaves after a broker outage (config.celery.guard_detached_redis_channels):
+    a channel holding an unacknowledged message, its pool dropped, its transport detached. Closing
+    it restores the message; that must fail as an error of a dead connection, which the worker's
+    consumer ignores, not as the AttributeError that used to end the worker."""
+    from kombu import Connection
+    from kombu.common import ignore_errors
+    from kombu.transport import redis as kombu_redis
+
+    conn = Connection(settings.REDIS_URL)
+    try:
+        channel = conn.channel()
+        queue = f"test-detached-{id(channel)}"
+        channel.queue_declare(queue)
+        channel.basic_publish(channel.prepare_message("{}"), exchange="", routing_key=queue)
+        message = channel.basic_get(queue, no_ack=False)
+        assert message is not None and channel.qos._delivered  # held, unacknowledged
+        # What Connection.collect() leaves when the channel's first close failed half-way.
+        channel._disconnect_pools()
+        conn.transport.client = None
+        with pytest.raises(kombu_redis.Transport.connection_errors):
+            channel.close()
+        channel.closed = False
+        channel.qos._delivered.restored = False
+        channel.qos._delivered[message.delivery_tag] = message
+        ignore_errors(kombu_redis.Transport, channel.close)  # what the consumer steps do
+    finally:
+        conn.transport.client = conn
+        ignore_errors(conn, conn.release)

@@ -23,7 +23,7 @@ def test_compose_has_web_worker_beat_postgres_redis_with_health_checks():
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert "celery -A config worker" in services["worker"]["command"]
     assert "celery -A config beat" in services["beat"]["command"]
-    assert "gunicorn config.wsgi:application" in services["web"]["command"]
+    assert "uvicorn config.asgi:application" in services["web"]["command"]
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["redis"]["image"].startswith("redis:")
 

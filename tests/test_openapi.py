@@ -7,6 +7,7 @@ paid API; no Celery worker runs here, and the queued jobs are removed from the t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -193,3 +194,22 @@ def test_model_numbers_are_judged_as_the_schema_says(api: Any, field: str, value
     r = api.post_snapshots([s])
     # A whole float is the integer JSON Schema says it is; beyond 32 bits is refused, not a 500.
     assert r.status_code == (200 if isinstance(value, float) else 422), r.content
+
+
+def test_the_utc_offset_bound_is_in_the_schema_and_enforced(client: Any, api: Any) -> None:
+    import re
+
+    doc = _published(client)
+    params = {p["name"]: p for p in doc["paths"]["/api/v1/export"]["get"]["parameters"]}
+    for name in ("since", "until"):
+        (stated,) = [s for s in params[name]["schema"]["anyOf"] if s.get("type") == "string"]
+        assert "±14:00" in stated["description"]
+        pattern = re.compile(stated["pattern"])
+        for value, taken in (("2026-12-01T08:00:00+14:00", True), ("2026-12-01T08:00:00-1400", True),
+                             ("2026-12-01T08:00:00Z", True), ("2026-12-01T08:00:00+14:30", False),
+                             ("2026-12-01T08:00:00-15:00", False)):
+            assert bool(pattern.match(value)) == taken, value
+            r = api.get("/export", **{name: value})
+            assert r.status_code == (200 if taken else 422), (value, r.content)
+            if not taken:
+                assert "-14:00 and +14:00" in json.dumps(r.json())

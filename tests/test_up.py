@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -28,13 +29,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(home: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _start(home: Path, port: int, *extra: str, argv: list[str] | None = None
+           ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CTXOBS_HOME"] = str(home)
     args = list(extra) or ["--no-model", "--no-demo"]
+    # In a session of its own, as in a terminal: Ctrl-C goes to its whole process group.
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "ctxobs_up", "--port", str(port), "--workers", "1", *args],
+        [*(argv or [sys.executable, "manage.py", "ctxobs_up"]), "--port", str(port), "--workers", "1",
+         *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
     )
     found: dict[str, str] = {}
     deadline = time.monotonic() + 300
@@ -229,5 +234,140 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
                 time.sleep(1)
                 page = c.get(turn_url).text
             assert 'with <span class="mono">GGUF vocabulary' in page, page[:3000]
+    finally:
+        _stop(proc)
+
+
+def _processes_of(proc: subprocess.Popen[str], home: Path) -> list[Any]:
+    """PROC's descendants, and the embedded servers that keep their data under HOME."""
+    import psutil
+
+    found = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True) if _cmdline(p)}
+    for p in psutil.process_iter(["cmdline"]):
+        if str(home) in " ".join(p.info["cmdline"] or []):
+            found.setdefault(p.pid, p)
+    found.pop(proc.pid, None)
+    return list(found.values())
+
+
+def _cmdline(p: Any) -> str:
+    """P's command line; empty once it has exited (a zombie has none)."""
+    import psutil
+
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:
+    """Those of PROCS still running after TIMEOUT (an exited process not yet reaped is gone)."""
+    import psutil
+
+    def running(p: Any) -> bool:
+        try:
+            return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    return alive
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("to_group", "sig"), [(True, signal.SIGINT), (False, signal.SIGTERM)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-up-alone"])
+def test_stopping_scripts_up_stops_every_process_it_started_within_10_s(tmp_path, to_group, sig):
+    """Ctrl-C (SIGINT to scripts/up's process group, as a terminal sends it), or SIGTERM to the
+    command alone (a service manager), while the example agent is talking to the local model: up,
+    web, workers, beat, the model server, the agent and the embedded PostgreSQL and Redis are all
+    gone within 10 s."""
+    import psutil
+
+    home = tmp_path / "home"
+    port = _free_port()
+    proc, found = _start(home, port, "--demo-sessions", "3", "--demo-turns", "40",
+                         argv=[str(ROOT / "scripts" / "up")])
+    procs: list[Any] = []
+    try:
+        assert "model" in found, "the local model server was not started"
+        deadline = time.monotonic() + 120
+        agent = []
+        while time.monotonic() < deadline and not agent:
+            agent = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if "agent_loop.py" in _cmdline(p)]
+            time.sleep(0.5)
+        assert agent, "the example agent did not start"
+        time.sleep(3)  # mid-conversation: the agent waits on the model
+        procs = _processes_of(proc, home)
+        names = sorted({_cmdline(p)[:60] for p in procs})
+        assert len(procs) >= 6, names
+        started = time.monotonic()
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            # scripts/up execs manage.py: the process it started is the command itself.
+            proc.send_signal(sig)
+        alive = _wait_gone(procs, timeout=10)
+        proc.wait(timeout=max(0.1, 10 - (time.monotonic() - started)))
+        took = time.monotonic() - started
+        assert not alive, [_cmdline(p)[:80] for p in alive]
+        assert took <= 10, took
+    finally:
+        for p in [*procs, proc]:
+            if p.poll() is None if isinstance(p, subprocess.Popen) else p.is_running():
+                p.kill()
+
+
+@pytest.mark.e2e
+def test_a_crashed_worker_is_restarted_with_backoff_and_the_stack_keeps_running(tmp_path):
+    """kill -9 of the alerts worker scripts/up started: up logs it, starts the worker again (a
+    longer pause the second time in a row) and the web server and the other processes go on."""
+    import threading
+
+    import psutil
+
+    home = tmp_path / "home"
+    port = _free_port()
+    proc, found = _start(home, port)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def alerts_worker() -> Any:
+        kids = psutil.Process(proc.pid).children()
+        return next((k for k in kids if "default,alerts" in _cmdline(k)), None)
+
+    def wait_for(what: str, check: Any, timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if value := check():
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"{what}; up said: {''.join(lines)[-2000:]}")
+
+    try:
+        others = {k.pid for k in psutil.Process(proc.pid).children()} - {alerts_worker().pid}
+        for attempt, pause in ((1, "1 s"), (2, "2 s")):
+            victim = wait_for("the alerts worker", alerts_worker)
+            victim.kill()
+            wait_for("the exit logged",
+                     lambda a=attempt: sum("worker exited (killed by SIGKILL)" in x for x in lines) >= a)
+            logged = [x for x in lines if "worker exited" in x][-1]
+            assert f"restarting it in {pause}" in logged, logged
+            new = wait_for("a new alerts worker",
+                           lambda v=victim: (w := alerts_worker()) and w.pid != v.pid and w)
+            assert any(f"worker restarted (pid {new.pid})" in x for x in lines), lines[-5:]
+            assert proc.poll() is None
+            assert httpx.get(f"{found['url']}/healthz", timeout=10).status_code == 200
+        # The other processes were left alone, and the new worker serves its queues.
+        assert others <= {k.pid for k in psutil.Process(proc.pid).children()}
+        queues, _ = _worker_queues(proc)
+        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["replay"]], queues
     finally:
         _stop(proc)

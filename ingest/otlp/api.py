@@ -257,7 +257,9 @@ _DESCRIPTION = (
     "Model-call spans of the OTel GenAI, OpenInference and OpenLLMetry conventions become snapshots "
     "(one per innermost model-call span, idempotent on trace id + span id, also when a framework's "
     "span and the provider span it wraps come in separate exports); see docs/otlp.md. "
-    "Body limit max_body_bytes, checked after decompression too."
+    "Body limit max_body_bytes, checked after decompression too; an OTLP/JSON body nested deeper than "
+    "max_body_depth gets 400, and a model call whose content nests deeper than max_depth is refused "
+    "alone (partial_success)."
 )
 
 

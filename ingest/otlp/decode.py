@@ -9,8 +9,6 @@ lists and dicts of them).
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +16,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from core import jsonbody
 
 
 class MalformedExport(ValueError):
@@ -270,7 +270,7 @@ def _json_value(v: Any, where: str) -> Any:
         if camel == "bytesValue":
             try:
                 return base64.b64decode(str(x), validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or text that is not ASCII
                 raise MalformedExport(f"{where}.bytesValue: must be base64") from None
     return None
 
@@ -303,7 +303,7 @@ def _json_id(v: Any, size: int, where: str, required: bool) -> str:
             pass
     try:
         raw = base64.b64decode(text, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text that is not ASCII
         raw = b""
     if len(raw) == size:
         return raw.hex()
@@ -327,7 +327,9 @@ def _json_obj(v: Any, where: str) -> dict[str, Any]:
 
 def _json_load(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = jsonbody.loads(body)
+    except jsonbody.TooDeep as exc:
+        raise MalformedExport(str(exc)) from None
     except UnicodeDecodeError:
         raise MalformedExport("body is not valid UTF-8 JSON") from None
     except ValueError as exc:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from core import jsonbody
 from ctxobs import tokens as tok
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.client import TAG_BLOCK, TAG_KIND
@@ -170,7 +171,10 @@ def _json_value(v: Any, what: str, problems: list[str]) -> Any:
     """V, parsed when it is JSON text (attributes carry structures as JSON strings)."""
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return jsonbody.loads(v, what=what)
+        except jsonbody.TooDeep as exc:
+            problems.append(str(exc))
+            return None
         except ValueError:
             problems.append(f"{what} is not complete JSON (truncated?)")
             return None
@@ -745,16 +749,18 @@ def _tool_result_problems(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _redacted(messages: list[dict[str, Any]], output: dict[str, Any] | None) -> bool:
-    def has(v: Any) -> bool:
+    # A walk without recursion: attribute values nest as deep as a body may (max_body_depth).
+    stack: list[Any] = [messages, output.get("text") if output is not None else None]
+    while stack:
+        v = stack.pop()
         if isinstance(v, str):
-            return REDACTED in v
-        if isinstance(v, list):
-            return any(has(x) for x in v)
-        if isinstance(v, dict):
-            return any(has(x) for x in v.values())
-        return False
-
-    return has(messages) or (output is not None and has(output.get("text")))
+            if REDACTED in v:
+                return True
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return False
 
 
 def _invocation_model(attrs: dict[str, Any]) -> str | None:
@@ -778,7 +784,7 @@ def _params(attrs: dict[str, Any]) -> dict[str, Any]:
     inv = attrs.get("llm.invocation_parameters")
     if isinstance(inv, str):
         try:
-            parsed = json.loads(inv)
+            parsed = jsonbody.loads(inv, what="llm.invocation_parameters")
         except ValueError:
             parsed = None
         if isinstance(parsed, dict):

@@ -16,7 +16,7 @@ from core.models import Project
 from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
 from replay import ablation, attribution, signals
-from replay.errors import EndpointError, NotFound, TurnGone, VariantError
+from replay.errors import NotFound, PreconditionFailed, TurnGone, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
 from replay.types import PlanEstimate, SkippedTurn
@@ -186,7 +186,8 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
     if spec.get("session_id"):
         session = ingest_selectors.session_get(project=project, session_id=str(spec["session_id"]))
         if session is None:
-            raise TurnGone("session", project.retention_days)
+            expired = ingest_selectors.session_expired(project=project, session_id=str(spec["session_id"]))
+            raise TurnGone("session", project.retention_days, expired=expired)
         sessions = [session]
     elif "filter" in spec:
         # No condition at all selects every session; the per-job bound below still holds.
@@ -322,7 +323,8 @@ def replay_job_create(
         raise NotFound("no such endpoint in this project")
     plan = replay_job_plan(project=project, spec=spec, endpoint=endpoint)
     if endpoint is None:
-        raise EndpointError("this project has no model endpoint; add one first")
+        raise PreconditionFailed("this project has no model endpoint; add one first (project settings, "
+                                 "Model endpoints)")
     return replay_job_store(
         project=project, endpoint=endpoint, plan=plan, spec={**spec, "skipped": plan.skipped}, user=user
     )

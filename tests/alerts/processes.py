@@ -61,9 +61,13 @@ class RedisServer:
         except redis.RedisError:
             return False
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGTERM, or SIGKILL with KILL: gone at once, mid-reply)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
             self.proc.wait(timeout=20)
         self.proc = None
         if self.logfile is not None:

@@ -36,6 +36,7 @@ from ctxobs.wire import (
     Snapshot,
     Usage,
     ValidationOutcome,
+    deeper_than,
     limits_doc,
 )
 
@@ -146,6 +147,8 @@ def _beyond_schema(snap: dict[str, Any]) -> bool:
         if (isinstance(window, int | float) and isinstance(reserve, int | float)
                 and not isinstance(reserve, bool) and reserve >= window):
             return True
+    if deeper_than(snap, LIMITS.max_depth):
+        return True
     blocks = snap.get("blocks")
     if isinstance(blocks, list):
         for b in blocks:
@@ -227,12 +230,19 @@ def test_identifiers_and_only_identifiers_refuse_nul() -> None:
 
 
 def test_the_rules_beyond_the_schema_are_the_validators_alone() -> None:
-    assert len(RULES_BEYOND_SCHEMA) == 2
+    assert len(RULES_BEYOND_SCHEMA) == 3
     reserve = every_field_snapshot()
     reserve["model"]["reserve_tokens"] = reserve["model"]["context_window"]
     big = every_field_snapshot()
     big["blocks"][0]["messages"] = [{"role": "user", "content": "a" * (LIMITS.max_chars_per_block + 1)}]
-    for snap, field in ((reserve, ["model", "reserve_tokens"]), (big, ["blocks", 0, "messages"])):
+    deep = every_field_snapshot()
+    nested: Any = {}
+    for _ in range(LIMITS.max_depth - 1):  # params is level 2: one level too many
+        nested = {"k": nested}
+    deep["params"] = nested
+    assert SCHEMA["x-ctxobs-max-depth"] == LIMITS.max_depth
+    for snap, field in ((reserve, ["model", "reserve_tokens"]), (big, ["blocks", 0, "messages"]),
+                        (deep, ["params"])):
         assert SCHEMA_VERDICT.is_valid(snap)
         out, errors = validate_snapshot(snap)
         assert out is None

@@ -367,3 +367,47 @@ def test_server_count_of_a_snapshot_sent_without_tokens_matches_the_sdk(
     assert dict(sdk_tokens)["tools"] > 0
     assert [b["estimated"] for b in server["blocks"]] == [False] * 4
     assert sum(n for _, n in sdk_tokens) == t.tokens() - ctxobs.tokens.REPLY_PRIMING
+
+
+def _post_gzip(api, packed):
+    return api.client.post("/api/v1/snapshots", data=packed, content_type="application/json",
+                           HTTP_CONTENT_ENCODING="gzip", **api.headers())
+
+
+def test_every_member_of_a_multi_member_gzip_body_is_read(api, project):
+    """`cat a.gz b.gz` is one gzip body (RFC 1952): the JSON may be split anywhere across members."""
+    snaps = [snapshot(turn=i) for i in range(3)]
+    raw = json.dumps({"snapshots": snaps}).encode()
+    cuts = [0, 17, len(raw) // 2, len(raw) - 3, len(raw)]
+    packed = b"".join(gzip.compress(raw[a:b]) for a, b in zip(cuts, cuts[1:], strict=False))
+    packed += gzip.compress(b"")  # an empty member counts too
+    r = _post_gzip(api, packed)
+    assert r.status_code == 200, r.content
+    assert [x["status"] for x in r.json()["results"]] == ["created"] * 3
+    assert Snapshot.objects.filter(project=project).count() == 3
+
+
+def test_members_together_over_the_limit_are_413(api):
+    half = b" " * (LIMITS.max_body_bytes // 2 + 1)
+    packed = gzip.compress(b'{"snapshots": []}' + half) + gzip.compress(half)
+    r = _post_gzip(api, packed)
+    assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+    # Each member alone is within it: the sum is what counts.
+    assert _post_gzip(api, gzip.compress(b'{"snapshots": []}' + half)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("tail", "status"),
+    [
+        pytest.param(b"\0" * 8, 200, id="zero-padding"),
+        pytest.param(b"garbage", 400, id="garbage"),
+        pytest.param(gzip.compress(b"x" * 100)[:-6], 400, id="truncated-second-member"),
+    ],
+)
+def test_what_follows_the_last_member(api, project, tail, status):
+    packed = gzip.compress(json.dumps({"snapshots": [snapshot()]}).encode()) + tail
+    r = _post_gzip(api, packed)
+    assert r.status_code == status, r.content
+    if status == 400:
+        assert "gzip" in r.json()["detail"]
+    assert Snapshot.objects.filter(project=project).count() == (1 if status == 200 else 0)

@@ -260,9 +260,60 @@ def test_the_api_answers_404_with_the_reason_for_an_expired_snapshot(client: Cli
     age(p, 10)
     retention.expire()
     r = client.get(f"/api/v1/snapshots/{sid}", HTTP_AUTHORIZATION=f"Bearer {key}")
-    assert r.status_code == 404 and "expired" in r.json()["detail"]
+    # A snapshot id leaves no trace once removed: the answer names both possibilities.
+    assert r.status_code == 404 and "older than the 5 days" in r.json()["detail"]
     r = client.get("/api/v1/sessions/s/timeline", HTTP_AUTHORIZATION=f"Bearer {key}")
     assert r.status_code == 404 and "expired" in r.json()["detail"]
+    r = client.get("/api/v1/export", {"session_id": "s"}, HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert r.status_code == 404 and "expired" in r.json()["detail"]
+    for never in ("/api/v1/sessions/never/timeline", "/api/v1/export?session_id=never"):
+        r = client.get(never, HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert r.status_code == 404 and "no such session" in r.json()["detail"], never
+        assert "expired" not in r.json()["detail"]
+
+
+def _page_404(client: Client, url: str) -> tuple[str, str]:
+    """The heading and the message of a 404 page."""
+    r = client.get(url)
+    assert r.status_code == 404, (url, r.status_code)
+    body = r.content.decode()
+    heading = body.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    message = body.split("</h1>", 1)[1].split("</p>", 1)[0]
+    return heading, message
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["partition-dropped", "rows-deleted"])
+def test_pages_say_expired_only_for_what_retention_removed(path: str) -> None:
+    p = _project("p", 5)
+    if path == "rows-deleted":
+        # A project that keeps its turns longer shares the day: it is not dropped whole.
+        other = _project("other", 30)
+        snapshot_batch_ingest(project=other, batch=_session("kept", 1))
+        age(other, 10)
+    snapshot_batch_ingest(project=p, batch=_session("gone", 2))
+    snapshot_batch_ingest(project=p, batch=_session("part", 1))
+    age(p, 10)
+    snapshot_batch_ingest(project=p, batch=_session("part", 3)[2:])  # turn 2 arrives today
+    report = retention.expire()
+    assert bool(report.partitions_dropped) == (path == "partition-dropped")
+    client = _admin(p)
+    base = f"/p/{p.pk}/s"
+
+    assert _page_404(client, f"{base}/gone/t/1/")[0] == "Turn expired"
+    heading, message = _page_404(client, f"{base}/gone/")
+    assert heading == "Session expired" and "keeps turns 5 days" in message
+    assert client.get(f"{base}/part/").status_code == 200
+    heading, message = _page_404(client, f"{base}/part/t/0/")
+    assert heading == "Turn expired" and "keeps turns 5 days" in message
+
+    for never in (f"{base}/never/", f"{base}/never/t/0/", f"{base}/part/t/7/", f"{base}/gone/t/9/"):
+        heading, message = _page_404(client, never)
+        if never.endswith("/gone/t/9/"):
+            # A turn the session never had, of a session that did expire: the session is what is gone.
+            assert heading == "Session expired", never
+            continue
+        assert heading == "Not found" and "expired" not in message and "not found" in message, never
 
 
 # --- settings ---------------------------------------------------------------------------------

@@ -213,3 +213,53 @@ def test_a_filter_that_matches_no_turn_is_a_404(
     resp = _post(api.client, "/replays/preview", {"filter": {"agent": "nobody"}}, **api.headers())
     assert resp.status_code == 404
     assert resp.json()["detail"] == "no turn matches"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/replays", "/replays/preview"])
+@pytest.mark.parametrize("value", [5, "x", True, [], [{"q": "a"}]],
+                         ids=["number", "string", "true", "empty-list", "list-of-object"])
+def test_a_filter_that_is_not_an_object_is_422(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any, path: str, value: Any
+) -> None:
+    resp = _post(api.client, path, {"kind": "plain", "filter": value}, **api.headers(replay_key))
+    assert resp.status_code == 422, resp.content
+    errors = resp.json()["detail"]
+    assert any("filter" in e["loc"] and "must be an object" in e["msg"] for e in errors), errors
+    assert not ReplayJob.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", ["params", "operations"])
+def test_other_nested_objects_are_objects_too(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any, field: str
+) -> None:
+    body: dict[str, Any] = {"kind": "custom", "snapshot_id": planted["snapshot_id"],
+                            "operations": [{"op": "remove", "key": "memory"}]}
+    body[field] = 5 if field == "params" else [5]
+    resp = _post(api.client, "/replays", body, **api.headers(replay_key))
+    assert resp.status_code == 422, resp.content
+    assert not ReplayJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_object_filter_still_plans_a_replay(
+    api: Any, replay_key: str, planted: dict[str, Any], stub_endpoint: Any
+) -> None:
+    resp = _post(api.client, "/replays/preview", {"kind": "plain", "filter": {}}, **api.headers(replay_key))
+    assert resp.status_code == 200 and resp.json()["variants"], resp.content
+
+
+@pytest.mark.django_db
+def test_a_project_without_a_model_endpoint_is_a_409_with_its_reason(
+    api: Any, replay_key: str, planted: dict[str, Any]
+) -> None:
+    resp = _post(api.client, "/replays", {"kind": "plain", "snapshot_id": planted["snapshot_id"]},
+                 **api.headers(replay_key))
+    assert resp.status_code == 409, resp.content
+    assert "no model endpoint" in resp.json()["detail"]
+    assert not ReplayJob.objects.exists()
+    doc = api.client.get("/api/v1/openapi.json").json()
+    answer = doc["paths"]["/api/v1/replays"]["post"]["responses"]["409"]
+    assert "model endpoint" in answer["description"]
+    assert answer["content"]["application/json"]["schema"]

@@ -77,9 +77,14 @@ def test_runs_of_a_turn_that_expired_after_the_job_was_made_end_with_turn_expire
     assert page.status_code == 200
     assert reason in body and 'id="job-turns-expired"' in body and "turn expired</span>" in body
 
-    # A new job on the expired turn: the form says why, with a 404.
+    # A new job on the expired turn: the form says why, with a 404 (by snapshot id, which leaves
+    # no trace once removed, both possibilities; by session, which does, that it expired).
     resp = admin_client_.post(
         f"/p/{project.pk}/replays/new", {"snapshot_id": wire["snapshot_id"], "kind": "plain", "samples": "1"}
+    )
+    assert resp.status_code == 404 and f"older than the {RETENTION_DAYS} days" in resp.content.decode()
+    resp = admin_client_.post(
+        f"/p/{project.pk}/replays/new", {"session_id": wire["session_id"], "kind": "plain", "samples": "1"}
     )
     assert resp.status_code == 404 and reason in resp.content.decode()
 
@@ -98,7 +103,17 @@ def test_the_api_refuses_a_job_on_an_expired_turn_with_the_reason(
         content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}",
     )
     assert resp.status_code == 404, resp.content
-    assert turn_expired(RETENTION_DAYS) in resp.json()["detail"]
+    assert f"older than the {RETENTION_DAYS} days" in resp.json()["detail"]
+    resp = client.post(
+        "/api/v1/replays", {"session_id": wire["session_id"], "kind": "plain", "samples": 1},
+        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+    assert resp.status_code == 404 and turn_expired(RETENTION_DAYS) in resp.json()["detail"]
+    resp = client.post(
+        "/api/v1/replays", {"session_id": "never-sent", "kind": "plain", "samples": 1},
+        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+    assert resp.status_code == 404 and "expired" not in resp.json()["detail"]
 
 
 @pytest.mark.django_db

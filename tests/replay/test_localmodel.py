@@ -3,6 +3,7 @@ reaches the model, which the server's own prompt-token count shows."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -79,3 +80,49 @@ def test_the_same_context_gets_the_same_answer_whatever_the_server_answered_befo
     _answer(url, blocks[:-1])  # a shared prefix, as the next leave-one-out variant would send
     after_variant = _answer(url, blocks)
     assert first and first == again == after_variant, (first, again, after_variant)
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_the_local_model_command_stops_within_3_s_of_sigterm_without_a_traceback(tmp_path: Any) -> None:
+    """`manage.py ctxobs_localmodel` waits on its server process; SIGTERM then stops both at once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.processes import ROOT, free_port, process_env
+    from tests.waiting import wait_until
+
+    out = tmp_path / "out.log"
+    port = free_port()
+    with out.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "ctxobs_localmodel", "--port", str(port), "--n-ctx", "512",
+             "--log", str(tmp_path / "model.log")],
+            cwd=ROOT, env=process_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "local model ready" in out.read_text(errors="replace") or proc.poll() is not None,
+                   180, "the local model to be ready")
+        assert proc.poll() is None, out.read_text(errors="replace")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "no server process"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        took = time.monotonic() - started
+        text = out.read_text(errors="replace")
+        assert took < 3.0, (took, text[-2000:])
+        assert "Traceback" not in text, text[-2000:]
+        assert proc.returncode == 0, (proc.returncode, text[-2000:])
+        gone, alive = psutil.wait_procs(children, timeout=1)
+        assert not alive, alive
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -3,7 +3,13 @@
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
 the web server, the Celery workers (alerts and replays apart, see config.celery), beat and the
-local model server (the one an installed app registered in core.registry). Ctrl-C stops them all.
+local model server (the one an installed app registered in core.registry). It supervises the
+web server, the workers and beat: one that exits is restarted, after a pause that doubles with
+each quick failure (RESTART_BACKOFF_S up to RESTART_BACKOFF_MAX_S), with a line on standard error
+each time. Ctrl-C (or SIGTERM)
+stops them all within STOP_GRACE_S seconds: each child runs in a process group of its own (a
+gunicorn master with its workers, a Celery worker with its pool), asked to stop, then killed with
+its group once the time is up.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,39 @@ from core.services import ingest_key_create, project_create
 
 DEMO_PROJECT = "demo"
 DEMO_USER = "demo"
+# Seconds a stopping child gets before it is killed with its process group: Ctrl-C ends
+# everything within about this (Celery's warm shutdown would wait for a running replay; tasks are
+# acknowledged late and safe to run twice, so a killed one loses nothing).
+STOP_GRACE_S = 5.0
+
+
+# A supervised child that exits is started again after RESTART_BACKOFF_S, doubled for each
+# exit in a row that came sooner than RESTART_STABLE_S after its start, up to RESTART_BACKOFF_MAX_S.
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+RESTART_STABLE_S = 60.0
+
+
+@dataclass
+class _Child:
+    """A supervised process: how to start it again, and its restart state."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes]
+    started: float
+    quick_exits: int = 0
+    restart_at: float | None = None
+
+
+class _Stop(Exception):
+    """SIGTERM, raised in the main thread so that the stop runs there, not inside the handler."""
+
+
+def _raise_stop(*_: object) -> None:
+    raise _Stop
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -57,6 +97,31 @@ def _wait_http(url: str, timeout: float) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+def _popen(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("a") as fh:
+        # A process group of its own: Ctrl-C reaches this command only, which stops the children
+        # itself, and a stop or a crash can end a child's own children (workers, pool) with it.
+        return subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                cwd=str(settings.BASE_DIR), process_group=0)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """SIG to PROC's process group (PROC leads it); nothing when the group is gone."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _secret_file(path: Path, make: Callable[[], str]) -> str:
@@ -85,10 +150,25 @@ class Command(BaseCommand):
                             help="start everything, verify it answers, then stop (used by tests)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        self.children: list[_Child] = []
+        self.demo_proc: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+        self.demo_lock = threading.Lock()
+        self._model: registry.LocalModel | None = None
+        signal.signal(signal.SIGTERM, _raise_stop)
+        try:
+            self._run(opts)
+        except (KeyboardInterrupt, _Stop):
+            self.stdout.write("ctxobs: stopping")
+        finally:
+            # A second Ctrl-C does not cut the stop short (it is bounded by STOP_GRACE_S).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self._stop()
+
+    def _run(self, opts: dict[str, Any]) -> None:
         home = Path(settings.CTXOBS_HOME)
         home.mkdir(parents=True, exist_ok=True)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.names: dict[int, str] = {}
         logs = home / "logs"
         logs.mkdir(exist_ok=True)
 
@@ -111,7 +191,7 @@ class Command(BaseCommand):
         model_base: str | None = None
         if not opts["no_model"]:
             model_base = self._start_model(project, env, logs)
-        model_file = getattr(getattr(self, "_model", None), "model_file", None)
+        model_file = self._model.model_file if self._model is not None else None
         if model_file is not None:
             # The workers count Gemma prompts with the local model's own vocabulary, read from its
             # file (docs/insights.md): the server itself is busy answering the agent.
@@ -121,12 +201,13 @@ class Command(BaseCommand):
         for service in WORKER_QUEUES:
             self._spawn(service, worker_argv(service, concurrency=2, hostname=f"{service}@%h"), env, logs)
         self._spawn("beat", beat_argv(schedule_file=str(home / "celerybeat-schedule")), env, logs)
-        self._spawn("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application",
-                            "-b", f"{host}:{port}", "-w", str(opts["workers"]), "--threads", "4",
-                            "--timeout", "60", "--access-logfile", "-"], env, logs)
+        # As in docker-compose.yml: slow clients hold a coroutine of uvicorn, not a view thread.
+        self._spawn("web", [sys.executable, "-m", "uvicorn", "config.asgi:application",
+                            "--host", host, "--port", str(port), "--workers", str(opts["workers"]),
+                            "--timeout-keep-alive", "5", "--no-proxy-headers", "--no-server-header"],
+                    env, logs)
         if not _wait_http(f"{base_url}/healthz", 60):
             self.stderr.write(f"ctxobs: the web server did not come up; see {logs / 'web.log'}")
-            self._stop()
             sys.exit(1)
 
         self.stdout.write("")
@@ -151,25 +232,10 @@ class Command(BaseCommand):
         if opts["check"]:
             if demo_thread is not None:
                 demo_thread.join(timeout=900)
-            self._stop()
             return
-        def _terminate(*_: object) -> None:
-            self._stop()
-            sys.exit(0)
-
-        signal.signal(signal.SIGTERM, _terminate)
-        try:
-            while True:
-                for p in self.procs:
-                    if p.poll() is not None:
-                        name = self.names.get(p.pid, "?")
-                        self.stderr.write(f"ctxobs: a process exited ({name}); see {logs}")
-                        self._stop()
-                        sys.exit(1)
-                time.sleep(1)
-        except KeyboardInterrupt:
-            self.stdout.write("ctxobs: stopping")
-            self._stop()
+        while True:
+            self._supervise()
+            time.sleep(0.5)
 
     # --- parts ----------------------------------------------------------------
     def _demo_project(self, home: Path) -> tuple[Project, str, str]:
@@ -221,8 +287,15 @@ class Command(BaseCommand):
         cmd = [sys.executable, str(root / "examples" / "agent_loop.py"), "--base-url", model_base,
                "--sessions", str(sessions), "--turns", str(turns)]
         env = dict(os.environ, CTXOBS_ENDPOINT=base_url, CTXOBS_API_KEY=key)
-        with (logs / "demo-agent.log").open("w") as fh:
-            rc = subprocess.call(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(root))
+        with (logs / "demo-agent.log").open("w") as fh, self.demo_lock:
+            if self.stopping.is_set():
+                return
+            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(root),
+                                    process_group=0)
+            self.demo_proc = proc
+        rc = proc.wait()
+        if self.stopping.is_set():
+            return
         if rc == 0:
             self.stdout.write(f"ctxobs: the example agent filled the demo project ({sessions} sessions)")
             project = Project.objects.get(name=DEMO_PROJECT)
@@ -237,20 +310,57 @@ class Command(BaseCommand):
             self.stderr.write(f"ctxobs: the example agent failed (exit {rc}); see {logs / 'demo-agent.log'}")
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], logs: Path) -> None:
-        fh = (logs / f"{name}.log").open("a")
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(settings.BASE_DIR))
-        self.procs.append(proc)
-        self.names[proc.pid] = name
+        log = logs / f"{name}.log"
+        self.children.append(_Child(name, cmd, env, log, _popen(cmd, env, log), time.monotonic()))
+
+    def _supervise(self) -> None:
+        """Restart the children that exited, each after its backoff."""
+        now = time.monotonic()
+        for c in self.children:
+            if c.restart_at is None:
+                code = c.proc.poll()
+                if code is None:
+                    continue
+                # What the dead process left in its group (a worker's pool) goes with it.
+                _signal_group(c.proc, signal.SIGKILL)
+                c.quick_exits = c.quick_exits + 1 if now - c.started < RESTART_STABLE_S else 1
+                delay = min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** (c.quick_exits - 1))
+                c.restart_at = now + delay
+                self.stderr.write(f"ctxobs: {c.name} exited ({_exit_text(code)}); restarting it in "
+                                  f"{delay:g} s (exit {c.quick_exits} in a row); see {c.log}")
+            elif now >= c.restart_at:
+                c.proc = _popen(c.argv, c.env, c.log)
+                c.started, c.restart_at = now, None
+                self.stderr.write(f"ctxobs: {c.name} restarted (pid {c.proc.pid})")
 
     def _stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        model: registry.LocalModel | None = getattr(self, "_model", None)
+        """Stop every child at once (the example agent with SIGINT, so that its SDK flushes or
+        spools what it holds; the others with SIGTERM), and kill each process group still there
+        after STOP_GRACE_S. Safe to call twice."""
+        with self.demo_lock:
+            self.stopping.set()
+        deadline = time.monotonic() + STOP_GRACE_S
+        model, self._model = self._model, None
+        stopper = None
         if model is not None:
-            model.stop()
+            stopper = threading.Thread(target=model.stop, daemon=True)
+            stopper.start()
+        supervised = [c.proc for c in self.children if c.proc.poll() is None]
+        children = list(supervised)
+        if self.demo_proc is not None:
+            _signal_group(self.demo_proc, signal.SIGINT)
+            children.append(self.demo_proc)
+        for p in supervised:
+            _signal_group(p, signal.SIGTERM)
+        for p in children:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            # Also when the leader is gone: its children (gunicorn workers, a Celery pool) may not be.
+            _signal_group(p, signal.SIGKILL)
+        for p in children:
+            if p.poll() is None:
+                p.wait()
+        if stopper is not None:
+            stopper.join(timeout=max(0.0, deadline - time.monotonic()) + 1)

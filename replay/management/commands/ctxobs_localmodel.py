@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -11,7 +10,12 @@ from django.core.management.base import BaseCommand, CommandError
 from core.models import Project
 from replay import localmodel
 from replay.errors import ReplayError
+from replay.extensions import STOP_TIMEOUT_S
 from replay.services.model_endpoints import local_endpoint_register
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived."""
 
 
 class Command(BaseCommand):
@@ -46,9 +50,12 @@ class Command(BaseCommand):
             log_path=opts["log"],
         )
 
+        # SIGTERM interrupts whatever the main thread waits on (the server process, most of the
+        # time): the handler only raises, and the stop runs below once that wait has let go. (Stopping
+        # inside the handler waited on the process the interrupted wait still held: 20 s, then a
+        # traceback.)
         def _stop(*_: Any) -> None:
-            localmodel.stop(server)
-            sys.exit(0)
+            raise _Stopped
 
         signal.signal(signal.SIGTERM, _stop)
         try:
@@ -61,7 +68,9 @@ class Command(BaseCommand):
                     raise CommandError(exc.detail) from None
                 self.stdout.write(f"registered as endpoint {ep.name!r} of project {project.name!r}")
             server.process.wait()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _Stopped):
             pass
         finally:
-            localmodel.stop(server)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            localmodel.stop(server, timeout=STOP_TIMEOUT_S)

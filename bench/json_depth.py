@@ -1,0 +1,55 @@
+"""What the nesting pre-scan of request bodies (core.jsonbody) costs next to parsing them.
+
+    DATABASE_URL=postgresql://x@127.0.0.1:9/x REDIS_URL=redis://127.0.0.1:9/0 \
+        .venv/bin/python bench/json_depth.py
+
+(a few seconds, one JSON line per body; nothing connects to the database or Redis, the URLs only
+keep the settings from starting the embedded servers).
+
+The bodies are the ingest benchmark's batch of 100 realistic snapshots (bench/ingest_rate.py,
+3.3 MB of JSON), as generated (no backslash in it), and the same with a newline escape and an
+escaped quote in many messages, as real prompts and JSON tool output have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+from ingest_rate import make_batches  # noqa: E402
+
+from core.jsonbody import check_depth  # noqa: E402
+
+
+def median_ms(fn: Callable[[bytes], Any], body: bytes, runs: int = 15) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn(body)
+        times.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def main() -> None:
+    plain = json.dumps({"snapshots": make_batches(1, 1)[0]}).encode()
+    escaped = plain.replace(b"ro ", b"ro\\n").replace(b"mi ", b'mi \\"')
+    for name, body in (("as generated", plain), ("with escapes", escaped)):
+        print(json.dumps({  # noqa: T201
+            "body": name, "mb": round(len(body) / 2**20, 2), "backslashes": body.count(b"\\"),
+            "check_depth_ms": median_ms(check_depth, body), "json_loads_ms": median_ms(json.loads, body),
+        }))
+
+
+if __name__ == "__main__":
+    main()

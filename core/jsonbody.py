@@ -1,0 +1,69 @@
+"""JSON from untrusted bytes, its nesting bounded before it is parsed.
+
+The standard parser (and every walk of what it returns: escaping for storage, hashing, encoding)
+recurses once per level of arrays and objects, so a few kilobytes of `[` end in a RecursionError
+deep inside it. `loads` measures the nesting on the bytes first, outside strings, and refuses a
+text deeper than the bound with `TooDeep` (a ValueError, like any other JSON that is not taken).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+import re
+from typing import Any
+
+from ctxobs.wire import LIMITS
+
+# The escapes that can hide or fake a quote: `\"` and `\\` (which may stand before a real
+# quote). Taken left to right, a backslash run pairs up as JSON reads it; the other escapes
+# (`\n`, `\u005b`...) cannot touch a quote, and their backslash is dropped with the text.
+_ESCAPE = re.compile(rb'\\[\\"]')
+# Every byte but a quote and the four brackets, deleted by bytes.translate.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+# An opening bracket counts 2 and a closing one 0, so that the running sum minus the number of
+# brackets seen is the depth: all of it done by C loops over bytes.
+_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+
+
+class TooDeep(ValueError):
+    def __init__(self, limit: int, what: str = "body") -> None:
+        self.limit = limit
+        super().__init__(f"{what} nests arrays and objects more than {limit} levels deep "
+                         f"(the limit max_body_depth={limit})")
+
+
+def nesting_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON text RAW; brackets inside strings do
+    not count. RAW need not be valid JSON (the parser judges that afterwards)."""
+    if raw.find(b"\\") != -1:  # one byte: a memchr, where a two-byte search is a slow scan
+        # Dropped, so that every quote left opens or closes a string.
+        raw = _ESCAPE.sub(b"", raw)
+    # Outside strings: the even pieces between quotes.
+    outside = b"".join(raw.translate(None, _NOT_STRUCTURE).split(b'"')[::2])
+    if not outside:
+        return 0
+    running = itertools.accumulate(outside.translate(_STEP))
+    deepest: int = max(map(operator.sub, running, itertools.count(1)))
+    return max(0, deepest)
+
+
+def check_depth(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> None:
+    """Raise TooDeep when RAW nests deeper than MAX_DEPTH."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    # A text shorter than the limit cannot nest deeper (most bodies of the pages' API calls).
+    if len(data) <= max_depth:
+        return
+    if nesting_depth(data) > max_depth:
+        raise TooDeep(max_depth, what)
+
+
+def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> Any:
+    """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep before parsing."""
+    check_depth(raw, max_depth=max_depth, what=what)
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        # Only on a thread with little stack left: the bound is far below the parser's.
+        raise TooDeep(max_depth, what) from None

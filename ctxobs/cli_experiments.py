@@ -75,7 +75,7 @@ class Api:
     def close(self) -> None:
         self.client.close()
 
-    def call(self, method: str, path: str, body: Any = None, *, ok: Sequence[int] = (200, 201)) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, ok: Sequence[int] = (200, 201, 207)) -> Any:
         try:
             resp = self.client.request(method, path, json=body)
         except httpx.HTTPError as exc:

@@ -150,8 +150,10 @@ def datasets_list(request: HttpRequest) -> list[dict[str, Any]]:
 @router.post(
     "/datasets",
     auth=EDIT,
-    response={201: SetOut, **ERRORS},
+    response={201: SetOut, 207: SetOut, **ERRORS},
     summary="Create an evaluation set (items from turns, a filter or the wire form)",
+    description="201 when every item was taken; 207 when some were refused (listed in `rejected` with "
+    "their field, message and hint) and the others stored.",
 )
 def datasets_create(request: HttpRequest, payload: SetIn) -> Status[Any]:
     c = caller(request)
@@ -166,7 +168,7 @@ def datasets_create(request: HttpRequest, payload: SetIn) -> Status[Any]:
         checks=payload.checks,
         user=_user(c),
     )
-    return Status(201, _set_out(s, rejected=rejected, items=True))
+    return Status(207 if rejected else 201, _set_out(s, rejected=rejected, items=True))
 
 
 @router.get(
@@ -193,7 +195,10 @@ def datasets_version(request: HttpRequest, ref: str, number: int) -> list[dict[s
 
 
 @router.post(
-    "/datasets/{ref}/items", auth=EDIT, response={201: SetOut, **ERRORS}, summary="Add items: a new version"
+    "/datasets/{ref}/items",
+    auth=EDIT,
+    response={201: SetOut, 207: SetOut, **ERRORS},
+    summary="Add items: a new version",
 )
 def datasets_items_add(request: HttpRequest, ref: str, payload: ItemsIn) -> Status[Any]:
     c = caller(request)
@@ -202,7 +207,7 @@ def datasets_items_add(request: HttpRequest, ref: str, payload: ItemsIn) -> Stat
     if rejected and not seeds:
         raise ExperimentError("every item was refused", extra={"rejected": rejected})
     sets.eval_set_items_add(eval_set=s, seeds=seeds, user=_user(c))
-    return Status(201, _set_out(s, rejected=rejected, items=True))
+    return Status(207 if rejected else 201, _set_out(s, rejected=rejected, items=True))
 
 
 @router.post(

@@ -8,7 +8,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from config.params import FiniteFloat, Id
+from config.params import FiniteFloat, Id, Instant
 from core.schemas import ObjectIn
 from ctxobs.schema import json_schema as snapshot_json_schema
 
@@ -32,8 +32,8 @@ class SetFilter(ObjectIn):
     )
     failed_validation: bool | None = None
     has_alerts: bool | None = None
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Instant | None = None
+    until: Instant | None = None
     sample: int | None = Field(None, ge=1, le=2000)
     seed: int | None = Field(None, ge=0, lt=2**31)
 

@@ -43,6 +43,10 @@ CONFIG = SchemathesisConfig.from_dict({
         "include-path": "/api/v1/snapshots",
         # A batch is judged item by item: a bad item next to good ones is rejected in a 207.
         "checks": {"negative_data_rejection": {"expected-statuses": [*_REJECTED, "207"]}},
+    }, {
+        # So are the items of an evaluation set.
+        "include-path-regex": "^/api/v1/datasets",
+        "checks": {"negative_data_rejection": {"expected-statuses": [*_REJECTED, "207"]}},
     }],
 })
 

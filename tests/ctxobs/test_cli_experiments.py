@@ -339,9 +339,11 @@ def test_experiment_run_with_a_key_without_the_replay_scope_prints_the_servers_r
 
 @live
 def test_experiment_run_gives_up_at_its_timeout_and_says_the_experiment_goes_on(
-    live_server: Any, planted: EvalSet, capsys: pytest.CaptureFixture[str]
+    live_server: Any, planted: EvalSet, stub_server: Any, capsys: pytest.CaptureFixture[str]  # noqa: F811
 ) -> None:
     project = planted.project
+    # A replay worker left running by another test may take the runs: the model answers slowly.
+    stub_server.delay = 10.0
     rc = main(["experiment", "run", "--dataset", "codes", "--samples", "1", "--timeout", "1.5",
                "--endpoint", live_server.url, "--api-key", _replay_key(project)])
     out, err = capsys.readouterr()

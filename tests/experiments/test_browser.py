@@ -93,7 +93,7 @@ def test_a_set_from_a_timeline_selection_run_compared_and_a_flipped_item_opened(
     page.goto(f"{base}/p/{private_project.pk}/experiments/sets/{eval_set.pk}/")
     page.check("#run-form input[value='as-saved']")
     page.check("#run-form label:has-text('without memory') input")
-    page.click("#run-form button[type=submit]")
+    page.click("#run-form button:not([name=preview])")
     page.wait_for_url("**/experiments/compare?ids=*")
     exps = list(Experiment.objects.filter(project=private_project).order_by("pk"))
     assert [e.strategy_label for e in exps] == ["as saved", "without memory v1"]

@@ -263,11 +263,11 @@ def test_baseline_samples_are_reused_across_jobs_while_the_request_is_the_same(
     form = {"snapshot_id": wire["snapshot_id"], "kind": "loo", "samples": "3", "endpoint": str(ep.pk)}
     html = editor_client.post(f"/p/{private_project.pk}/replays/new", form).content.decode()
     assert 'id="reuse-note"' in html and "3 model calls saved" in html
-    assert 'id="est-calls">3<' in html  # three blocks left out, one call each
+    assert 'id="est-calls">9<' in html  # three blocks left out, as many samples as the baseline
     loo = wait_job(replay_job_create(project=private_project, endpoint=ep, spec={
         "kind": "loo", "snapshot_id": wire["snapshot_id"], "samples": 3}).pk)
-    assert loo.status == "done" and loo.n_done == 6 and loo.estimate["reused"] == 3
-    assert len(calls(stub_server)) == 6  # 3 + the three variants: no baseline call
+    assert loo.status == "done" and loo.n_done == 12 and loo.estimate["reused"] == 3
+    assert len(calls(stub_server)) == 12  # 3 + the three variants' 3 samples each: no baseline call
     reused = ReplayRun.objects.filter(job=loo, variant__is_baseline=True)
     originals = set(ReplayRun.objects.filter(job=first).values_list("pk", flat=True))
     assert {r.reused_from_id for r in reused} == originals
@@ -276,7 +276,7 @@ def test_baseline_samples_are_reused_across_jobs_while_the_request_is_the_same(
     # Another request (an override) or another endpoint: no reuse.
     again = wait_job(replay_job_create(project=private_project, endpoint=ep, spec={
         "kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 2, "params": {"max_tokens": 10}}).pk)
-    assert again.estimate["reused"] == 0 and len(calls(stub_server)) == 8
+    assert again.estimate["reused"] == 0 and len(calls(stub_server)) == 14
     other = chat_endpoint(private_project, stub_server, name="other")
     other_job = replay_job_create(project=private_project, endpoint=other, spec={
         "kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 1})

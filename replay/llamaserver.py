@@ -12,7 +12,8 @@ server, set up so that a replay measures the context and nothing else:
   The plain CPU kernels give the same answers.
 
 The server has no option for either, so both are set before it builds its model. Its app is
-wrapped in `replay.localmodel.ChatShapes`, so that chat requests in any OpenAI message shape work.
+wrapped in `replay.localmodel.ChatAsTranscript`: chat requests, in any OpenAI message shape, are
+answered from a transcript, since the model's weights carry no chat template.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ def main() -> None:
     Llama.generate = _generate_from_scratch  # type: ignore[method-assign,assignment]
     import llama_cpp.server.app as server_app
 
-    from replay.localmodel import ChatShapes
+    from replay.localmodel import ChatAsTranscript
 
     create_app = server_app.create_app
     # Replaced before the server's entry module imports it by name.
-    server_app.create_app = lambda *a, **kw: ChatShapes(create_app(*a, **kw))
+    server_app.create_app = lambda *a, **kw: ChatAsTranscript(create_app(*a, **kw))
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()

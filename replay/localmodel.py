@@ -11,8 +11,9 @@ llama-cpp-python's chat formats keep only the first system message, which would 
 drop blocks from the replayed context.
 
 Agents talk to it through the chat API, in every message shape the OpenAI API accepts: the
-server is wrapped in `ChatShapes`, which rewrites each chat request's messages into the shapes
-llama.cpp's chat formats take (`normalize_chat_messages`) before llama-cpp-python validates them.
+server is wrapped in `ChatAsTranscript`, which answers each chat request from the same
+transcript through the completions API (the model's weights carry no chat template) and
+returns the chat API's reply.
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ from typing import IO, Any
 import httpx
 
 from config.env import ctxobs_home
+from ctxobs.catalog import context_window_for
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8011
-DEFAULT_N_CTX = 4096
+MODEL_ALIAS = "gemma-3-270m"
+# Served at the model's whole context window, the one its turns are measured against: with a
+# smaller one the server refuses a call while the timeline still shows room (4,096 served against
+# 32,768 measured read 12% full at the limit).
+DEFAULT_N_CTX = context_window_for(MODEL_ALIAS) or 32_768
 DEFAULT_THREADS = 2
 
 
@@ -131,7 +137,7 @@ def start(
         "--n_threads_batch",
         str(n_threads),
         "--model_alias",
-        "gemma-3-270m",
+        MODEL_ALIAS,
         *(["--embedding", "true"] if embeddings else []),
         *(extra_args or []),
     ]
@@ -207,123 +213,147 @@ def available() -> bool:
     return shutil.which(sys.executable) is not None
 
 
-# --- chat message shapes ------------------------------------------------------------------
-# llama-cpp-python's request schema refuses shapes the OpenAI API takes (an assistant message
-# with `content: null` and tool calls, content parts on system or tool messages, the developer
-# role), and its chat formats render only plain text: the first system message, then user and
-# assistant turns (Gemma's template refuses anything but strict alternation; tool calls and
-# tool messages are not rendered at all). Every message is therefore rewritten as text in those
-# roles, with nothing left out: tool calls, tool results and later system messages are written
-# into the turn they belong to.
-
-
-def _part_text(part: Any) -> str:
-    if not isinstance(part, dict):
-        return str(part)
-    ptype = part.get("type")
-    if ptype == "text" or (ptype is None and isinstance(part.get("text"), str)):
-        return str(part.get("text") or "")
-    if ptype == "refusal":
-        return str(part.get("refusal") or "")
-    if ptype == "image_url":
-        image = part.get("image_url")
-        url = image.get("url") if isinstance(image, dict) else image
-        url = str(url or "")
-        # A data URL is the image itself: its bytes mean nothing to a text-only model.
-        return f"[image: {url if not url.startswith('data:') else url.split(',', 1)[0]}]"
-    if ptype == "input_audio":
-        return "[audio input]"
-    if ptype == "file":
-        f: dict[str, Any] = part["file"] if isinstance(part.get("file"), dict) else {}
-        return f"[file: {f.get('filename') or f.get('file_id') or 'attached'}]"
-    return json.dumps(part, ensure_ascii=False, sort_keys=True)
-
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(t for t in (_part_text(p) for p in content) if t)
-    return json.dumps(content, ensure_ascii=False, sort_keys=True)
-
-
-def _call_text(call: Any) -> str:
-    if not isinstance(call, dict):
-        return f"[tool call: {call}]"
-    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
-    args = fn.get("arguments")
-    if not isinstance(args, str):
-        args = json.dumps(args if args is not None else {}, ensure_ascii=False, sort_keys=True)
-    cid = call.get("id")
-    return f"[tool call{' ' + str(cid) if cid else ''}: {fn.get('name') or '?'}({args})]"
-
-
-def normalize_chat_messages(messages: list[Any]) -> list[dict[str, str]]:
-    """MESSAGES (any shape the OpenAI chat API accepts) as llama.cpp's chat formats take them:
-    at most one leading system message, then user and assistant turns alternating from a user
-    turn, each with text content. Nothing is dropped: content parts become text (non-text parts
-    a marker naming them), tool calls and results are written out, a system or developer message
-    after the first exchange joins the user side, and consecutive turns of one side are joined."""
-    system: list[str] = []
-    turns: list[tuple[str, str]] = []
-    leading = True
-    for m in messages:
-        if not isinstance(m, dict):
-            turns.append(("user", _content_text(m)))
-            leading = False
-            continue
-        role = m.get("role")
-        text = _content_text(m.get("content"))
-        if role in ("system", "developer"):
-            if leading:
-                system.append(text)
-                continue
-            turns.append(("user", f"[{role}] {text}"))
-            continue
-        leading = False
-        if role == "assistant":
-            parts = [text] if text else []
-            if m.get("refusal"):
-                parts.append(str(m["refusal"]))
-            calls = m.get("tool_calls")
-            if isinstance(calls, list):
-                parts.extend(_call_text(c) for c in calls if c)
-            if isinstance(m.get("function_call"), dict):
-                parts.append(_call_text(m["function_call"]))
-            if m.get("audio"):
-                parts.append("[audio reply]")
-            turns.append(("assistant", "\n".join(parts)))
-        elif role == "tool":
-            cid = m.get("tool_call_id")
-            turns.append(("user", f"[tool result{' ' + str(cid) if cid else ''}] {text}"))
-        elif role == "function":
-            turns.append(("user", f"[function result {m.get('name') or '?'}] {text}"))
-        else:
-            name = m.get("name")
-            turns.append(("user", f"[{name}] {text}" if name else text))
-    out: list[dict[str, str]] = []
-    if system:
-        out.append({"role": "system", "content": "\n\n".join(system)})
-    for role, text in turns:
-        if not any(m["role"] != "system" for m in out) and role == "assistant":
-            # The chat formats expect a user turn first.
-            out.append({"role": "user", "content": ""})
-        if out and out[-1]["role"] == role:
-            out[-1]["content"] = f"{out[-1]['content']}\n\n{text}" if out[-1]["content"] else text
-        else:
-            out.append({"role": role, "content": text})
-    return out
-
+# --- chat as a transcript -------------------------------------------------------------------
+# Gemma 3 270M is a base model and its GGUF carries no chat template: llama-cpp-python would wrap
+# chat messages in Llama 2's `[INST]` template, whose tokens then leak into the answers, and its
+# chat formats keep only the first system message. Chat requests are therefore answered from the
+# transcript ctxobs renders for completions-mode replays (replay.ablation.render_transcript):
+# every message, tool call and result reaches the model, in labels a base model continues, and
+# the reply is the chat API's shape again.
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+# Chat parameters the completions API takes as they are.
+_SHARED_PARAMS = (
+    "model", "temperature", "top_p", "seed", "stream", "presence_penalty", "frequency_penalty", "n",
+    "logit_bias", "user",
+)
 
-class ChatShapes:
-    """ASGI middleware in front of llama-cpp-python's server: a chat completion request's
-    messages are normalised (`normalize_chat_messages`) before the server validates them."""
+
+def chat_as_completion(data: dict[str, Any]) -> dict[str, Any]:
+    """The completions request answering the chat request DATA: its messages (and tools) as a
+    transcript ending at the assistant's turn, stopped at the next role label."""
+    from replay.ablation import render_transcript, transcript_stop
+
+    messages = data["messages"]
+    tools = data.get("tools") if isinstance(data.get("tools"), list) else None
+    own = data.get("stop")
+    own_stops = [own] if isinstance(own, str) else [str(s) for s in own] if isinstance(own, list) else []
+    body: dict[str, Any] = {
+        "prompt": render_transcript(messages, tools),
+        "stop": own_stops + [s for s in transcript_stop(messages, tools) if s not in own_stops],
+    }
+    body.update({k: data[k] for k in _SHARED_PARAMS if k in data})
+    limit = data.get("max_completion_tokens", data.get("max_tokens"))
+    if limit is not None:
+        body["max_tokens"] = limit
+    return body
+
+
+def _chat_id(cid: Any) -> str:
+    return "chat" + str(cid or "cmpl")
+
+
+def completion_as_chat(c: dict[str, Any]) -> dict[str, Any]:
+    """A completions reply as the chat completion it answers (the text after the label's space)."""
+    return {
+        "id": _chat_id(c.get("id")),
+        "object": "chat.completion",
+        "created": c.get("created"),
+        "model": c.get("model"),
+        "choices": [
+            {
+                "index": ch.get("index", 0),
+                "message": {"role": "assistant", "content": str(ch.get("text") or "").lstrip()},
+                "logprobs": None,
+                "finish_reason": ch.get("finish_reason"),
+            }
+            for ch in c.get("choices") or []
+            if isinstance(ch, dict)
+        ],
+        "usage": c.get("usage"),
+    }
+
+
+class _ChatReply:
+    """Rewrites the completions reply sent through SEND as the chat reply: whole, or event by
+    event for a stream. Error replies pass as they are."""
+
+    def __init__(self, send: Send, *, stream: bool) -> None:
+        self.send = send
+        self.stream = stream
+        self.passthrough = False
+        self.start: dict[str, Any] = {}
+        self.buffer = b""
+        self.started: set[int] = set()  # choices whose first text has been sent
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+            self.passthrough = message.get("status") != 200
+            if self.passthrough or self.stream:
+                await self.send(message)
+            return
+        if message["type"] != "http.response.body" or self.passthrough:
+            await self.send(message)
+            return
+        self.buffer += message.get("body", b"")
+        more = bool(message.get("more_body"))
+        if self.stream:
+            events, _, self.buffer = self.buffer.rpartition(b"\n\n") if more else (self.buffer, b"", b"")
+            out = b"".join(self._event(e) for e in events.split(b"\n\n") if e.strip())
+            await self.send({"type": "http.response.body", "body": out, "more_body": more})
+            return
+        if more:
+            return
+        try:
+            body = json.dumps(completion_as_chat(json.loads(self.buffer))).encode()
+        except (ValueError, TypeError, AttributeError):
+            body = self.buffer
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self.send({**self.start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _event(self, event: bytes) -> bytes:
+        data = event.strip()
+        if not data.startswith(b"data:"):
+            return event + b"\n\n"
+        payload = data[5:].strip()
+        try:
+            c = json.loads(payload)
+        except ValueError:
+            return event + b"\n\n"  # [DONE]
+        choices = []
+        for ch in c.get("choices") or []:
+            i = ch.get("index", 0)
+            text = str(ch.get("text") or "")
+            delta: dict[str, Any] = {}
+            if i not in self.started:
+                text = text.lstrip()
+                if text:
+                    self.started.add(i)
+                    delta["role"] = "assistant"
+            if text:
+                delta["content"] = text
+            choices.append(
+                {"index": i, "delta": delta, "logprobs": None, "finish_reason": ch.get("finish_reason")}
+            )
+        chunk = {
+            "id": _chat_id(c.get("id")),
+            "object": "chat.completion.chunk",
+            "created": c.get("created"),
+            "model": c.get("model"),
+            "choices": choices,
+        }
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+class ChatAsTranscript:
+    """ASGI middleware in front of llama-cpp-python's server: a chat completion request is
+    answered by the completions API from its transcript (`chat_as_completion`), and the reply
+    is turned back into the chat API's shape, streamed or whole."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -350,11 +380,14 @@ class ChatShapes:
         body = b"".join(chunks)
         try:
             data = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("messages"), list):
-            data["messages"] = normalize_chat_messages(data["messages"])
-            body = json.dumps(data).encode()
+            completion = chat_as_completion(data) if isinstance(data.get("messages"), list) else None
+        except Exception:  # noqa: BLE001 - a body the server itself refuses with its own reason
+            completion = None
+        if completion is not None:
+            body = json.dumps(completion).encode()
+            path = path[: -len("/chat/completions")] + "/completions"
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+            send = _ChatReply(send, stream=completion.get("stream") is True)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         delivered = False

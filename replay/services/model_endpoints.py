@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from core import secrets
 from core.models import Project
+from core.services import project_model_windows_set
+from ctxobs.catalog import context_window_for
 from replay import endpoints
 from replay.errors import EndpointError, ReplayError
 from replay.models import ModelEndpoint
@@ -20,9 +22,7 @@ logger = logging.getLogger(__name__)
 LOCAL_ENDPOINT_NAME = "local gemma-3-270m"
 LOCAL_MODEL_NAME = "gemma-3-270m"
 # Defaults fill in only what a turn did not save: a bound on the answer's length, for a turn
-# saved without one. The local server is reached in chat mode, the agents' own API: its
-# chat-shape middleware (replay.localmodel.ChatShapes) keeps every message, later system
-# messages included, so it needs no transcript fallback.
+# saved without one.
 LOCAL_DEFAULT_PARAMS: dict[str, Any] = {"max_tokens": 64}
 
 
@@ -82,10 +82,19 @@ def endpoint_create(
     return ep
 
 
-def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint:
+def local_endpoint_register(
+    *, project: Project, base_url: str, served_window: int | None = None
+) -> ModelEndpoint:
     """Register (or point again) the embedded local model server at BASE_URL (e.g.
     "http://127.0.0.1:8011/v1") as PROJECT's default endpoint. The project must allow private
-    endpoints (Project.allow_private_endpoints), since the server listens on loopback."""
+    endpoints (Project.allow_private_endpoints), since the server listens on loopback.
+
+    The endpoint uses the completions API with a transcript ctxobs renders: the model is a base
+    model whose weights carry no chat template, and llama-cpp-python would otherwise wrap the
+    messages in another model's (Llama 2 `[INST]`) template, whose tokens then leak into the
+    answers. SERVED_WINDOW, when the server runs with a context other than the model's catalogued
+    window, becomes the project's window for the model, so its turns are measured against what
+    the server accepts."""
     if not project.allow_private_endpoints:
         raise EndpointError(
             "the local model listens on loopback: allow private endpoints for this project first"
@@ -103,7 +112,7 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
                 name=LOCAL_ENDPOINT_NAME,
                 base_url=url,
                 model=LOCAL_MODEL_NAME,
-                mode=ModelEndpoint.Mode.CHAT,
+                mode=ModelEndpoint.Mode.COMPLETIONS,
                 default_params=dict(LOCAL_DEFAULT_PARAMS),
                 # The embedded server also serves embeddings: the semantic measure, offline.
                 embeddings_model=LOCAL_MODEL_NAME,
@@ -114,7 +123,7 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
         else:
             ep.base_url = url
             ep.is_local = True
-            ep.mode = ModelEndpoint.Mode.CHAT
+            ep.mode = ModelEndpoint.Mode.COMPLETIONS
             ep.chat_drops_later_system = False
             ep.default_params = dict(LOCAL_DEFAULT_PARAMS)
             ep.save(
@@ -125,6 +134,10 @@ def local_endpoint_register(*, project: Project, base_url: str) -> ModelEndpoint
         if not ModelEndpoint.objects.filter(project=project, is_default=True).exclude(pk=ep.pk).exists():
             ModelEndpoint.objects.filter(pk=ep.pk).update(is_default=True)
             ep.is_default = True
+    if served_window is not None and served_window != context_window_for(LOCAL_MODEL_NAME):
+        project_model_windows_set(
+            project=project, windows={**project.model_windows, LOCAL_MODEL_NAME: served_window}
+        )
     logger.info("replay.local_endpoint_registered project_id=%s endpoint_id=%s", project.pk, ep.pk)
     return ep
 

@@ -1,5 +1,5 @@
 """`python -m tests.insights.plain_llama [llama_cpp.server options]`: llama-cpp-python's server with
-its chat formats as they ship (no `replay.localmodel.ChatShapes` in front), so that a format that
+its chat formats as they ship (no `replay.localmodel.ChatAsTranscript` in front), so that a format that
 keeps only the first system message (`--chat_format chatml`) drops the others, as an agent's
 server would. The CPU kernels are set as in replay.llamaserver."""
 

@@ -99,9 +99,30 @@ def test_a_project_without_the_private_flag_cannot_register_a_loopback_endpoint(
 def test_local_endpoint_register_is_idempotent_and_repoints(private_project: Project) -> None:
     a = local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8011/v1")
     b = local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8012/v1")
-    assert a.pk == b.pk and b.is_default and b.mode == "chat" and not b.chat_drops_later_system
+    # A base model with no chat template in its weights: the transcript, never another model's template.
+    assert a.pk == b.pk and b.is_default and b.mode == "completions" and not b.chat_drops_later_system
     assert "seed" not in b.default_params and "temperature" not in b.default_params
     assert ModelEndpoint.objects.get(pk=a.pk).base_url == "http://127.0.0.1:8012/v1"
+
+
+@pytest.mark.django_db
+def test_the_local_models_served_window_is_the_window_its_turns_are_measured_against(
+    private_project: Project,
+) -> None:
+    from ctxobs.catalog import context_window_for
+    from replay import localmodel
+
+    # Served by default at the catalogue's window: nothing to override.
+    assert localmodel.DEFAULT_N_CTX == context_window_for("gemma-3-270m") == 32_768
+    local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8011/v1",
+                            served_window=localmodel.DEFAULT_N_CTX)
+    private_project.refresh_from_db()
+    assert private_project.model_windows == {}
+    # Served smaller (ctxobs_localmodel --n-ctx 4096 --project ...): the project measures against it.
+    local_endpoint_register(project=private_project, base_url="http://127.0.0.1:8011/v1", served_window=4096)
+    private_project.refresh_from_db()
+    assert private_project.model_windows == {"gemma-3-270m": 4096}
+    assert context_window_for("gemma-3-270m", overrides=private_project.model_windows) == 4096
 
 
 @pytest.mark.django_db

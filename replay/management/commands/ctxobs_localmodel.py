@@ -63,7 +63,9 @@ class Command(BaseCommand):
             self.stdout.write(f"local model ready at {server.base_url}")
             if project is not None:
                 try:
-                    ep = local_endpoint_register(project=project, base_url=server.base_url)
+                    ep = local_endpoint_register(
+                        project=project, base_url=server.base_url, served_window=opts["n_ctx"]
+                    )
                 except ReplayError as exc:
                     raise CommandError(exc.detail) from None
                 self.stdout.write(f"registered as endpoint {ep.name!r} of project {project.name!r}")

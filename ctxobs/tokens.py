@@ -375,7 +375,8 @@ def tools_tokens(tools: list[Any], counter: Counter) -> int:
         n += fmt.func_init
         desc = _schema_text(fn.get("description") or "")
         n += count(f"{_schema_text(fn.get('name') or '')}:{desc.removesuffix('.')}")
-        params = fn.get("parameters")
+        # Anthropic's tools carry their schema as `input_schema`.
+        params = fn.get("parameters") if "parameters" in fn else fn.get("input_schema")
         props = params.get("properties") if isinstance(params, dict) else None
         if not isinstance(props, dict) or not props:
             continue

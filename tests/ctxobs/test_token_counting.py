@@ -365,3 +365,12 @@ def test_a_shipped_copy_that_cannot_be_verified_or_read_is_not_used(changed: dic
 
 def test_an_encoding_without_a_shipped_copy_is_not_loaded_from_one() -> None:
     assert tokens.load_shipped("p50k_base") is None
+
+
+def test_an_anthropic_tool_counts_its_input_schema_like_the_same_openai_function() -> None:
+    fn = WEATHER_TOOLS[0]["function"]
+    anthropic_tool = {"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}
+    counter = tokens.get_counter("cl100k_base", "gpt-4")
+    bare = {"name": fn["name"], "description": fn["description"]}
+    assert tokens.tools_tokens([anthropic_tool], counter) == tokens.tools_tokens(WEATHER_TOOLS, counter)
+    assert tokens.tools_tokens([anthropic_tool], counter) > tokens.tools_tokens([bare], counter)

@@ -472,8 +472,15 @@ class Turn:
         watermark: float | None = None,
         items: list[str] | None = None,
         ref: str | None = None,
+        source: str | None = None,
+        opaque: bool = False,
     ) -> Turn:
-        """Record a compression step and mark BLOCK compressed."""
+        """Record a compression step and mark BLOCK compressed.
+
+        SOURCE says who edited the context: "client" (the default: the agent's code), "sdk", or
+        "provider" for an edit made server-side by the model provider; OPAQUE marks content that
+        is encrypted or unreadable and measured by size only.
+        """
         ev: dict[str, Any] = {"strategy": strategy}
         for k, v in (
             ("block", block),
@@ -481,9 +488,12 @@ class Turn:
             ("tokens_after", tokens_after),
             ("watermark", watermark),
             ("ref", ref),
+            ("source", source),
         ):
             if v is not None:
                 ev[k] = v
+        if opaque:
+            ev["opaque"] = True
         if items:
             ev["items"] = [str(i) for i in items]
         self._compression.append(ev)
@@ -697,6 +707,7 @@ class Client:
             self.transport.prepare = self._prepare
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._turns_lock = threading.Lock()
+        self._uncaptured = 0
         self.default_session_id = f"auto-{uuid.uuid4()}"
 
     @property
@@ -757,6 +768,11 @@ class Client:
             tags=merged_tags,
         )
 
+    def count_uncaptured(self) -> None:
+        """Count a model call an instrumentation saw but could not record (ctxobs.instrument)."""
+        with self._turns_lock:
+            self._uncaptured += 1
+
     def sampled(self, session_id: str) -> bool:
         """Whether SESSION_ID is kept under `sample_rate` (stable per session)."""
         if self.sample_rate >= 1.0:
@@ -797,8 +813,10 @@ class Client:
 
     def stats(self) -> dict[str, int]:
         """Delivery counters: enqueued, sent, duplicates, dropped, failed, retried, spooled,
-        spool_dropped, sampled_out, batches, queued, backlog; plus the token cache's hits and misses."""
+        spool_dropped, sampled_out, batches, queued, backlog; plus the token cache's hits and misses
+        and `uncaptured` (model calls an instrumented client made that could not be recorded)."""
         out = self.transport.stats()
+        out["uncaptured"] = self._uncaptured
         out["token_cache_hits"] = self.token_cache.hits
         out["token_cache_misses"] = self.token_cache.misses
         return out

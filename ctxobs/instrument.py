@@ -1,4 +1,5 @@
-"""`instrument_openai()`: record every `chat.completions.create` call of an openai client.
+"""`instrument_openai()`: record every `chat.completions.create` call of an openai client,
+and its `responses.create` / `.parse` calls (converted by ctxobs.instrument_responses).
 
 The agent's code stays as it is. Each call's messages are split into blocks by a partitioner
 (default below; a message can name its block with `ctxobs_block` or `ctxobs.tag()`), the
@@ -17,11 +18,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.client import (
@@ -50,8 +52,9 @@ _NOT_PARAMS = frozenset(
 
 
 def _is_tool_exchange(m: Message) -> bool:
+    # A Responses reasoning item (ctxobs.instrument_responses) belongs to the calls it led to.
     return m.get("role") in ("tool", "function") or (
-        m.get("role") == "assistant" and bool(m.get("tool_calls"))
+        m.get("role") == "assistant" and (bool(m.get("tool_calls")) or m.get("type") == "reasoning")
     )
 
 
@@ -251,6 +254,35 @@ def _read_reply(chunks: list[Any] | None, response: Any) -> dict[str, Any] | Non
 _WINDOW_CACHE = 256
 
 
+class _Envelope(NamedTuple):
+    session_id: str
+    turn: int
+    agent: str
+    model: str
+    context_window: int
+    tags: dict[str, str]
+
+
+_reported: set[str] = set()
+_reported_lock = threading.Lock()
+
+
+def report_uncaptured(obs: Client | None, kind: str) -> None:
+    """Note a model call an instrumentation saw but could not record, or not wholly: counted
+    in OBS's `stats()["uncaptured"]` every time, logged as a warning once per process per KIND
+    (a call shape repeats on every turn; one line says what to look at)."""
+    try:
+        if obs is not None:
+            obs.count_uncaptured()
+        with _reported_lock:
+            if kind in _reported:
+                return
+            _reported.add(kind)
+        log.warning("ctxobs.instrument.uncaptured kind=%s", kind)
+    except Exception:  # noqa: BLE001 - reporting must never reach the agent
+        log.debug("ctxobs.instrument.report_failed")
+
+
 class _Instrumentation:
     def __init__(
         self,
@@ -264,6 +296,13 @@ class _Instrumentation:
         self.context_window = context_window
         self.agent = agent
         self._windows: dict[str, int | None] = {}
+
+    def obs_or_none(self) -> Client | None:
+        """The Client, or None when it cannot be made (reporting must not fail for want of it)."""
+        try:
+            return self.obs
+        except Exception:  # noqa: BLE001
+            return None
 
     @property
     def obs(self) -> Client:
@@ -291,14 +330,10 @@ class _Instrumentation:
             self._windows[model] = window
             return window
 
-    def _call(self, clean: dict[str, Any], opts: dict[str, Any], messages: Any) -> _Call | None:
-        # What stays on the agent's thread, and why: the session and turn number (they follow
-        # call order and the caller's context variables), the options (stripped from the
-        # request above), and a copy of the message list and of each message dict (the agent
-        # appends to its list and may edit a message in place, trimming a tool output, for its
-        # next call while this one is still queued). Everything else waits for the sender.
-        if not isinstance(messages, list):
-            return None
+    def _envelope(self, clean: dict[str, Any], opts: dict[str, Any]) -> _Envelope | None:
+        """Who and where a call belongs (session, turn, agent, model, window, tags), taken on
+        the agent's thread because they follow call order and the caller's context variables;
+        None when the call is not recorded (disabled, sampled out). Numbers the turn."""
         obs = self.obs
         if obs.disabled:
             return None
@@ -319,15 +354,7 @@ class _Instrumentation:
             window = DEFAULT_CONTEXT_WINDOW
             tags.setdefault("ctxobs.window", "assumed")
         explicit_turn = opts.get("ctxobs_turn")
-        tools = clean.get("tools") or clean.get("functions")
-        try:
-            # Shallow copies made in C; a message that is not a dict (a pydantic message) is
-            # kept as it is and dumped on the sender thread.
-            copies = list(map(dict.copy, messages))
-        except TypeError:
-            copies = [m.copy() if isinstance(m, dict) else m for m in messages]
-        return _Call(
-            self,
+        return _Envelope(
             sid,
             obs.next_turn(sid, int(explicit_turn) if explicit_turn is not None else None),
             str(
@@ -339,6 +366,29 @@ class _Instrumentation:
             model,
             int(window),
             tags,
+        )
+
+    def _call(self, clean: dict[str, Any], opts: dict[str, Any], messages: Any) -> _Call | None:
+        # What stays on the agent's thread, and why: the envelope (see _envelope), the options
+        # (stripped from the request above), and a copy of the message list and of each message
+        # dict (the agent appends to its list and may edit a message in place, trimming a tool
+        # output, for its next call while this one is still queued). Everything else waits for
+        # the sender.
+        if not isinstance(messages, list):
+            return None
+        env = self._envelope(clean, opts)
+        if env is None:
+            return None
+        tools = clean.get("tools") or clean.get("functions")
+        try:
+            # Shallow copies made in C; a message that is not a dict (a pydantic message) is
+            # kept as it is and dumped on the sender thread.
+            copies = list(map(dict.copy, messages))
+        except TypeError:
+            copies = [m.copy() if isinstance(m, dict) else m for m in messages]
+        return _Call(
+            self,
+            *env,
             copies,
             list(tools) if isinstance(tools, list | tuple) else None,
             clean,
@@ -366,10 +416,16 @@ class _Instrumentation:
             log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
 
     def _turn(self, call: _Call) -> Turn:
-        obs = self.obs
-        params = {k: v for k, v in call.request.items() if k not in _NOT_PARAMS and _param_value(v)}
+        turn = self._new_turn(call, _NOT_PARAMS)
+        normalized = [m if isinstance(m, dict) else clean_message(m) for m in call.messages]
+        self._add_blocks(turn, self.partitioner(normalized), call.tools)
+        return turn
+
+    def _new_turn(self, call: _Call, not_params: frozenset[str]) -> Turn:
+        """The call's Turn without blocks; its params are the request's but NOT_PARAMS."""
+        params = {k: v for k, v in call.request.items() if k not in not_params and _param_value(v)}
         turn = Turn(
-            obs,
+            self.obs,
             session_id=call.session_id,
             turn=call.turn,
             agent=call.agent,
@@ -382,24 +438,26 @@ class _Instrumentation:
         )
         ts = datetime.fromtimestamp(call.ts, UTC).isoformat(timespec="milliseconds")
         turn.ts = ts.replace("+00:00", "Z")
-        normalized = [m if isinstance(m, dict) else clean_message(m) for m in call.messages]
-        blocks = self.partitioner(normalized)
+        return turn
+
+    @staticmethod
+    def _add_blocks(turn: Turn, blocks: list[dict[str, Any]], tools: list[Any] | None) -> None:
+        """Add a partitioner's BLOCKS to TURN in order, with the TOOLS block after the system prompt."""
         # Tool definitions sit after the system prompt, where providers render them.
         tools_at = -1
-        if call.tools:
+        if tools:
             tools_at = next((i for i, b in enumerate(blocks) if b.get("kind") != "system"), len(blocks))
-        seen: set[str] = {"tools"} if call.tools else set()
+        seen: set[str] = {"tools"} if tools else set()
         for i, b in enumerate(blocks):
             if i == tools_at:
-                turn.tools(call.tools or [])
+                turn.tools(tools or [])
             key = str(b.get("key") or "other")
             while key in seen:
                 key += "+"
             seen.add(key)
             turn.block(key, list(b.get("messages") or []), kind=b.get("kind"), pinned=bool(b.get("pinned")))
-        if call.tools and tools_at == len(blocks):
-            turn.tools(call.tools)
-        return turn
+        if tools and tools_at == len(blocks):
+            turn.tools(tools)
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -554,36 +612,43 @@ class AsyncInstrumentedStream(_StreamBase):
         await self.close()
 
 
-def instrument_openai(
-    client: Any,
-    obs: Client | None = None,
-    partitioner: Partitioner | None = None,
-    *,
-    context_window: int | None = None,
-    agent: str | None = None,
-) -> Any:
-    """Record every `client.chat.completions.create` call (openai.OpenAI or AsyncOpenAI).
+# openai's `with_raw_response` / `with_streaming_response` wrappers call the hooked `create` with
+# this header; they hand the agent an unread HTTP response, which is the agent's to read.
+_RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
 
-    Returns CLIENT, patched in place; instrumenting twice is a no-op. Per-call options go in
-    stripped keyword arguments: `ctxobs_session`, `ctxobs_turn`, `ctxobs_agent`,
-    `ctxobs_tags`, `ctxobs_context_window`; or use `with ctxobs.session(...)`.
-    """
-    completions = client.chat.completions
-    if getattr(completions, "_ctxobs_original_create", None) is not None:
-        return client
-    original = completions.create
-    inst = _Instrumentation(obs, partitioner, context_window, agent)
+
+def _raw_response_kind(kwargs: dict[str, Any]) -> str | None:
+    headers = kwargs.get("extra_headers")
+    if not isinstance(headers, dict):
+        return None
+    value = headers.get(_RAW_RESPONSE_HEADER)
+    if value is None:
+        return None
+    return "with_streaming_response" if value == "stream" else "with_raw_response"
+
+
+def hook_create(owner: Any, inst: _Instrumentation, surface: str, name: str = "create") -> bool:
+    """Replace OWNER.NAME (a `create`-like method, sync or async) by one that records each call
+    through INST; SURFACE names the API in reports. False if OWNER.NAME is already hooked."""
+    marker = f"_ctxobs_original_{name}"
+    if getattr(owner, marker, None) is not None:
+        return False
+    original = getattr(owner, name)
 
     # openai wraps `create` in decorators that can hide that the async one is a coroutine.
     is_async = (
         inspect.iscoroutinefunction(original)
         or inspect.iscoroutinefunction(inspect.unwrap(original))
-        or type(completions).__name__.startswith("Async")
+        or type(owner).__name__.startswith("Async")
     )
     if is_async:
 
         @functools.wraps(original)
         async def acreate(*args: Any, **kwargs: Any) -> Any:
+            raw = _raw_response_kind(kwargs)
+            if raw is not None:
+                report_uncaptured(inst.obs_or_none(), f"{surface}.{raw}")
+                return await original(*args, **strip_request(kwargs)[0])
             clean, call = inst.begin(kwargs)
             try:
                 resp = await original(*args, **clean)
@@ -595,11 +660,15 @@ def instrument_openai(
             inst.finish(call, resp)
             return resp
 
-        completions.create = acreate
+        setattr(owner, name, acreate)
     else:
 
         @functools.wraps(original)
         def create(*args: Any, **kwargs: Any) -> Any:
+            raw = _raw_response_kind(kwargs)
+            if raw is not None:
+                report_uncaptured(inst.obs_or_none(), f"{surface}.{raw}")
+                return original(*args, **strip_request(kwargs)[0])
             clean, call = inst.begin(kwargs)
             try:
                 resp = original(*args, **clean)
@@ -611,18 +680,48 @@ def instrument_openai(
             inst.finish(call, resp)
             return resp
 
-        completions.create = create
-    completions._ctxobs_original_create = original
+        setattr(owner, name, create)
+    setattr(owner, marker, original)
+    return True
+
+
+def unhook_create(owner: Any, name: str = "create") -> None:
+    """Undo `hook_create(OWNER, ..., NAME)`."""
+    marker = f"_ctxobs_original_{name}"
+    if getattr(owner, marker, None) is not None:
+        delattr(owner, name)
+        setattr(owner, marker, None)
+
+
+def instrument_openai(
+    client: Any,
+    obs: Client | None = None,
+    partitioner: Partitioner | None = None,
+    *,
+    context_window: int | None = None,
+    agent: str | None = None,
+) -> Any:
+    """Record every `client.chat.completions.create` and `client.responses.create` / `.parse`
+    call (openai.OpenAI or AsyncOpenAI), streamed or not.
+
+    Returns CLIENT, patched in place; instrumenting twice is a no-op. Per-call options go in
+    stripped keyword arguments: `ctxobs_session`, `ctxobs_turn`, `ctxobs_agent`,
+    `ctxobs_tags`, `ctxobs_context_window`; or use `with ctxobs.session(...)`.
+    """
+    # Imported here: ctxobs.instrument_responses builds on this module.
+    from ctxobs.instrument_responses import instrument_responses
+
+    hook_create(client.chat.completions, _Instrumentation(obs, partitioner, context_window, agent), "chat")
+    instrument_responses(client, obs, partitioner, context_window=context_window, agent=agent)
     return client
 
 
 def uninstrument_openai(client: Any) -> Any:
     """Undo `instrument_openai(CLIENT)`."""
-    completions = client.chat.completions
-    original = getattr(completions, "_ctxobs_original_create", None)
-    if original is not None:
-        del completions.create
-        completions._ctxobs_original_create = None
+    from ctxobs.instrument_responses import uninstrument_responses
+
+    unhook_create(client.chat.completions)
+    uninstrument_responses(client)
     return client
 
 

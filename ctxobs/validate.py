@@ -20,6 +20,7 @@ from typing import Any, TypeGuard, cast
 from ctxobs.hashing import block_chars
 from ctxobs.wire import (
     BLOCK_KINDS,
+    COMPRESSION_SOURCES,
     KEY_CHARS,
     LIMITS,
     MESSAGE_ROLES,
@@ -31,6 +32,7 @@ from ctxobs.wire import (
     Block,
     BlockKind,
     CompressionEvent,
+    CompressionSource,
     FieldError,
     Model,
     Output,
@@ -432,7 +434,20 @@ def _compression(c: Any, loc: Loc, err: _Errors) -> CompressionEvent | None:
         "watermark": _opt_num(c, "watermark", loc, err),
         "items": [str(i)[: LIMITS.max_id_chars] for i in items],
         "ref": _opt_str(c, "ref", loc, err, LIMITS.max_text_chars),
+        "source": _compression_source(c, loc, err),
+        "opaque": _opt_bool(c, "opaque", loc, err, False),
     }
+
+
+def _compression_source(c: dict[str, Any], loc: Loc, err: _Errors) -> CompressionSource:
+    source = c.get("source")
+    if source is None or source == "":
+        return "client"
+    if not isinstance(source, str) or source not in COMPRESSION_SOURCES:
+        err.add((*loc, "source"), f"unknown source {str(source)[:40]!r}",
+                f"use one of: {', '.join(COMPRESSION_SOURCES)}")
+        return "client"
+    return source
 
 
 def _recall(r: Any, loc: Loc, err: _Errors) -> RecallItem | None:
@@ -489,7 +504,7 @@ def _validation(v: Any, loc: Loc, err: _Errors) -> ValidationOutcome | None:
     }
 
 
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "cache_write_tokens")
 
 
 def _output(o: Any, loc: Loc, err: _Errors) -> Output | None:

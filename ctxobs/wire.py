@@ -64,6 +64,9 @@ BlockKind = Literal[
 ]
 MessageRole = Literal["system", "developer", "user", "assistant", "tool", "function"]
 RecallChannel = Literal["vector", "keyword", "structured", "hybrid", "other"]
+# Who edited the context: the agent's own code, the ctxobs SDK, or the model provider (Anthropic's
+# compaction and context editing, OpenAI's compaction items), whose edits the client never sees.
+CompressionSource = Literal["client", "sdk", "provider"]
 ValidationLayer = Literal["structure", "semantic", "business"]
 TokenCounts = Literal["exact", "estimated"]
 Tier = Literal["ok", "warn", "compress", "force", "break"]
@@ -71,6 +74,7 @@ Tier = Literal["ok", "warn", "compress", "force", "break"]
 BLOCK_KINDS: tuple[BlockKind, ...] = get_args(BlockKind)
 MESSAGE_ROLES: tuple[MessageRole, ...] = get_args(MessageRole)
 RECALL_CHANNELS: tuple[RecallChannel, ...] = get_args(RecallChannel)
+COMPRESSION_SOURCES: tuple[CompressionSource, ...] = get_args(CompressionSource)
 VALIDATION_LAYERS: tuple[ValidationLayer, ...] = get_args(ValidationLayer)
 TOKEN_COUNTS: tuple[TokenCounts, ...] = get_args(TokenCounts)
 TIERS: tuple[Tier, ...] = get_args(Tier)  # in order of severity
@@ -153,6 +157,9 @@ class WireCompressionEvent(TypedDict):
     watermark: NotRequired[OptNumber]
     items: NotRequired[Annotated[list[Any] | None, Spec(max_items=LIMITS.max_list_items)]]
     ref: NotRequired[OptText]
+    source: NotRequired[Annotated[CompressionSource | Literal[""] | None, Spec(doc="default: client")]]
+    opaque: NotRequired[Annotated[OptFlag, Spec(
+        doc="the removed content is encrypted or unreadable and measured by size only")]]
 
 
 class WireRecallItem(TypedDict):
@@ -186,7 +193,8 @@ class WireUsage(TypedDict, total=False):
     prompt_tokens: Count
     completion_tokens: Count
     total_tokens: Count
-    cached_tokens: Count
+    cached_tokens: Count  # read from the provider's prompt cache
+    cache_write_tokens: Count  # written to it on this call
 
 
 class WireOutput(TypedDict, total=False):
@@ -264,6 +272,8 @@ class CompressionEvent(TypedDict):
     watermark: float | None
     items: list[str]
     ref: str
+    source: CompressionSource
+    opaque: bool
 
 
 class RecallItem(TypedDict):
@@ -292,6 +302,7 @@ class Usage(TypedDict, total=False):
     completion_tokens: int
     total_tokens: int
     cached_tokens: int
+    cache_write_tokens: int
 
 
 class Output(TypedDict):

@@ -225,13 +225,23 @@ def timeline_figure(
             }
         )
 
-    comp = [i for i, r in enumerate(rows) if r["n_compression"]]
+    # Edits the provider made on its side get their own marker: the client's log does not show them.
+    comp = [i for i, r in enumerate(rows) if r["n_compression"] > r.get("n_provider_edits", 0)]
     markers(
         comp,
         "compression",
         "diamond",
         EVENT_COLOURS["compression"],
-        [f"{rows[i]['n_compression']} compression event(s)" for i in comp],
+        [f"{rows[i]['n_compression'] - rows[i].get('n_provider_edits', 0)} compression event(s)"
+         for i in comp],
+    )
+    edits = [i for i, r in enumerate(rows) if r.get("n_provider_edits", 0)]
+    markers(
+        edits,
+        "provider edit",
+        "diamond-open",
+        EVENT_COLOURS["compression"],
+        [f"{rows[i].get('n_provider_edits', 0)} edit(s) made by the provider" for i in edits],
     )
     fail = [i for i, r in enumerate(rows) if r["n_validation_failed"]]
     markers(

@@ -104,8 +104,13 @@ def timeline_rows(*, project: Project, session: AgentSession) -> list[TurnChartR
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT turn, watermark, kind_tokens::text, n_compression, n_validation_failed
-            FROM ingest_snapshot WHERE project_id = %s AND session_ref = %s AND received_at >= %s
+            SELECT turn, watermark, kind_tokens::text, n_compression, n_validation_failed,
+                   CASE WHEN n_compression > 0 THEN (
+                       SELECT count(*) FROM ingest_compressionevent c
+                       WHERE c.project_id = s.project_id AND c.snapshot_ref = s.id
+                         AND c.received_at = s.received_at AND c.source = 'provider'
+                   ) ELSE 0 END
+            FROM ingest_snapshot s WHERE project_id = %s AND session_ref = %s AND received_at >= %s
             ORDER BY turn, ts, snapshot_id
             """,
             [project.pk, session.id, session.received_since],
@@ -117,8 +122,9 @@ def timeline_rows(*, project: Project, session: AgentSession) -> list[TurnChartR
                 "kind_tokens": json.loads(kt) if kt else {},
                 "n_compression": nc,
                 "n_validation_failed": nf,
+                "n_provider_edits": npe,
             }
-            for t, wm, kt, nc, nf in cur.fetchall()
+            for t, wm, kt, nc, nf, npe in cur.fetchall()
         ]
 
 

@@ -200,6 +200,8 @@ class CompressionEvent(models.Model):
     watermark = models.FloatField(null=True)
     items = EscapedJSONField(default=list)
     ref = EscapedTextField(default="", blank=True)
+    source = models.CharField(max_length=16, default="client")  # client, sdk or provider
+    opaque = models.BooleanField(default=False)  # encrypted content, measured by size only
 
     class Meta:
         indexes = [models.Index(fields=["project", "ts"], name="compression_ts_idx")]

@@ -314,7 +314,7 @@ def snapshot_events(*, project_id: int, snapshot_ref: int) -> SnapshotEvents:
             "layer", "check_name", "passed", "code", "message", "attempt")
     ]
     compression = CompressionEvent.objects.filter(**flt).order_by("position").values(
-        "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref")
+        "strategy", "block", "tokens_before", "tokens_after", "watermark", "items", "ref", "source", "opaque")
     recall = RecallItem.objects.filter(**flt).order_by("position").values(
         "memory_id", "channel", "score", "rank", "injected", "stale", "conflicting", "block", "preview")
     return {
@@ -692,6 +692,9 @@ CACHE_TURN_COLUMNS = (
 )
 
 
+_CACHE_WRITES = "(({t}output -> 'usage' ->> 'cache_write_tokens')::bigint)"
+
+
 def _cache_turn(row: Sequence[object]) -> CacheTurn:
     values = list(row)
     for i in (6, 7):  # params, tags: jsonb read as text by a raw query
@@ -712,9 +715,10 @@ def cache_turn_pairs(
     (None for a session's first turn). One query, whatever the length of the sessions."""
     if not snapshot_refs:
         return []
-    cols = ", ".join(CACHE_TURN_COLUMNS)
-    t_cols = ", ".join(f"t.{c}" for c in CACHE_TURN_COLUMNS)
-    p_cols = ", ".join(f"p.{c}" for c in CACHE_TURN_COLUMNS)
+    # The reported cache writes live in the stored reply's usage, not in a column of their own.
+    cols = ", ".join(CACHE_TURN_COLUMNS) + f", {_CACHE_WRITES.format(t='')} AS cache_write_tokens"
+    t_cols = ", ".join(f"t.{c}" for c in CACHE_TURN_COLUMNS) + f", {_CACHE_WRITES.format(t='t.')}"
+    p_cols = ", ".join(f"p.{c}" for c in CACHE_TURN_COLUMNS) + ", p.cache_write_tokens"
     # The project id as a sub-select: see `turn_neighbourhoods`.
     sql = f"""
         WITH n AS (
@@ -742,7 +746,7 @@ def cache_turn_pairs(
     with connection.cursor() as cur:
         cur.execute(sql, {"p": project_id, "refs": list(snapshot_refs)})
         rows = cur.fetchall()
-    n = len(CACHE_TURN_COLUMNS)
+    n = len(CACHE_TURN_COLUMNS) + 1
     return [(_cache_turn(r[:n]), _cache_turn(r[n:]) if r[n] is not None else None) for r in rows]
 # --- retention ----------------------------------------------------------------
 def snapshots_existing(*, project_id: int, snapshot_refs: Sequence[int]) -> set[int]:

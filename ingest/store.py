@@ -188,6 +188,8 @@ class CompressionRow(NamedTuple):
     watermark: float | None
     items: str
     ref: str
+    source: str
+    opaque: bool
 
 
 class RecallRow(NamedTuple):
@@ -488,7 +490,7 @@ def _store_steps(
                             ts=p.snap["ts"],
                             strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
                             tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
-                            ref=pgtext.escape_text(c["ref"])))
+                            ref=pgtext.escape_text(c["ref"]), source=c["source"], opaque=c["opaque"]))
         if any(p.snap["recall"] for p in fresh):
             with raw.copy(_COPY_SQL["ingest_recallitem"]) as copy:
                 for p in fresh:

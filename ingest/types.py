@@ -16,6 +16,7 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from core import pgtext
 from ctxobs.wire import FieldError
+from ingest.tools_view import ToolCallView
 
 Message = dict[str, Any]  # one chat message exactly as the agent sent it
 
@@ -74,6 +75,7 @@ class ShownMessage(TypedDict):
     tool_call_id: str
     text: str
     tool_calls: str
+    calls: list[ToolCallView]  # the same calls, readable (ingest.tools_view)
 
 
 # --- the events of a turn -------------------------------------------------------------------
@@ -85,6 +87,8 @@ class CompressionEventRow(TypedDict):
     watermark: float | None
     items: list[Any]
     ref: str
+    source: str  # client, sdk or provider
+    opaque: bool
 
 
 class RecallItemRow(TypedDict):
@@ -283,6 +287,7 @@ class TurnChartRow(TypedDict):
     kind_tokens: dict[str, int]
     n_compression: int
     n_validation_failed: int
+    n_provider_edits: NotRequired[int]  # compression events the model provider made
 
 
 class TurnSegment(TypedDict):
@@ -543,3 +548,4 @@ class CacheTurn:
     block_kinds: Sequence[str]
     block_hashes: Sequence[str]
     block_tokens: Sequence[int]
+    cache_write_tokens: int | None = None  # the provider's reported prompt-cache writes

@@ -38,9 +38,9 @@ from config.redis_client import redis_client
 from core import pgtext, registry, signin
 from core.access import is_htmx, page_context, project_access, user_projects
 from core.models import Membership, Project
-from ctxobs.tokens import template_overhead
+from ctxobs.tokens import get_counter, template_overhead
 from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
-from ingest import charts, dashboard, selectors
+from ingest import charts, dashboard, selectors, tools_view
 from ingest.forms import SessionFilterForm
 from ingest.models import AgentSession, Snapshot
 from ingest.routing import legacy_session_paths
@@ -465,6 +465,7 @@ def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMes
                 "tool_call_id": m.get("tool_call_id") or "",
                 "text": text,
                 "tool_calls": calls,
+                "calls": tools_view.message_calls(m),
             }
         )
     return out, cut
@@ -535,6 +536,14 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
     n_messages = sum(len(b["messages"]) for b in blocks)
     n_names = sum(1 for b in blocks for m in b["messages"] if m.get("name"))
     overhead = template_overhead(snapshot.model_name)
+    # The definitions travel in params.tools and ingest counts them on the first message-less tools
+    # block; the page lists them there, counted by the same rule, with the same encoding.
+    tool_defs = tools_view.definitions_of(snapshot.params)
+    tools = (
+        tools_view.describe_tools(tool_defs, get_counter(snapshot.encoding or None, snapshot.model_name))
+        if tool_defs else None
+    )
+    tools_position = next((b["position"] for b in blocks if b["kind"] == "tools" and not b["messages"]), None)
     # Partials other apps add to this page (replay's buttons), rendered with this page's context.
     extensions = registry.turn_page_extensions()
     extension_context: dict[str, Any] = {}
@@ -563,9 +572,9 @@ def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: in
         content_incomplete=(snapshot.tags or {}).get("ctxobs.content.reason", "")
         if (snapshot.tags or {}).get("ctxobs.content") == "incomplete" else None,
         output=out,
-        output_calls=json.dumps(out.get("tool_calls"), ensure_ascii=False, indent=1)
-        if out.get("tool_calls")
-        else "",
+        output_calls=tools_view.output_calls(out.get("tool_calls")),
+        tools=tools,
+        tools_position=tools_position,
         usable=usable,
         drift_flag=drift_flag,
         drift_title=drift_title,

@@ -80,6 +80,7 @@ def turn_cache_row(
         prompt_tokens=prompt,
         gap_s=gap,
         ignore_ttl=True,
+        whole=True,
     )
     if potential.cached < expected.cached:
         potential = expected
@@ -93,6 +94,7 @@ def turn_cache_row(
             expected=expected,
             potential=potential,
             reported_cached=cur.cached_tokens,
+            reported_written=cur.cache_write_tokens,
         )
     version = (cur.tags or {}).get(VERSION_TAG)
     return TurnCache(

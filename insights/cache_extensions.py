@@ -20,7 +20,9 @@ def turn_context(*, project: Any, snapshot: Any, **_: Any) -> dict[str, Any]:
     if found is None:
         return {"cache": None}
     row, summary = found
-    shortfall = row.reported_cached is not None and row.reported_cached + C.OPENAI_STEP <= row.expected_cached
+    shortfall = C.read_shortfall(
+        provider=row.provider, expected_cached=row.expected_cached, reported_cached=row.reported_cached
+    )
     return {
         "cache": row,
         "cache_reason": C.REASONS.get(row.reason, row.reason),

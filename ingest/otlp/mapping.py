@@ -33,7 +33,7 @@ from ctxobs import tokens as tok
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.client import TAG_BLOCK, TAG_KIND
 from ctxobs.instrument import default_partitioner
-from ctxobs.wire import BLOCK_KINDS, LIMITS
+from ctxobs.wire import BLOCK_KINDS, LIMITS, NAME_CHARS
 from ingest.otlp.decode import Event, LogRecord, Span
 
 # Snapshot ids are derived from (trace id, span id): a re-exported span is the same snapshot.
@@ -49,6 +49,10 @@ TOOL_RESULT_KEYS = ("response", "result")
 # the history it replaced: it becomes a `summary` block and a compression event.
 COMPACTION = "compaction"
 COMPRESSION_STRATEGY = "summarize"
+# A compaction the provider made that an instrumentation reports as a span event (or a log
+# record with the span's ids) rather than as a part: ctxobs's own name, with attributes
+# `gen_ai.compaction.{strategy,tokens_before,tokens_after,encrypted,id}` (docs/otlp.md).
+COMPACTED_EVENT = "gen_ai.conversation.compacted"
 # Marks a summary message until the partitioner has placed it; never stored.
 _COMPACTION_MARK = "_ctxobs_compaction"
 _GENAI_CONTENT = frozenset(
@@ -851,10 +855,38 @@ def _compression_events(
                     "tokens_after": tok.message_tokens(m, counter),
                     "items": [c["id"]] if c["id"] else [],
                     "ref": c["id"],
+                    "source": "provider",
+                    "opaque": bool(c["encrypted"]),
                 }
             )
         b["messages"] = clean
     return events
+
+
+def _compacted_events(events: Iterable[Event | LogRecord]) -> list[dict[str, Any]]:
+    """A compression event, made by the provider, for each `gen_ai.conversation.compacted` event."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        name = e.name if isinstance(e, Event) else e.event_name
+        if name != COMPACTED_EVENT:
+            continue
+        a = e.attributes
+        strategy = a.get("gen_ai.compaction.strategy")
+        ref = a.get("gen_ai.compaction.id")
+        ev: dict[str, Any] = {
+            "strategy": str(strategy)[:NAME_CHARS] if isinstance(strategy, str) and strategy else COMPACTION,
+            "source": "provider",
+            "opaque": a.get("gen_ai.compaction.encrypted") is True,
+        }
+        for key in ("tokens_before", "tokens_after"):
+            n = _int(a.get(f"gen_ai.compaction.{key}"))
+            if n is not None and n >= 0:
+                ev[key] = n
+        if isinstance(ref, str) and ref:
+            ev["ref"] = ref[: LIMITS.max_id_chars]
+            ev["items"] = [ev["ref"]]
+        out.append(ev)
+    return out
 
 
 def _iso(ns: int) -> str:
@@ -939,6 +971,7 @@ def span_to_snapshot(
     if raw_blocks is None:
         raw_blocks = default_partitioner(messages) if messages else []
     compression = _compression_events(raw_blocks, content, model) if content.compactions else []
+    compression += _compacted_events([*span.events, *(details or [])])
     blocks: list[dict[str, Any]] = []
     tools_at = -1
     if content.tools:

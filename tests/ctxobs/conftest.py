@@ -2,8 +2,9 @@
 
 `IngestFront` puts the real ingest API (gunicorn serving config.wsgi on the test database) behind
 a recording front on a port of its own, and answers by itself only for failures the real server
-cannot be made to produce on demand. `OpenAIServer` speaks the chat completions API (JSON and SSE
-streaming) and keeps every request body so tests can check what reached the "provider".
+cannot be made to produce on demand. `OpenAIServer` speaks the chat completions API and the
+Responses API (JSON and SSE streaming) and keeps every request body so tests can check what
+reached the "provider".
 `BlackholeServer` accepts connections and never answers.
 """
 
@@ -156,6 +157,16 @@ class OpenAIServer(_Server):
         self.reply_text = "Hello there, traveller."
         self.tool_call: dict[str, Any] | None = None
         self.fail_next: int | None = None
+        # /v1/responses: the output items and usage of the next Response (default: a message
+        # saying reply_text, and the usage below).
+        self.response_output: list[dict[str, Any]] | None = None
+        self.response_usage: dict[str, Any] | None = {
+            "input_tokens": 36,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": 87,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 123,
+        }
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -182,6 +193,9 @@ class OpenAIServer(_Server):
                     fail, server.fail_next = server.fail_next, None
                 if fail:
                     self._json(fail, {"error": {"message": "bad request", "type": "invalid_request_error"}})
+                    return
+                if self.path.endswith("/responses"):
+                    self._responses(req)
                     return
                 usage = {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49}
                 call = server.tool_call
@@ -265,6 +279,93 @@ class OpenAIServer(_Server):
                     }
                     self._write(f"data: {json.dumps(payload)}\n\n")
                 self._write("data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+
+            def _responses(self, req: dict[str, Any]) -> None:
+                # A Response as the API returns it (fields of openai.types.responses.Response).
+                output = server.response_output or [
+                    {
+                        "type": "message",
+                        "id": "msg_67ccd2bf17f0819081ff3bb2cf6508e6",
+                        "status": "completed",
+                        "role": "assistant",
+                        "content": [
+                            {"type": "output_text", "text": server.reply_text, "annotations": [],
+                             "logprobs": []}
+                        ],
+                    }
+                ]
+                resp: dict[str, Any] = {
+                    "id": f"resp_{len(server.requests):04d}67ccd2bed1ec8190b14f964abc054267",
+                    "object": "response",
+                    "created_at": 1741476542,
+                    "status": "completed",
+                    "background": False,
+                    "error": None,
+                    "incomplete_details": None,
+                    "instructions": req.get("instructions"),
+                    "max_output_tokens": req.get("max_output_tokens"),
+                    "model": req.get("model"),
+                    "output": output,
+                    "parallel_tool_calls": True,
+                    "previous_response_id": req.get("previous_response_id"),
+                    "reasoning": {"effort": None, "summary": None},
+                    "store": True,
+                    "temperature": 1.0,
+                    "text": {"format": {"type": "text"}, "verbosity": "medium"},
+                    "tool_choice": "auto",
+                    "tools": req.get("tools") or [],
+                    "top_p": 1.0,
+                    "truncation": "disabled",
+                    "usage": server.response_usage,
+                    "user": None,
+                    "metadata": {},
+                }
+                if not req.get("stream"):
+                    self._json(200, resp)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                seq = iter(range(10_000))
+
+                def event(kind: str, **fields: Any) -> None:
+                    payload = {"type": kind, "sequence_number": next(seq), **fields}
+                    self._write(f"event: {kind}\ndata: {json.dumps(payload)}\n\n")
+
+                pending = {**resp, "status": "in_progress", "output": [], "usage": None}
+                event("response.created", response=pending)
+                event("response.in_progress", response=pending)
+                for i, item in enumerate(output):
+                    if item["type"] == "message":
+                        event("response.output_item.added", output_index=i,
+                              item={**item, "status": "in_progress", "content": []})
+                        text = item["content"][0]["text"]
+                        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+                        event("response.content_part.added", item_id=item["id"], output_index=i,
+                              content_index=0, part=part)
+                        words = text.split(" ")
+                        for w, word in enumerate(words):
+                            event("response.output_text.delta", item_id=item["id"], output_index=i,
+                                  content_index=0, delta=word if w == 0 else " " + word, logprobs=[])
+                        event("response.output_text.done", item_id=item["id"], output_index=i,
+                              content_index=0, text=text, logprobs=[])
+                        event("response.content_part.done", item_id=item["id"], output_index=i,
+                              content_index=0, part={**part, "text": text})
+                    elif item["type"] == "function_call":
+                        event("response.output_item.added", output_index=i,
+                              item={**item, "status": "in_progress", "arguments": ""})
+                        args = item["arguments"]
+                        for a in range(0, len(args), 5):
+                            event("response.function_call_arguments.delta", item_id=item["id"],
+                                  output_index=i, delta=args[a : a + 5])
+                        event("response.function_call_arguments.done", item_id=item["id"],
+                              output_index=i, name=item["name"], arguments=args)
+                    else:
+                        event("response.output_item.added", output_index=i, item=item)
+                    event("response.output_item.done", output_index=i, item=item)
+                event("response.completed", response=resp)
                 self.wfile.write(b"0\r\n\r\n")
 
             def _write(self, text: str) -> None:

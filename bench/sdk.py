@@ -23,6 +23,8 @@
     .venv/bin/python bench/sdk.py --calls N                    # all parts, N paired calls per case in 6
     .venv/bin/python bench/sdk.py --in-process [--calls N]     # 6 around a stand-in client, no network:
                                                                # the agent thread's CPU and GC per call
+    .venv/bin/python bench/sdk.py --anthropic [--calls N]      # the same for `instrument_anthropic`,
+                                                               # around a stand-in anthropic client
 """
 
 from __future__ import annotations
@@ -390,6 +392,124 @@ def in_process_overhead(stable: list, changing: list, calls: int = INSTRUMENTED_
         mock.wait(10)
 
 
+def anthropic_request(stable: list, changing: list) -> dict[str, Any]:
+    """The benchmark's turn as an Anthropic Messages request: the system-role blocks become the
+    `system` parameter (a breakpoint on its last part), tool calls and results become
+    `tool_use` / `tool_result` parts."""
+    system, messages = [], []
+    for key, _, msgs in stable:
+        if key == "tools":
+            continue
+        for m in msgs:
+            if m["role"] == "system":
+                system.append({"type": "text", "text": m["content"]})
+            else:
+                messages.append({"role": m["role"], "content": m["content"]})
+    system[-1]["cache_control"] = {"type": "ephemeral"}
+    messages.append(changing[1][2][0])
+    call, result = changing[0][2]
+    tc = call["tool_calls"][0]
+    messages.append({"role": "assistant", "content": [
+        {"type": "tool_use", "id": tc["id"], "name": tc["function"]["name"],
+         "input": json.loads(tc["function"]["arguments"])}]})
+    messages.append({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": result["tool_call_id"], "content": result["content"]}]})
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]}
+             for t in next(msgs for key, _, msgs in stable if key == "tools")]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": system, "messages": messages,
+            "tools": tools}
+
+
+class _StandInMessages:
+    """`messages` of an anthropic client answering at once with fresh anthropic objects (a
+    Message, or the raw events of a stream), after copying the request as a real client does."""
+
+    def __init__(self) -> None:
+        from anthropic.types import Message, RawMessageStreamEvent
+        from pydantic import TypeAdapter
+
+        self._message = Message
+        self._event = TypeAdapter(RawMessageStreamEvent)
+        text = "Sure: the 09:40 flight to Lisbon has a window seat left."
+        usage = {"input_tokens": 40, "cache_read_input_tokens": 4100, "cache_creation_input_tokens": 60,
+                 "output_tokens": 14}
+        self._body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                      "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                      "stop_sequence": None, "usage": usage}
+        self._events = [
+            {"type": "message_start", "message": {**self._body, "content": [], "stop_reason": None}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            *({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}}
+              for w in text.split(" ")),
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+             "usage": {"output_tokens": 14}},
+            {"type": "message_stop"},
+        ]
+
+    def create(self, **kw: Any) -> Any:
+        copy.deepcopy(kw)
+        if kw.get("stream"):
+            return iter([self._event.validate_python(e) for e in self._events])
+        return self._message.model_validate(self._body)
+
+
+def anthropic_in_process_overhead(
+    stable: list, changing: list, calls: int = INSTRUMENTED_CALLS
+) -> dict[str, Any]:
+    """`instrument_anthropic` around a stand-in anthropic client (no network): the agent thread's
+    CPU added per call, plain vs instrumented, ctxobs server up and down (as `in_process_overhead`)."""
+    from types import SimpleNamespace
+
+    mock = subprocess.Popen([sys.executable, str(Path(__file__).with_name("mock_servers.py"))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out: dict[str, Any] = {}
+    try:
+        assert mock.stdout is not None
+        ports = json.loads(mock.stdout.readline())
+        requests = [anthropic_request(stable, changing[i % len(changing)]) for i in range(200)]
+        for state, port in (("server_up", ports["ingest"]), ("server_down", ports["hole"])):
+            obs = ctxobs.Client(f"http://127.0.0.1:{port}", "k", flush_at_exit=False, timeout=30,
+                                spool=False, token_cache=tokens.TokenCache())
+            plain = SimpleNamespace(messages=_StandInMessages())
+            inst = ctxobs.instrument_anthropic(SimpleNamespace(messages=_StandInMessages()), obs)
+            for case, stream in (("sync", False), ("stream", True)):
+                res: dict[str, tuple[float, float]] = {}
+                for rnd in range(2):  # the first round warms up
+                    for name, client in (("plain", plain), ("instrumented", inst)):
+                        cpu = []
+                        for i in range(calls):
+                            c0 = time.thread_time()
+                            if stream:
+                                for _ in client.messages.create(**requests[i % 200], stream=True):
+                                    pass
+                            else:
+                                client.messages.create(**requests[i % 200])
+                            cpu.append((time.thread_time() - c0) * 1000)
+                            time.sleep(0.0005)
+                        if rnd:
+                            res[name] = (statistics.median(cpu), statistics.fmean(cpu))
+                p, i_ = res["plain"], res["instrumented"]
+                out[f"{case}_{state}"] = {
+                    "plain_cpu_p50_ms": round(p[0], 4),
+                    "instrumented_cpu_p50_ms": round(i_[0], 4),
+                    "added_cpu_p50_ms": round(i_[0] - p[0], 4),
+                    "added_cpu_mean_ms": round(i_[1] - p[1], 4),
+                }
+            out[f"{state}_snapshots_enqueued"] = obs.stats()["enqueued"]
+            obs.close(0.2)
+        out["calls_per_case"] = calls
+        worst = max(v["added_cpu_p50_ms"] for v in out.values() if isinstance(v, dict))
+        out["worst_added_cpu_p50_ms"] = worst
+        out["meets_instrumented_target"] = out["worst_added_cpu_p50_ms"] <= INSTRUMENTED_TARGET_MS
+        return out
+    finally:
+        if mock.stdin is not None:
+            mock.stdin.close()
+        mock.wait(10)
+
+
 def print_instrumented(res: dict[str, Any]) -> None:
     for case, v in res.items():
         if isinstance(v, dict):
@@ -418,6 +538,16 @@ def main() -> None:
                       f"{v['gc_ms_per_call_plain']:.4f} ms, instrumented "
                       f"{v['gc_ms_per_call_instrumented']:.4f} ms")
         print(json.dumps({"in_process": res}))
+        return
+    if "--anthropic" in sys.argv:
+        res = anthropic_in_process_overhead(stable, changing, calls)
+        for case, v in res.items():
+            if isinstance(v, dict):
+                verdict = "PASS" if v["added_cpu_p50_ms"] <= INSTRUMENTED_TARGET_MS else "FAIL"
+                print(f"instrument_anthropic {case:18s} {verdict} agent-thread CPU added p50 "
+                      f"{v['added_cpu_p50_ms']:.4f} ms (target <= {INSTRUMENTED_TARGET_MS} ms), mean "
+                      f"{v['added_cpu_mean_ms']:.4f} ms; plain {v['plain_cpu_p50_ms']:.4f} ms")
+        print(json.dumps({"anthropic_in_process": res}))
         return
     if "--instrumented" in sys.argv:
         res = instrumented_overhead(stable, changing, calls)

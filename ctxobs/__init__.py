@@ -23,6 +23,7 @@ from ctxobs.client import (
     tag,
 )
 from ctxobs.instrument import default_partitioner, instrument_openai, uninstrument_openai
+from ctxobs.instrument_anthropic import instrument_anthropic, uninstrument_anthropic
 from ctxobs.transport import CtxobsDeliveryError, Transport
 from ctxobs.validate import validate_snapshot
 from ctxobs.wire import LIMITS, WIRE_VERSION
@@ -41,10 +42,12 @@ __all__ = [
     "current_session",
     "default_client",
     "default_partitioner",
+    "instrument_anthropic",
     "instrument_openai",
     "redact_snapshot",
     "session",
     "tag",
+    "uninstrument_anthropic",
     "uninstrument_openai",
     "validate_snapshot",
 ]

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.factories import snapshot
+from tests.replay.test_chat_shapes import TEMPLATE_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,6 +202,15 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
             baseline = next(v for t in job["turns"] for v in t["variants"] if v["is_baseline"])
             # The local model saw fewer prompt tokens without the memory block: it reached the model.
             assert without["runs"][0]["prompt_tokens"] < baseline["runs"][0]["prompt_tokens"]
+            # A base model with no chat template: reached through the transcript, its answers hold
+            # no other model's chat-template tokens.
+            for run in runs:
+                assert run["api_mode"] == "completions", run
+                assert not [t for t in TEMPLATE_TOKENS if t in run["output_text"]], run["output_text"]
+            # Nor do the agent's own answers, which reached the model through its chat API.
+            for s in answered:
+                text = s["output"].get("text") or ""
+                assert not [t for t in TEMPLATE_TOKENS if t in text], text
             # The demo's experiments end on the local model, and the comparison page has its figures.
             deadline = time.monotonic() + 900
             exps = api.get("/experiments").json()

@@ -161,7 +161,10 @@ def complete(
     ch = choices[0]
     usage = data.get("usage") or {}
     if path == "/completions":
+        # The transcript ends at "Assistant:": the answer is what follows the label's space, as
+        # a chat reply would hold it.
         text = ch.get("text") or ""
+        text = text.lstrip() if isinstance(text, str) else text
         tool_calls: list[Any] = []
     else:
         msg = ch.get("message") or {}

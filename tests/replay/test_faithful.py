@@ -361,9 +361,16 @@ def test_replay_as_saved_of_a_demo_agent_turn_reproduces_its_answer(
         "kind": "plain", "snapshot_id": str(snap.snapshot_id), "samples": 1}).pk, timeout=900)
     assert job.status == "done", list(job.runs.values_list("error", flat=True))
     run = ReplayRun.objects.get(job=job)
-    # The same API, messages and parameters as the agent's call: the same answer.
-    assert run.api_mode == "chat"
-    assert canon({k: v for k, v in run.request_body.items() if k not in ("messages", "model")}) == canon(
-        saved["params"]
+    # The embedded base model answers chat calls from the transcript ctxobs renders, and the
+    # replay sends that transcript itself: the same prompt, stops and parameters as the agent's
+    # call, so the same answer.
+    assert run.api_mode == "completions"
+    body = run.request_body
+    messages = [m for b in saved["blocks"] for m in b["messages"]]
+    tools = saved["params"].get("tools")
+    assert body["prompt"] == ablation.render_transcript(messages, tools)
+    assert body["stop"] == ablation.transcript_stop(messages, tools)
+    assert canon({k: v for k, v in body.items() if k not in ("prompt", "stop", "model")}) == canon(
+        {k: v for k, v in saved["params"].items() if k not in ("tools", "tool_choice")}
     )
     assert run.output_text == original

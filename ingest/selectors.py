@@ -873,7 +873,8 @@ def snapshot_refs_matching(
         qs = qs.filter(ts__lt=until)
     if has_alerts:
         sessions = AgentSession.objects.filter(project=project, alert_count__gt=0)
-        qs = qs.filter(session_ref__in=list(sessions.values_list("id", flat=True)[:limit]))
+        # A subquery: a project can have thousands of sessions with alerts.
+        qs = qs.filter(session_ref__in=sessions.values("id")[:limit])
     rows = qs.order_by("session_id", "turn", "ts").only(
         "id", "snapshot_id", "session_id", "turn", "params", "output")[:limit]
     return [_snapshot_ref(s) for s in rows]

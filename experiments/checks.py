@@ -617,6 +617,9 @@ class CheckContext:
     reference_text: str = ""
     reference_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     threshold: float | None = None
+    # The semantic measure's own noise floor: the control answers' largest semantic distance
+    # from the reference (an edit distance is on another scale).
+    semantic_threshold: float | None = None
     answer_embedding: list[float] | None = None
     reference_embedding: list[float] | None = None
 
@@ -903,28 +906,34 @@ def _eval_no_repeat(check: Mapping[str, Any], answer: Answer, _ctx: CheckContext
 
 def _eval_consistent(check: Mapping[str, Any], answer: Answer, ctx: CheckContext) -> _Verdict:
     measure = check["measure"]
-    if ctx.threshold is None:
-        return None, "no noise floor for this item yet (needs baseline samples)", None
+    d: float | None
     if measure == "semantic":
+        threshold = ctx.semantic_threshold
         d = measures.semantic_distance(ctx.answer_embedding, ctx.reference_embedding)
         if d is None:
-            return None, "no embeddings of the answer and the reference", None
-    elif not ctx.reference_text and not ctx.reference_tool_calls:
-        return None, "no reference answer", None
-    elif measure == "task":
-        d = measures.task_distance(
-            ctx.reference_text,
-            answer.text,
-            reference_tool_calls=ctx.reference_tool_calls,
-            tool_calls=answer.tool_calls,
-        )
-        if d is None:
-            return None, "the reference answer has no tool calls or key facts to keep", None
+            return None, "no embeddings of the answer and the reference (the endpoint serves none)", None
     else:
-        d = measures.edit_distance(ctx.reference_text, answer.text)
-    within = d <= ctx.threshold + NOISE_EPS
+        threshold = ctx.threshold
+        if threshold is None:
+            return None, "no noise floor for this item yet (needs baseline samples)", None
+        if not ctx.reference_text and not ctx.reference_tool_calls:
+            return None, "no reference answer", None
+        if measure == "task":
+            d = measures.task_distance(
+                ctx.reference_text,
+                answer.text,
+                reference_tool_calls=ctx.reference_tool_calls,
+                tool_calls=answer.tool_calls,
+            )
+            if d is None:
+                return None, "the reference answer has no tool calls or key facts to keep", None
+        else:
+            d = measures.edit_distance(ctx.reference_text, answer.text)
+    if threshold is None:
+        return None, "no noise floor for this item yet (needs baseline samples)", None
+    within = d <= threshold + NOISE_EPS
     op = "<=" if within else ">"
-    return within, f"{measure} distance {d:.3f} {op} noise floor {ctx.threshold:.3f}", None
+    return within, f"{measure} distance {d:.3f} {op} noise floor {threshold:.3f}", None
 
 
 _EVALUATORS: dict[str, Callable[[Mapping[str, Any], Answer, CheckContext], _Verdict]] = {

@@ -491,6 +491,53 @@ def _price(exp: Experiment) -> tuple[float, float] | None:
     return None if p is None else (p.input, p.output)
 
 
+def _semantic(checks: Sequence[Any]) -> bool:
+    return any(
+        isinstance(c, dict) and c.get("type") == "consistent" and c.get("measure") == "semantic"
+        for c in checks
+    )
+
+
+def _reference_embeddings(
+    exp: Experiment, eitems: Sequence[ExperimentItem], set_checks: Sequence[Any]
+) -> dict[int, list[float]]:
+    """Item id -> the embedding of its reference answer, for the items a semantic `consistent`
+    check judges, when the experiment's endpoint serves embeddings. Network calls, outside any
+    transaction; an item whose embedding fails is left out (its check then says why)."""
+    ep = exp.endpoint
+    if not ep.embeddings_model:
+        return {}
+    url = endpoints.validate_base_url(
+        ep.base_url, allow_private=exp.project.allow_private_endpoints, resolve=False
+    )
+    out: dict[int, list[float]] = {}
+    by_text: dict[str, list[float]] = {}
+    for ei in eitems:
+        if not _semantic([*set_checks, *(ei.item.checks or [])]):
+            continue
+        text, _ = _reference(ei.item.context.snapshot)
+        if not text:
+            continue
+        if text not in by_text:
+            try:
+                by_text[text] = endpoints.embed(
+                    base_url=url,
+                    model=ep.embeddings_model,
+                    text=text,
+                    api_key=_api_key(ep),
+                    timeout=ep.timeout_s,
+                    allow_private=exp.project.allow_private_endpoints,
+                )
+            except endpoints.CallError as exc:
+                logger.warning(
+                    "experiments.reference_embedding_failed experiment_id=%s item_id=%s reason=%s",
+                    exp.pk, ei.item_id, exc.reason,
+                )
+                continue
+        out[ei.item_id] = by_text[text]
+    return out
+
+
 def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
     """Once the experiment's replay job has ended: every check on every answer (stored with its
     evidence), then the figures. FORCE: also while the job still runs (a cancel)."""
@@ -545,6 +592,7 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
         )
     }
     new_rows: list[CheckResult] = []
+    ref_embeddings = _reference_embeddings(exp, eitems, set_checks)
     for ei in eitems:
         ref_text, ref_calls = _reference(ei.item.context.snapshot)
         all_checks = set_checks + list(ei.item.checks or [])
@@ -556,11 +604,15 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
         # The model's own spread around the reference: a consistent answer is no farther from it
         # than the control's answers are. Only a `consistent` check reads it, and an edit distance
         # per control answer is the costliest step here.
-        threshold = None
+        threshold = semantic_threshold = None
         if any(c.get("type") == "consistent" for c in all_checks if isinstance(c, dict)):
             threshold = max(
                 (measures.edit_distance(ref_text, r.output_text) for r in control_runs), default=None
             )
+        ref_embedding = ref_embeddings.get(ei.item_id)
+        if ref_embedding is not None:
+            spread = [measures.semantic_distance(ref_embedding, r.embedding) for r in control_runs]
+            semantic_threshold = max((d for d in spread if d is not None), default=None)
         for vid, arm in (
             (ei.control_variant_id, CheckResult.Arm.CONTROL),
             (ei.strategy_variant_id, CheckResult.Arm.STRATEGY),
@@ -572,7 +624,12 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
                     continue
                 answer = checks_mod.Answer(text=r.output_text or "", tool_calls=list(r.tool_calls or []))
                 ctx = checks_mod.CheckContext(
-                    reference_text=ref_text, reference_tool_calls=ref_calls, threshold=threshold
+                    reference_text=ref_text,
+                    reference_tool_calls=ref_calls,
+                    threshold=threshold,
+                    semantic_threshold=semantic_threshold,
+                    answer_embedding=r.embedding,
+                    reference_embedding=ref_embedding,
                 )
                 for res in checks_mod.evaluate_all(all_checks, answer, ctx):
                     if (ei.item_id, arm, r.sample, res.check_id) in done_ids:

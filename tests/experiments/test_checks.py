@@ -865,8 +865,8 @@ def test_consistency_is_judged_against_the_threshold(
 
 
 def test_semantic_consistency_uses_the_embeddings() -> None:
-    near = CheckContext(threshold=0.05, answer_embedding=[1.0, 0.1], reference_embedding=[1.0, 0.0])
-    far = CheckContext(threshold=0.05, answer_embedding=[0.0, 1.0], reference_embedding=[1.0, 0.0])
+    near = CheckContext(semantic_threshold=0.05, answer_embedding=[1.0, 0.1], reference_embedding=[1.0, 0.0])
+    far = CheckContext(semantic_threshold=0.05, answer_embedding=[0.0, 1.0], reference_embedding=[1.0, 0.0])
     assert run({"type": "consistent", "measure": "semantic"}, context=near).passed is True
     assert run({"type": "consistent", "measure": "semantic"}, context=far).passed is False
 
@@ -888,6 +888,13 @@ def test_semantic_consistency_uses_the_embeddings() -> None:
             CheckContext(reference_text=REFERENCE, threshold=0.1),
             "no embeddings",
             id="no-embeddings",
+        ),
+        pytest.param(
+            "semantic",
+            # The edit distance's floor is on another scale: the semantic measure needs its own.
+            CheckContext(threshold=0.9, answer_embedding=[1.0, 0.0], reference_embedding=[1.0, 0.0]),
+            "no noise floor",
+            id="no-semantic-floor",
         ),
     ],
 )

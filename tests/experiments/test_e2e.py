@@ -99,3 +99,40 @@ def test_dropping_memory_loses_the_planted_fact_in_exactly_the_items_that_carry_
     row = compare(project=project, experiment_ids=[exp.pk, again.pk])["rows"][0]["comparison"]
     assert not any(m["changed"] for m in row["metrics"]), [m["verdict"] for m in row["metrics"]]
     assert row["flipped"] == []
+
+
+def test_semantic_consistency_is_judged_with_the_endpoints_embeddings(
+    celery_worker_process: Any, api: Any, local_endpoint: Any
+) -> None:
+    from experiments.models import CheckResult
+
+    project = local_endpoint.project
+    assert local_endpoint.embeddings_model  # the embedded server answers /v1/embeddings
+    planted = [planted_fact_snapshot(session_id=f"semantic-{i}", turn=1) for i in range(2)]
+    for w in planted:
+        post(api, w)
+    seeds = sets.seeds_from_turns(project=project, snapshot_ids=[w["snapshot_id"] for w in planted])
+    eval_set = sets.eval_set_create(
+        project=project, name="semantic", seeds=seeds, checks=[{"type": "consistent", "measure": "semantic"}]
+    )
+    drop = strategies.strategy_create(
+        project=project, name="drop memory", operations=[{"op": "remove", "key": "memory"}]
+    )
+    exp = _wait(
+        runs.experiment_start(
+            project=project,
+            set_version=sets.latest_version(eval_set),
+            endpoint=local_endpoint,
+            strategy_version=strategies.strategy_latest(drop),
+            samples=2,
+            params=FAST,
+        )
+    )
+    assert exp.status == Experiment.Status.DONE, exp.reason
+    results = list(CheckResult.objects.filter(experiment=exp, kind="consistent"))
+    assert len(results) == 2 * 2 * 2  # items x arms x samples
+    # Every answer is judged against the recorded answer's embedding and the control's spread.
+    assert all(r.passed is not None for r in results), [r.evidence for r in results]
+    assert all("semantic distance" in r.evidence and "noise floor" in r.evidence for r in results)
+    # The control's answers set the floor: each lies within it.
+    assert all(r.passed for r in results if r.arm == CheckResult.Arm.CONTROL)

@@ -29,6 +29,8 @@ app.autodiscover_tasks()
 WORKER_QUEUES: dict[str, tuple[str, ...]] = {
     "worker": ("default", "alerts"),
     "worker-replay": ("replay",),
+    # Expiry (up to half an hour), partitions and the overview rollup: never ahead of an alert.
+    "worker-maintenance": ("maintenance",),
 }
 
 

@@ -191,6 +191,8 @@ CELERY_TASK_ROUTES = {
     "replay.runs_reclaim": {"queue": "default"},
     "replay.*": {"queue": "replay"},
     "alerts.*": {"queue": "alerts"},
+    # Maintenance by role: expiry, partitions and the overview rollup have their own worker.
+    "ingest.*": {"queue": "maintenance"},
     "insights.*": {"queue": "default"},
     # Summaries for a strategy are model calls: they wait with the replays, not with alerts.
     "experiments.prepare": {"queue": "replay"},

@@ -122,7 +122,8 @@ class CeleryWorkers:
         self.custom: set[str] = set()  # services started with a test's own settings
 
     def start(self, service: str, *, concurrency: int = 2, env: dict[str, str] | None = None) -> Any:
-        """Start SERVICE ("worker", "worker-replay" or "beat"), with ENV on top of the test settings."""
+        """Start SERVICE ("worker", "worker-replay", "worker-maintenance" or "beat"), with ENV on top
+        of the test settings."""
         if env:
             self.custom.add(service)
         else:
@@ -136,7 +137,9 @@ class CeleryWorkers:
 
     def task_finished(self, task_id: str) -> bool:
         """Whether a worker logged TASK_ID as finished (and, acks being late, acknowledged it)."""
-        return any(self.processes.task_finished(s, task_id) for s in ("worker", "worker-replay"))
+        return any(
+            self.processes.task_finished(s, task_id) for s in ("worker", "worker-replay", "worker-maintenance")
+        )
 
     def kill(self, service: str) -> None:
         """kill -9 SERVICE's main process and its pool children at once."""
@@ -164,6 +167,7 @@ def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
     try:
         workers.start("worker")
         workers.start("worker-replay")
+        workers.start("worker-maintenance", concurrency=1)
         workers.start("beat")
         yield workers
     finally:
@@ -174,7 +178,7 @@ def celery_workers(django_db_setup: Any, django_db_blocker: Any) -> Any:
 def celery_worker_process(celery_workers: CeleryWorkers) -> Iterator[CeleryWorkers]:
     """The running workers; a test that killed one has started it again before it ends."""
     yield celery_workers
-    for service in ("worker", "worker-replay", "beat"):
+    for service in ("worker", "worker-replay", "worker-maintenance", "beat"):
         proc = celery_workers.procs.get(service)
         if service in celery_workers.custom:
             celery_workers.stop(service)

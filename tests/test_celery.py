@@ -58,6 +58,10 @@ def test_replays_and_alerts_are_routed_to_queues_that_different_workers_consume(
     consumers = {q: [w for w, qs in WORKER_QUEUES.items() if q in qs] for q in set(queue_of.values())}
     assert all(len(ws) == 1 for ws in consumers.values()), consumers
     assert consumers["replay"] != consumers["alerts"]
+    # Maintenance by role: a half-hour expiry never holds up an alert.
+    assert queue_of["ingest.expire"] == queue_of["ingest.partitions_ensure"] == "maintenance"
+    assert queue_of["ingest.overview_refresh"] == "maintenance"
+    assert consumers["maintenance"] != consumers["alerts"]
 
 
 def test_compose_runs_the_workers_of_config_celery_and_one_beat() -> None:

@@ -102,6 +102,30 @@ def in_process(cases: list[Case]) -> dict[str, set[str]]:
     return found
 
 
+def holdout_scores() -> dict[str, Any]:
+    """prompt_injection on bench/lint_injection_holdout.py, a set written without reference to the
+    check (one call each: the text in a retrieved document, tool result, memory or history), in
+    process: precision, recall and the cases it got wrong."""
+    from bench.lint_injection_holdout import CASES
+
+    tp = fp = fn = 0
+    wrong: list[str] = []
+    for case in CASES:
+        blocks = [
+            {**b, "tokens": b.get("tokens") or max(1, len(json.dumps(b["messages"])) // 4)}
+            for b in case["blocks"]
+        ]
+        turn = lint.turn_from_wire({"blocks": blocks, "model": {"name": "gpt-4o", "context_window": 128_000}})
+        got = any(i.check == lint.PROMPT_INJECTION for i in lint.lint_turn(turn, None))
+        tp += got and case["label"]
+        fp += got and not case["label"]
+        fn += case["label"] and not got
+        if got != case["label"]:
+            wrong.append(case["id"])
+    return {"precision": round(tp / (tp + fp), 3) if tp + fp else 1.0, "recall": round(tp / (tp + fn), 3),
+            "tp": tp, "fp": fp, "fn": fn, "cases": len(CASES), "wrong": wrong}
+
+
 def start_worker(lint_on: bool, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REDIS_URL=settings.REDIS_URL,
                CTXOBS_LINT="1" if lint_on else "0", CTXOBS_LOG_LEVEL="WARNING")
@@ -220,8 +244,13 @@ def main() -> None:
     local = local_sets[2]
     print_table(f"{len(generated)} generated + {len(injection)} injection-set sessions; in process"
                 f" ({lint_ms:.2f} ms per turn linted):", *local_sets)
+    holdout = holdout_scores()
+    print(f"prompt_injection on the independent holdout set ({holdout['cases']} cases): precision"
+          f" {holdout['precision']:.3f}, recall {holdout['recall']:.3f} (tp {holdout['tp']},"
+          f" fp {holdout['fp']}, fn {holdout['fn']}); wrong: {', '.join(holdout['wrong'])}", flush=True)
+    holdout_pr = [holdout["precision"], holdout["recall"]]
     if args.scores_only:
-        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases),
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_set": holdout_pr,
                           "per_check": {c: [s["precision"], s["recall"]] for c, s in local.items()},
                           "injection_set": [local_sets[1][lint.PROMPT_INJECTION]["precision"],
                                             local_sets[1][lint.PROMPT_INJECTION]["recall"]],
@@ -233,7 +262,7 @@ def main() -> None:
     print_table("end to end (API + worker, stored findings):", *stored_sets)
 
     if args.rounds == 0:
-        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases),
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_set": holdout_pr,
                           "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
                           "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
                                             stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
@@ -263,6 +292,7 @@ def main() -> None:
         "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
         "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
                           stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
+        "holdout_set": holdout_pr,
         "in_process_matches_stored": local == stored,
         "lint_ms_per_turn_in_process": round(lint_ms, 3),
         "snapshots_per_run": args.batches * IR.BATCH,

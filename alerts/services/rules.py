@@ -44,8 +44,11 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Validation failing", K.VALIDATION_FAILURE_RATE, "warning"),
     DefaultRule("Recall misses", K.RECALL_MISS_RATE, "info"),
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
-    DefaultRule("Prompt injection or red line lost", K.LINT_FINDING, "critical",
-                {"checks": ["pinned_compressed", "prompt_injection"]}),
+    DefaultRule("Red line lost", K.LINT_FINDING, "critical", {"checks": ["pinned_compressed"]}),
+    # Off by default: on an independent labelled set (bench/lint_injection_holdout.py) its precision
+    # is below 0.95 (BENCHMARKS.md), and a check below that does not page by default.
+    DefaultRule("Possible prompt injection", K.LINT_FINDING, "warning", {"checks": ["prompt_injection"]},
+                enabled=False),
     DefaultRule("Cache hit rate fell after a deploy", K.CACHE_HIT_RATE_FELL, "warning"),
 )
 

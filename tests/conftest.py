@@ -137,9 +137,8 @@ class CeleryWorkers:
 
     def task_finished(self, task_id: str) -> bool:
         """Whether a worker logged TASK_ID as finished (and, acks being late, acknowledged it)."""
-        return any(
-            self.processes.task_finished(s, task_id) for s in ("worker", "worker-replay", "worker-maintenance")
-        )
+        services = ("worker", "worker-replay", "worker-maintenance")
+        return any(self.processes.task_finished(s, task_id) for s in services)
 
     def kill(self, service: str) -> None:
         """kill -9 SERVICE's main process and its pool children at once."""

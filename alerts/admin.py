@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from alerts.models import Alert, AlertRule, Channel, Delivery
+from alerts.models import Alert, AlertRule, Channel, Delivery, Incident, IncidentPolicy
 
 
 @admin.register(AlertRule)
@@ -13,7 +13,21 @@ class AlertRuleAdmin(admin.ModelAdmin):
 class AlertAdmin(admin.ModelAdmin):
     list_display = ("id", "project", "rule", "severity", "title", "session_id", "turn", "state", "created_at")
     list_filter = ("state", "severity", "rule_kind")
-    raw_id_fields = ("rule", "acknowledged_by", "resolved_by")
+    raw_id_fields = ("rule", "incident", "acknowledged_by", "resolved_by")
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "agent", "cause", "severity", "status", "alert_count", "session_count",
+                    "last_seen")
+    list_filter = ("status", "severity")
+    raw_id_fields = ("acknowledged_by", "resolved_by")
+
+
+@admin.register(IncidentPolicy)
+class IncidentPolicyAdmin(admin.ModelAdmin):
+    list_display = ("project", "session_window_turns", "session_window_seconds", "group_window_seconds",
+                    "quiet_seconds", "reopen_window_seconds")
 
 
 @admin.register(Channel)
@@ -28,6 +42,8 @@ class DeliveryAdmin(admin.ModelAdmin):
         "id",
         "channel",
         "alert",
+        "incident",
+        "event",
         "is_test",
         "status",
         "attempts",
@@ -35,4 +51,4 @@ class DeliveryAdmin(admin.ModelAdmin):
         "created_at",
     )
     list_filter = ("status", "is_test")
-    raw_id_fields = ("alert",)
+    raw_id_fields = ("alert", "incident", "folded_into")

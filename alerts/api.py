@@ -8,6 +8,7 @@ agent processes; a leaked key must not be able to silence the alerts about its o
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
@@ -15,9 +16,19 @@ from ninja import Query, Router, Schema, Status
 
 from alerts import channels, selectors
 from alerts.errors import NotFound
-from alerts.models import Alert, AlertRule
-from alerts.schemas import AlertOut, AlertPage, RuleErrors, RuleIn, RuleOut, RulePatch
-from alerts.services import episodes
+from alerts.models import Alert, AlertRule, Incident
+from alerts.schemas import (
+    AlertOut,
+    AlertPage,
+    IncidentDetailOut,
+    IncidentPage,
+    MuteIn,
+    RuleErrors,
+    RuleIn,
+    RuleOut,
+    RulePatch,
+)
+from alerts.services import episodes, incidents
 from alerts.services import rules as rule_services
 from config.params import Id, PageLimit, PageOffset
 from core.auth import Caller, ProjectReadAuth
@@ -189,3 +200,128 @@ def rule_replace(request: HttpRequest, rule_id: int, body: RuleIn) -> dict[str, 
     if rule is None:
         raise NotFound("no such rule")
     return _rule_out(rule_services.rule_update(rule=rule, data=body.model_dump()))
+
+
+# --- incidents ---------------------------------------------------------------------------------
+def _incident_out(i: Incident) -> dict[str, Any]:
+    return {
+        "id": i.pk,
+        "title": i.title,
+        "cause": i.cause,
+        "agent": i.agent,
+        "severity": i.severity,
+        "status": i.status,
+        "muted_until": i.muted_until,
+        "first_seen": i.first_seen,
+        "last_seen": i.last_seen,
+        "alert_count": i.alert_count,
+        "session_count": i.session_count,
+        "opened_count": i.opened_count,
+        "reopened_at": i.reopened_at,
+        "acknowledged_at": i.acknowledged_at,
+        "resolved_at": i.resolved_at,
+        "resolution": i.resolution,
+        "url": channels.incident_path(i.project_id, i.pk),
+    }
+
+
+INCIDENT_ALERTS_SHOWN = 200
+
+
+def _incident_detail(i: Incident) -> dict[str, Any]:
+    alerts = selectors.incident_alerts(incident=i, limit=INCIDENT_ALERTS_SHOWN)
+    return {
+        **_incident_out(i),
+        "culprit": selectors.incident_culprit(incident=i),
+        "sessions": selectors.incident_sessions(incident=i),
+        "alerts": [_alert_out(a) for a in alerts],
+        "alerts_shown": len(alerts),
+    }
+
+
+class IncidentFilters(Schema):
+    status: str | None = None
+    severity: str | None = None
+    agent: str | None = None
+    since: datetime | None = None
+    limit: PageLimit = 50
+    offset: PageOffset = 0
+
+
+@router.get(
+    "/incidents",
+    auth=ProjectReadAuth(),
+    response={200: IncidentPage, 401: Detail, 404: Detail},
+    summary="List incidents, last seen first (filters: status — open, acknowledged, resolved, muted or"
+    " unresolved —, severity, agent, since: seen at or after this time)",
+)
+def incidents_list(request: HttpRequest, filters: Query[IncidentFilters]) -> dict[str, Any]:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    qs = selectors.incidents_filter(
+        project_id=caller.project.pk,
+        status=filters.status,
+        severity=filters.severity,
+        agent=filters.agent,
+        since=filters.since,
+    )
+    limit, offset = filters.limit, filters.offset
+    return {
+        "count": qs.count(),
+        "limit": limit,
+        "offset": offset,
+        "items": [_incident_out(i) for i in qs[offset : offset + limit]],
+    }
+
+
+def _incident(request: HttpRequest, incident_id: int) -> Incident:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    i = selectors.incident_get(project_id=caller.project.pk, incident_id=incident_id)
+    if i is None:
+        raise NotFound("no such incident")
+    return i
+
+
+@router.get(
+    "/incidents/{incident_id}",
+    auth=ProjectReadAuth(),
+    response={200: IncidentDetailOut, 401: Detail, 404: Detail},
+    summary="One incident with its sessions, its alerts (the first 200, in time order) and its culprit",
+)
+def incident_detail(request: HttpRequest, incident_id: int) -> dict[str, Any]:
+    return _incident_detail(_incident(request, incident_id))
+
+
+@router.post(
+    "/incidents/{incident_id}/ack",
+    auth=EDITOR_AUTH,
+    response={200: IncidentDetailOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Acknowledge an incident (editor); it still resolves on its own when quiet",
+)
+def incident_ack(request: HttpRequest, incident_id: int) -> dict[str, Any]:
+    i = incidents.incident_acknowledge(incident=_incident(request, incident_id), user=request.user)
+    return _incident_detail(i)
+
+
+@router.post(
+    "/incidents/{incident_id}/resolve",
+    auth=EDITOR_AUTH,
+    response={200: IncidentDetailOut, 401: Detail, 403: Detail, 404: Detail},
+    summary="Resolve an incident (editor); channels get its \"resolved\" message unless it is muted",
+)
+def incident_resolve(request: HttpRequest, incident_id: int) -> dict[str, Any]:
+    i = incidents.incident_resolve(incident=_incident(request, incident_id), user=request.user)
+    return _incident_detail(i)
+
+
+@router.post(
+    "/incidents/{incident_id}/mute",
+    auth=EDITOR_AUTH,
+    response={200: IncidentDetailOut, 401: Detail, 403: Detail, 404: Detail, 422: Detail},
+    summary="Mute an incident for some minutes (editor): it keeps grouping, channels hear nothing until"
+    " then. 422 when minutes is outside 1..43200 or the incident is resolved",
+)
+def incident_mute(request: HttpRequest, incident_id: int, body: MuteIn) -> dict[str, Any]:
+    i = incidents.incident_mute(
+        incident=_incident(request, incident_id), user=request.user, minutes=body.minutes
+    )
+    return _incident_detail(i)

@@ -248,3 +248,99 @@ def alert_email(alert: Any, *, project_name: str) -> tuple[str, str]:
         f"Alert: {p['alert_url']}",
     ]
     return subject, "\n".join(lines)
+
+
+# --- incidents -----------------------------------------------------------------------------
+def incident_path(project_id: int, incident_id: int) -> str:
+    """The incident's page: the one place its URL is built."""
+    try:
+        return reverse("alerts:incident", kwargs={"project_id": project_id, "incident_id": incident_id})
+    except NoReverseMatch:
+        return f"/p/{project_id}/incidents/{incident_id}/"
+
+
+def incidents_path(project_id: int) -> str:
+    try:
+        return reverse("alerts:incidents", kwargs={"project_id": project_id})
+    except NoReverseMatch:
+        return f"/p/{project_id}/incidents/"
+
+
+def _iso(v: Any) -> str | None:
+    return v.isoformat() if v is not None else None
+
+
+def incident_payload(
+    incident: Any, *, event: str, digest: dict[str, Any], project_name: str, culprit: str | None
+) -> dict[str, Any]:
+    """The JSON an incident's state change is sent as: the incident as it is now, the alerts
+    grouped since the previous message (up to alerts.kinds.DIGEST_ALERTS, and how many more),
+    the messages held back by the channel's hourly limit, links. Ids, keys and titles only —
+    never prompt text."""
+    root = base_url()
+    alerts = [
+        {k: v for k, v in {**a, "turn_url": root + a.get("turn_path", "")}.items() if k != "turn_path"}
+        for a in digest.get("alerts") or []
+    ]
+    out: dict[str, Any] = {
+        "event": f"incident.{event}",
+        "incident": {
+            "id": incident.pk,
+            "project": {"id": incident.project_id, "name": project_name},
+            "title": incident.title,
+            "cause": incident.cause,
+            "agent": incident.agent,
+            "severity": incident.severity,
+            "status": incident.status,
+            "alert_count": incident.alert_count,
+            "session_count": incident.session_count,
+            "opened_count": incident.opened_count,
+            "first_seen": _iso(incident.first_seen),
+            "last_seen": _iso(incident.last_seen),
+            "resolved_at": _iso(incident.resolved_at),
+            "resolution": incident.resolution,
+            "culprit": culprit,
+            "url": root + incident_path(incident.project_id, incident.pk),
+        },
+        "alerts": alerts,
+        "alerts_more": int(digest.get("more") or 0),
+        "links": {"incidents": root + incidents_path(incident.project_id)},
+    }
+    held = digest.get("held_back")
+    if held:
+        out["held_back"] = held
+    return out
+
+
+def incident_email(
+    incident: Any, *, event: str, digest: dict[str, Any], project_name: str, culprit: str | None
+) -> tuple[str, str]:
+    p = incident_payload(incident, event=event, digest=digest, project_name=project_name, culprit=culprit)
+    inc = p["incident"]
+    subject = " ".join(
+        f"[ctxobs {project_name}] incident {event}: {incident.severity}: {incident.title}".split()
+    )[:250]
+    lines = [
+        incident.title,
+        "",
+        f"Status: {incident.status}   severity: {incident.severity}   cause: {incident.cause}",
+        f"Alerts: {incident.alert_count} in {incident.session_count} session(s)",
+        f"First seen: {inc['first_seen']}   last seen: {inc['last_seen']}",
+    ]
+    if culprit:
+        lines += ["", f"Culprit: {culprit}"]
+    if p["alerts"]:
+        lines += ["", "Alerts grouped since the last message:"]
+        lines += [
+            f"  - {a['severity']} {a['rule_kind']}: session {a['session_id']} turn {a['turn']}"
+            f"  {a['turn_url']}"
+            for a in p["alerts"]
+        ]
+        if p["alerts_more"]:
+            lines.append(f"  … and {p['alerts_more']} more")
+    held = p.get("held_back")
+    if held:
+        lines += ["", f"{held['count']} message(s) held back by this channel's hourly limit:"]
+        lines += [f"  - {m['event']}: {m['title']}" for m in held.get("messages", [])]
+    lines += ["", f"Incident: {inc['url']}"]
+    return subject, "\n".join(lines)

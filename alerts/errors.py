@@ -33,3 +33,9 @@ class NotFound(AlertsError):
 
 class Forbidden(AlertsError):
     status_code = 403
+
+
+class InvalidIncidentAction(AlertsError):
+    """An ack, resolve or mute that the incident's state or the request's values do not allow."""
+
+    status_code = 422

@@ -4,6 +4,7 @@ cleaning of what a user sends for it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ctxobs.wire import BLOCK_KINDS, COUNT_DRIFT_WARN, TIERS
@@ -267,3 +268,109 @@ def validate_params(kind: str, raw: dict[str, Any] | None) -> tuple[dict[str, An
             continue
         clean[p.name] = num
     return clean, errors
+
+
+# --- incidents ---------------------------------------------------------------------------------
+# Rule kinds that read the same condition from different angles form one family: a jump to 90%
+# raises a tier crossing, a watermark spike and a block share at once, all about the window.
+CONTEXT_PRESSURE = "context_pressure"
+FAMILIES: dict[str, str] = {
+    TIER_CROSSING: CONTEXT_PRESSURE,
+    WATERMARK_SPIKE: CONTEXT_PRESSURE,
+    BLOCK_SHARE: CONTEXT_PRESSURE,
+}
+# Families whose cause names the block that contributed most.
+BLOCK_FAMILIES = (CONTEXT_PRESSURE, COMPRESSION_STORM)
+CAUSE_MAX_CHARS = 300
+
+
+def rule_family(kind: str) -> str:
+    return FAMILIES.get(kind, kind)
+
+
+def incident_cause(kind: str, contributors: list[dict[str, Any]] | None) -> str:
+    """The machine key of what an alert is about: its rule family, and for the families about
+    blocks, the key of its top contributing block ("context_pressure:tool_results")."""
+    family = rule_family(kind)
+    if family in BLOCK_FAMILIES and contributors:
+        key = str(contributors[0].get("key") or "")
+        if key:
+            return f"{family}:{key}"[:CAUSE_MAX_CHARS]
+    return family
+
+
+_BLOCK_WORDS = {
+    "system": "the system prompt",
+    "tools": "tool definitions",
+    "tool_results": "tool results",
+    "retrieval": "retrieved text",
+    "memory": "memory",
+    "history": "the history",
+    "user": "user input",
+    "few_shot": "examples",
+}
+
+
+def _block_words(key: str, kind: str) -> str:
+    words = _BLOCK_WORDS.get(kind, f"{kind} blocks" if kind else "a block")
+    if not key or key == kind:
+        return words
+    return f"{words} from `{key}`"
+
+
+_FAMILY_WORDS = {
+    COMPRESSION_STORM: "a compression storm",
+    VALIDATION_FAILURE_RATE: "outputs kept failing validation",
+    RECALL_MISS_RATE: "recall kept missing",
+    COUNT_DRIFT: "token counts drifted from the provider's",
+    LINT_FINDING: "the contamination lint flagged turns",
+    CACHE_HIT_RATE_FELL: "the prompt-cache hit rate fell",
+}
+
+
+def incident_title(
+    *, cause: str, block_kind: str, agent: str, sessions: int, since: datetime, project_level: bool = False
+) -> str:
+    """The cause in words, e.g. "tool results from `search` overflowed the window in 14 sessions of
+    agent travel-bot since 14:05 UTC". Plain text: block keys and agent names come from agents,
+    and pages escape them."""
+    family, _, key = cause.partition(":")
+    if family == CONTEXT_PRESSURE:
+        what = f"{_block_words(key, block_kind)} overflowed the window" if key else "the window overflowed"
+        what = what[0].upper() + what[1:]
+    elif family == COMPRESSION_STORM and key:
+        what = f"Compression storm on {_block_words(key, block_kind)}"
+    else:
+        words = _FAMILY_WORDS.get(family, KINDS.get(family, family))
+        what = words[0].upper() + words[1:]
+    if project_level:
+        return f"{what} (project-wide) since {since:%Y-%m-%d %H:%M} UTC"
+    where = f"{sessions} session{'s' if sessions != 1 else ''}"
+    of = f" of agent {agent}" if agent else ""
+    return f"{what} in {where}{of} since {since:%H:%M} UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentWindows:
+    """How alerts group into incidents and when incidents end (a project's IncidentPolicy)."""
+
+    # An alert of a session that starts within this many turns or seconds of an alert of an
+    # incident in that session joins the incident, whatever its rule.
+    session_window_turns: int = 10
+    session_window_seconds: int = 300
+    # An alert of the same agent and cause as an open incident seen within this long joins it.
+    group_window_seconds: int = 1800
+    # An incident with no new alert activity for this long resolves on its own.
+    quiet_seconds: int = 1800
+    # The cause returning within this long after resolution reopens the incident.
+    reopen_window_seconds: int = 7200
+
+
+INCIDENT_DEFAULTS = IncidentWindows()
+INCIDENT_WINDOW_MAX_SECONDS = 30 * 86400
+# The alerts a message lists (the rest are counted).
+DIGEST_ALERTS = 20
+# Messages per channel per rolling hour, unless the channel says otherwise.
+DEFAULT_CHANNEL_MAX_PER_HOUR = 20
+RATE_WINDOW_SECONDS = 3600
+INCIDENT_EVENTS = ("opened", "escalated", "reopened", "resolved", "triaged")

@@ -6,9 +6,17 @@ Alerts point at sessions and snapshots by (project_id, *_ref) like the ingest ho
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from alerts.kinds import DEFAULT_COOLDOWN_SECONDS, DEFAULT_COOLDOWN_TURNS, SEVERITIES, STORED_KINDS
+from alerts.kinds import (
+    DEFAULT_CHANNEL_MAX_PER_HOUR,
+    DEFAULT_COOLDOWN_SECONDS,
+    DEFAULT_COOLDOWN_TURNS,
+    INCIDENT_DEFAULTS,
+    SEVERITIES,
+    STORED_KINDS,
+)
 from core.debts import PendingWork
 
 KIND_CHOICES = list(STORED_KINDS.items())
@@ -74,6 +82,10 @@ class Alert(models.Model):
     unit = models.CharField(max_length=16, default="%")
     contributors = models.JSONField(default=list)  # top blocks: position, key, kind, tokens, share, delta
     state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    # The incident it grouped into (alerts.services.incidents); None for alerts raised before incidents.
+    incident = models.ForeignKey(
+        "Incident", null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts", db_index=True
+    )
     # "<rule>:<session_ref>:<first turn of the episode>", unique per project.
     dedup_key = models.CharField(max_length=100)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
@@ -121,6 +133,8 @@ class Channel(models.Model):
     timeout_seconds = models.FloatField(default=WEBHOOK_TIMEOUT_SECONDS)
     max_attempts = models.IntegerField(default=WEBHOOK_MAX_ATTEMPTS)
     recipients = models.JSONField(default=list, blank=True)  # e-mail addresses
+    # At most this many incident messages per rolling hour; the rest are held and summed up in the next.
+    max_per_hour = models.IntegerField(default=DEFAULT_CHANNEL_MAX_PER_HOUR)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -130,8 +144,93 @@ class Channel(models.Model):
         return f"{self.name} ({self.kind})"
 
 
+class Incident(models.Model):
+    """Alerts that belong together: one event in a session, or one cause across the sessions of
+    an agent (alerts.services.incidents). Channels hear about its state changes, not its alerts."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "open"
+        ACKNOWLEDGED = "acknowledged", "acknowledged"
+        RESOLVED = "resolved", "resolved"
+        MUTED = "muted", "muted"
+
+    class Resolution(models.TextChoices):
+        NONE = "", "-"
+        AUTO = "auto", "auto"
+        USER = "user", "user"
+
+    project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="incidents")
+    agent = models.CharField(max_length=256, blank=True, default="")
+    # "<rule family>[:<block key of the first alert's top contributor>]" (alerts.kinds.incident_cause).
+    cause = models.CharField(max_length=300)
+    title = models.CharField(max_length=TITLE_MAX_CHARS)
+    severity = models.CharField(max_length=10, choices=SEVERITY_CHOICES)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    muted_until = models.DateTimeField(null=True, blank=True)
+    # Turn times (the agent's clock) of the earliest and latest alert activity grouped into it.
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    alert_count = models.IntegerField(default=0)
+    session_count = models.IntegerField(default=0)
+    opened_count = models.IntegerField(default=1)
+    reopened_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolution = models.CharField(max_length=8, choices=Resolution.choices, blank=True, default="")
+    # Notify once: each state change sent to channels takes the next sequence number; the severity
+    # last announced tells an escalation; the alerts grouped since the last message wait here
+    # (up to DIGEST_ALERTS ids, and how many more) for the next one.
+    event_sequence = models.IntegerField(default=0)
+    notified_severity = models.CharField(max_length=10, blank=True, default="")
+    digest_alert_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    digest_more = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-last_seen", "-id"]
+        indexes = [
+            # Grouping and reopening: the incidents of one agent and cause, latest first.
+            models.Index(fields=["project", "agent", "cause", "-last_seen"], name="incident_cause_idx"),
+            models.Index(fields=["project", "-last_seen"], name="incident_recent_idx"),
+            models.Index(fields=["project", "status", "-last_seen"], name="incident_status_idx"),
+            # The auto-resolve and unmute scan: only incidents not resolved.
+            models.Index(
+                fields=["last_seen"],
+                name="incident_unresolved_idx",
+                condition=~models.Q(status="resolved"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"incident #{self.pk} {self.title}"
+
+
+class IncidentPolicy(models.Model):
+    """A project's incident windows (alerts.kinds.INCIDENT_DEFAULTS apply without a row)."""
+
+    project = models.OneToOneField("core.Project", on_delete=models.CASCADE, related_name="incident_policy")
+    session_window_turns = models.IntegerField(default=INCIDENT_DEFAULTS.session_window_turns)
+    session_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.session_window_seconds)
+    group_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.group_window_seconds)
+    quiet_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.quiet_seconds)
+    reopen_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.reopen_window_seconds)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"incident policy of project {self.project_id}"
+
+
 class Delivery(models.Model):
-    """One alert (or a test message) to one channel; at most one per (alert, channel)."""
+    """One message to one channel: an incident's state change (opened, escalated, reopened,
+    resolved, triaged), or a test message; at most one per (incident, channel, event, sequence).
+    Deliveries of single alerts (alert set, no incident) are from before incidents."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"
@@ -139,13 +238,31 @@ class Delivery(models.Model):
         RETRYING = "retrying", "retrying"
         SENT = "sent", "sent"
         FAILED = "failed", "failed"
+        # Over the channel's hourly limit: waits for room, then goes out with the others held.
+        HELD = "held", "held"
+        # Summed up in a later message (`folded_into`) instead of being sent on its own.
+        FOLDED = "folded", "folded"
 
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="+")
     alert = models.ForeignKey(
         Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
     )
+    incident = models.ForeignKey(
+        Incident, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    event = models.CharField(max_length=16, blank=True, default="")
+    sequence = models.IntegerField(default=0)
+    # What the message says beyond the incident's current state: the alerts grouped since the
+    # previous message, and (once claimed) the messages held back and folded into it.
+    digest = models.JSONField(default=dict, blank=True)
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
     is_test = models.BooleanField(default=False)
+    # When its first attempt was claimed: what the channel's hourly limit counts.
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+    folded_into = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.IntegerField(default=0)
     last_status_code = models.IntegerField(null=True, blank=True)
@@ -160,10 +277,24 @@ class Delivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["alert", "channel"], name="uniq_delivery_alert_channel")
+            models.UniqueConstraint(fields=["alert", "channel"], name="uniq_delivery_alert_channel"),
+            models.UniqueConstraint(
+                fields=["incident", "channel", "event", "sequence"],
+                name="uniq_delivery_incident_event",
+                condition=models.Q(incident__isnull=False),
+            ),
         ]
         indexes = [
             models.Index(fields=["channel", "-created_at"], name="delivery_channel_idx"),
+            # The hourly limit's count, and the held messages waiting for room.
+            models.Index(
+                fields=["channel", "claimed_at"],
+                name="delivery_rate_idx",
+                condition=models.Q(claimed_at__isnull=False),
+            ),
+            models.Index(
+                fields=["channel", "held_at"], name="delivery_held_idx", condition=models.Q(status="held")
+            ),
             # The sweeper's scan: only deliveries still owed an attempt.
             models.Index(
                 fields=["created_at"],

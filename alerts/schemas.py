@@ -96,3 +96,48 @@ class RulePatch(Schema):
 class RuleErrors(Schema):
     detail: str
     errors: dict[str, str]
+
+
+class IncidentOut(Schema):
+    id: int
+    title: str
+    cause: str
+    agent: str
+    severity: str
+    status: str
+    muted_until: datetime | None
+    first_seen: datetime
+    last_seen: datetime
+    alert_count: int
+    session_count: int
+    opened_count: int
+    reopened_at: datetime | None
+    acknowledged_at: datetime | None
+    resolved_at: datetime | None
+    resolution: str
+    url: str
+
+
+class IncidentPage(Schema):
+    count: int
+    limit: int
+    offset: int
+    items: list[IncidentOut]
+
+
+class IncidentSessionOut(Schema):
+    session_id: str
+    first_turn: int
+    last_turn: int
+    alerts: int
+
+
+class IncidentDetailOut(IncidentOut):
+    culprit: str | None
+    sessions: list[IncidentSessionOut]
+    alerts: list[AlertOut]
+    alerts_shown: int
+
+
+class MuteIn(Schema):
+    minutes: int

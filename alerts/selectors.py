@@ -4,13 +4,15 @@ may extend, and the turns rules evaluate on (from the snapshots read through `in
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 
-from alerts.models import Alert, AlertRule, Channel, Delivery
+from alerts import kinds as K
+from alerts.models import Alert, AlertRule, Channel, Delivery, Incident, IncidentPolicy
 from alerts.rules import RuleSpec, Turn
 from core import registry
 from ctxobs.wire import unstorable, usable_window
@@ -131,6 +133,136 @@ def channel_deliveries(*, channel: Channel, limit: int = 50) -> list[Delivery]:
 def alert_deliveries(*, alert: Alert) -> list[Delivery]:
     return list(
         Delivery.objects.filter(alert=alert).select_related("channel").prefetch_related("log").order_by("id")
+    )
+
+
+# --- incidents -----------------------------------------------------------------------------------
+def incident_windows(*, project_id: int) -> K.IncidentWindows:
+    """The project's incident windows (its IncidentPolicy, or the defaults)."""
+    p = IncidentPolicy.objects.filter(project_id=project_id).first()
+    if p is None:
+        return K.INCIDENT_DEFAULTS
+    return K.IncidentWindows(
+        session_window_turns=p.session_window_turns,
+        session_window_seconds=p.session_window_seconds,
+        group_window_seconds=p.group_window_seconds,
+        quiet_seconds=p.quiet_seconds,
+        reopen_window_seconds=p.reopen_window_seconds,
+    )
+
+
+def incident_quiet_min() -> int:
+    """The shortest quiet period any project has set (the auto-resolve scan's bound)."""
+    low = IncidentPolicy.objects.aggregate(low=Min("quiet_seconds"))["low"]
+    return int(low) if low is not None else K.INCIDENT_DEFAULTS.quiet_seconds
+
+
+def incident_quiet_seconds(*, project_ids: Iterable[int]) -> dict[int, int]:
+    """The quiet period of each of PROJECT_IDS that has a policy (the others use the default)."""
+    ids = list(project_ids)
+    if not ids:
+        return {}
+    return dict(IncidentPolicy.objects.filter(project_id__in=ids).values_list("project_id", "quiet_seconds"))
+
+
+INCIDENT_FILTER_STATUSES = (*Incident.Status.values, "unresolved")
+
+
+def incidents_filter(
+    *,
+    project_id: int,
+    status: str | None = None,
+    severity: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+) -> QuerySet[Incident]:
+    """Incidents of a project, last seen first. STATUS may be "unresolved" (open, acknowledged
+    or muted); SINCE keeps those seen at or after it."""
+    qs = Incident.objects.filter(project_id=project_id)
+    if any(v and unstorable(v) for v in (status, severity, agent)):
+        return qs.none()
+    if status == "unresolved":
+        qs = qs.exclude(status=Incident.Status.RESOLVED)
+    elif status:
+        qs = qs.filter(status=status)
+    if severity:
+        qs = qs.filter(severity=severity)
+    if agent is not None and agent != "":
+        qs = qs.filter(agent=agent)
+    if since is not None:
+        qs = qs.filter(last_seen__gte=since)
+    return qs.order_by("-last_seen", "-id")
+
+
+def incident_get(*, project_id: int, incident_id: int) -> Incident | None:
+    return Incident.objects.filter(project_id=project_id, pk=incident_id).first()
+
+
+def incident_alerts(*, incident: Incident, limit: int = 200) -> list[Alert]:
+    """The incident's alerts in time order, with their rules (the first LIMIT)."""
+    return list(
+        Alert.objects.filter(project_id=incident.project_id, incident=incident)
+        .select_related("rule")
+        .order_by("ts", "id")[:limit]
+    )
+
+
+class IncidentSession(TypedDict):
+    session_ref: int
+    session_id: str
+    first_turn: int
+    last_turn: int
+    alerts: int
+
+
+def incident_sessions(*, incident: Incident) -> list[IncidentSession]:
+    """The sessions of an incident with the turns its alerts span (one query)."""
+    rows = (
+        Alert.objects.filter(project_id=incident.project_id, incident=incident)
+        .values("session_ref", "session_id")
+        .annotate(first_turn=Min("turn"), last_turn=Max("last_turn"), alerts=Count("id"), first_ts=Min("ts"))
+        .order_by("first_ts", "session_ref")
+    )
+    return [
+        {
+            "session_ref": r["session_ref"],
+            "session_id": r["session_id"],
+            "first_turn": r["first_turn"],
+            "last_turn": r["last_turn"],
+            "alerts": r["alerts"],
+        }
+        for r in rows
+    ]
+
+
+# The turns whose triage may name an incident's culprit: its latest alerts' anchors.
+CULPRIT_TURNS = 50
+
+
+def incident_culprit(*, incident: Incident) -> str | None:
+    """The verdict of a finished triage on one of the incident's turns (the latest), as text;
+    None when none ran or no app triages (core.registry.incident_culprit)."""
+    refs = list(
+        Alert.objects.filter(project_id=incident.project_id, incident=incident)
+        .order_by("-ts", "-id")
+        .values_list("snapshot_ref", flat=True)[:CULPRIT_TURNS]
+    )
+    return registry.incident_culprit(project_id=incident.project_id, snapshot_refs=list(dict.fromkeys(refs)))
+
+
+def incident_status_counts(*, project_id: int) -> dict[str, int]:
+    rows = Incident.objects.filter(project_id=project_id).values("status").annotate(n=Count("id"))
+    out = dict.fromkeys(Incident.Status.values, 0)
+    out.update({r["status"]: r["n"] for r in rows})
+    return out
+
+
+def incident_deliveries(*, incident: Incident) -> list[Delivery]:
+    return list(
+        Delivery.objects.filter(incident=incident)
+        .select_related("channel")
+        .prefetch_related("log")
+        .order_by("id")
     )
 
 

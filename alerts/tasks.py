@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from celery import shared_task
 
-from alerts.services import delivery, evaluation
+from alerts.services import delivery, evaluation, incidents
 
 
 @shared_task(name="alerts.evaluate", acks_late=True)
@@ -44,3 +46,12 @@ def alerts_follow_up_task(*, delivery_id: int, event: str, attempt: int = 1) -> 
         alerts_follow_up_task.apply_async(
             kwargs={"delivery_id": delivery_id, "event": event, "attempt": attempt + 1}, countdown=retry_in
         )
+
+
+# Bounded pages of row-locked updates; a minute means the database is stuck.
+@shared_task(name="alerts.incidents_sweep", soft_time_limit=60, time_limit=90, ignore_result=True)
+def alerts_incidents_sweep_task(*, now: str | None = None) -> dict[str, int]:
+    """Unmute, auto-resolve and release held messages (alerts.services.incidents.incidents_sweep);
+    NOW (ISO 8601) stands in for the current time."""
+    res = incidents.incidents_sweep(now=datetime.fromisoformat(now) if now else None)
+    return {"resolved": res.resolved, "unmuted": res.unmuted, "released": res.released}

@@ -4,6 +4,13 @@ from alerts import views
 
 app_name = "alerts"
 urlpatterns = [
+    path("p/<int:project_id>/incidents/", views.incident_list, name="incidents"),
+    path("p/<int:project_id>/incidents/<int:incident_id>/", views.incident_detail, name="incident"),
+    path(
+        "p/<int:project_id>/incidents/<int:incident_id>/<str:action>/",
+        views.incident_transition,
+        name="incident_transition",
+    ),
     path("p/<int:project_id>/alerts/", views.alert_list, name="list"),
     path("p/<int:project_id>/alerts/<int:alert_id>/", views.alert_detail, name="detail"),
     path("p/<int:project_id>/alerts/<int:alert_id>/<str:action>/", views.alert_transition, name="transition"),

@@ -1,4 +1,5 @@
-"""Alert pages: the alerts list and detail, the rule editor with a preview, the channels.
+"""Alert pages: the incidents (list, page, ack/resolve/mute), the alerts list and detail, the rule
+editor with a preview, the channels.
 
 Every view starts with `project_access`: viewers read, editors acknowledge/resolve and edit
 rules, admins manage channels.
@@ -6,21 +7,26 @@ rules, admins manage channels.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
+from alerts import charts, selectors
 from alerts import kinds as K
-from alerts import selectors
-from alerts.errors import InvalidChannel, InvalidRule
-from alerts.models import Alert, AlertRule, Channel
+from alerts.errors import InvalidChannel, InvalidIncidentAction, InvalidRule
+from alerts.models import Alert, AlertRule, Channel, Incident
 from alerts.services import channels as channel_services
 from alerts.services import episodes
+from alerts.services import incidents as incident_services
 from alerts.services import rules as rule_services
 from core import registry
 from core.access import is_htmx, page_context, project_access
@@ -113,6 +119,201 @@ def alert_transition(request: HttpRequest, project_id: int, alert_id: int, actio
     if nxt.startswith(f"/p/{project.pk}/alerts/") and "//" not in nxt:
         return redirect(nxt)
     return redirect("alerts:list", project_id=project.pk)
+
+
+# --- incidents -----------------------------------------------------------------
+# The status filter: "unresolved" (open, acknowledged or muted) by default, or one status, or all.
+INCIDENT_STATUSES = ("unresolved", "open", "acknowledged", "muted", "resolved", "all")
+INCIDENT_SINCE: dict[str, tuple[str, timedelta]] = {
+    "1h": ("last hour", timedelta(hours=1)),
+    "24h": ("last 24 hours", timedelta(hours=24)),
+    "7d": ("last 7 days", timedelta(days=7)),
+    "30d": ("last 30 days", timedelta(days=30)),
+}
+MUTE_CHOICES: tuple[tuple[int, str], ...] = ((30, "30 min"), (120, "2 h"), (1440, "1 day"))
+# The agents offered by the filter's select (the most a project is expected to run).
+AGENT_CHOICES_MAX = 200
+
+
+def _incident_agents(project_id: int) -> list[str]:
+    """The agents the project's incidents are about, for the filter (one query)."""
+    return list(
+        Incident.objects.filter(project_id=project_id)
+        .exclude(agent="")
+        .order_by("agent")
+        .values_list("agent", flat=True)
+        .distinct()[:AGENT_CHOICES_MAX]
+    )
+
+
+@login_required
+def incident_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    status = request.GET.get("status") or "unresolved"
+    if status not in INCIDENT_STATUSES:
+        status = "unresolved"
+    severity = request.GET.get("severity") or ""
+    if severity not in K.SEVERITIES:
+        severity = ""
+    agent = (request.GET.get("agent") or "").strip()
+    since = request.GET.get("since") or ""
+    if since not in INCIDENT_SINCE:
+        since = ""
+    qs = selectors.incidents_filter(
+        project_id=project.pk,
+        status=None if status == "all" else status,
+        severity=severity or None,
+        agent=agent or None,
+        since=timezone.now() - INCIDENT_SINCE[since][1] if since else None,
+    )
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    counts: dict[str, int] = dict(selectors.incident_status_counts(project_id=project.pk))
+    counts["unresolved"] = sum(counts[s] for s in ("open", "acknowledged", "muted"))
+    counts["all"] = counts["unresolved"] + counts["resolved"]
+    filters = {"status": status, "severity": severity, "agent": agent, "since": since}
+    ctx = _page(
+        request,
+        project,
+        membership,
+        page=page,
+        incidents=list(page.object_list),
+        status=status,
+        severity=severity,
+        agent=agent,
+        since=since,
+        filter_query=urlencode({k: v for k, v in filters.items() if v}),
+        # Each status tab keeps the other filters.
+        statuses=[
+            (s, counts[s], urlencode({k: v for k, v in {**filters, "status": s}.items() if v}))
+            for s in INCIDENT_STATUSES
+        ],
+        severities=K.SEVERITIES,
+        agents=_incident_agents(project.pk),
+        since_choices=[(k, label) for k, (label, _) in INCIDENT_SINCE.items()],
+        counts=counts,
+    )
+    if is_htmx(request):
+        return render(request, "alerts/_incidents_table.html", ctx)
+    return render(request, "alerts/incident_list.html", ctx)
+
+
+def _incident_status_context(
+    request: HttpRequest, project: Project, membership: Membership, incident: Incident, **extra: Any
+) -> dict[str, Any]:
+    return _page(request, project, membership, incident=incident, mute_choices=MUTE_CHOICES, **extra)
+
+
+@login_required
+def incident_detail(request: HttpRequest, project_id: int, incident_id: int) -> HttpResponse:
+    project, membership = project_access(request, project_id, "viewer")
+    incident = selectors.incident_get(project_id=project.pk, incident_id=incident_id)
+    if incident is None:
+        raise Http404("no such incident")
+    if is_htmx(request) and request.GET.get("partial") == "status":
+        return render(
+            request,
+            "alerts/_incident_status.html",
+            _incident_status_context(request, project, membership, incident),
+        )
+    alerts = selectors.incident_alerts(incident=incident)
+    anchor = alerts[0] if alerts else None
+    culprit = selectors.incident_culprit(incident=incident)
+    figure = charts.incident_timeline_figure(
+        [
+            charts.AlertPoint(
+                ts=a.ts, session_id=a.session_id, turn=a.turn, severity=a.severity, title=a.title
+            )
+            for a in alerts
+        ]
+    )
+    # Partials other apps add to this page (replay's triage of the first alert's turn).
+    extensions = registry.incident_page_extensions()
+    ctx = _incident_status_context(
+        request,
+        project,
+        membership,
+        incident,
+        alerts=alerts,
+        alerts_more=max(0, incident.alert_count - len(alerts)),
+        anchor=anchor,
+        culprit=culprit,
+        sessions=selectors.incident_sessions(incident=incident),
+        deliveries=selectors.incident_deliveries(incident=incident) if membership.at_least("admin") else [],
+        figure=figure,
+        incident_extensions=[ext.template for ext in extensions],
+    )
+    for ext in extensions:
+        if ext.context is not None:
+            extra = ext.context(
+                request=request, project=project, membership=membership, incident=incident, anchor=anchor
+            )
+            for name, value in extra.items():
+                ctx.setdefault(name, value)  # the page's own names win
+    return render(request, "alerts/incident_detail.html", ctx)
+
+
+def _incident_triage_request(project: Project, incident: Incident) -> str:
+    """Ask the app that triages (through core.registry's flagged turns) for a triage of the
+    incident's first alert's turn; it runs within the project's daily triage budget."""
+    if not project.triage_enabled:
+        raise InvalidIncidentAction("auto-triage is off for this project")
+    anchor = next(iter(selectors.incident_alerts(incident=incident, limit=1)), None)
+    if anchor is None:
+        raise InvalidIncidentAction("this incident has no alerts left to triage")
+    with transaction.atomic():  # the listener queues the triage when this commits
+        registry.turns_flagged(
+            [
+                registry.TurnFlagged(
+                    project_id=project.pk,
+                    snapshot_ref=anchor.snapshot_ref,
+                    reason="alert",
+                    alert_id=anchor.pk,
+                    project=project,
+                )
+            ]
+        )
+    return f"Triage of turn {anchor.turn} of {anchor.session_id} requested."
+
+
+@login_required
+@require_POST
+def incident_transition(request: HttpRequest, project_id: int, incident_id: int, action: str) -> HttpResponse:
+    project, membership = project_access(request, project_id, "editor")
+    incident = selectors.incident_get(project_id=project.pk, incident_id=incident_id)
+    if incident is None:
+        raise Http404("no such incident")
+    if action not in ("ack", "resolve", "mute", "triage"):
+        raise Http404("no such action")
+    done, error = "", ""
+    try:
+        if action == "ack":
+            incident = incident_services.incident_acknowledge(incident=incident, user=request.user)
+        elif action == "resolve":
+            incident = incident_services.incident_resolve(incident=incident, user=request.user)
+        elif action == "mute":
+            minutes = _int(request.POST.get("minutes"))
+            if minutes is None or minutes not in dict(MUTE_CHOICES):
+                raise InvalidIncidentAction("mute for 30 minutes, 2 hours or 1 day")
+            incident = incident_services.incident_mute(incident=incident, user=request.user, minutes=minutes)
+        else:
+            done = _incident_triage_request(project, incident)
+    except InvalidIncidentAction as exc:
+        error = exc.detail
+    if is_htmx(request) and action != "triage":
+        return render(
+            request,
+            "alerts/_incident_status.html",
+            _incident_status_context(request, project, membership, incident, action_error=error),
+            status=422 if error else 200,
+        )
+    if error:
+        messages.error(request, f"Not done: {error}.")
+    elif done:
+        messages.success(request, done)
+    nxt = request.POST.get("next") or ""
+    if nxt.startswith((f"/p/{project.pk}/incidents/", f"/p/{project.pk}/alerts/")) and "//" not in nxt:
+        return redirect(nxt)
+    return redirect("alerts:incident", project_id=project.pk, incident_id=incident.pk)
 
 
 # --- rules -------------------------------------------------------------------

@@ -284,6 +284,15 @@ CELERY_BEAT_SCHEDULE["alerts.sweep"] = {
     "options": {"expires": CTXOBS_ALERT_SWEEP_SECONDS},
 }
 
+# Incidents (docs/alerts.md, "Incidents"): unmute those whose mute has passed, resolve those quiet
+# for their project's quiet period, and send the messages a channel's hourly limit held.
+CTXOBS_INCIDENT_SWEEP_SECONDS = env_float("CTXOBS_INCIDENT_SWEEP_SECONDS", 60.0)
+CELERY_BEAT_SCHEDULE["alerts.incidents_sweep"] = {
+    "task": "alerts.incidents_sweep",
+    "schedule": CTXOBS_INCIDENT_SWEEP_SECONDS,
+    "options": {"expires": CTXOBS_INCIDENT_SWEEP_SECONDS},
+}
+
 CELERY_BEAT_SCHEDULE["insights.sweep"] = {
     "task": "insights.sweep",
     "schedule": 60.0,

@@ -201,6 +201,27 @@ def alert_page_extensions() -> list[AlertPageExtension]:
     return list(_alert_page.values())
 
 
+# Incident page extensions: a partial rendered on an incident's page with the page's context
+# (project, membership, incident, culprit) and whatever its context provider adds (called with
+# request, project, membership, incident and anchor: the incident's first alert, or None).
+@dataclass(frozen=True)
+class IncidentPageExtension:
+    name: str
+    template: str
+    context: Callable[..., dict[str, Any]] | None = None
+
+
+_incident_page: dict[str, IncidentPageExtension] = {}
+
+
+def incident_page_extension_add(extension: IncidentPageExtension) -> None:
+    _incident_page[extension.name] = extension
+
+
+def incident_page_extensions() -> list[IncidentPageExtension]:
+    return list(_incident_page.values())
+
+
 # Extra fields of an alert's webhook payload and e-mail, from other apps: called with
 # project_id, alert_id and snapshot_ref (the alert's anchor turn); each returns a dict of
 # top-level fields of the payload's "alert" object (JSON values; ids, states and URLs only,
@@ -373,3 +394,22 @@ def settings_section_add(section: PagePanel) -> None:
 
 def settings_sections() -> list[PagePanel]:
     return list(_settings_sections.values())
+
+
+# --- the culprit of an incident ----------------------------------------------------------------
+# The verdict of a triage (attribution or leave-one-out) that ran on one of an incident's turns,
+# as one line of text: the app that triages sets it; alerts asks it with the incident's project
+# and anchor snapshot refs (most recent first) and shows the text on the incident and in its
+# messages. None when no finished triage covers those turns.
+IncidentCulprit = Callable[..., str | None]
+_incident_culprit: list[IncidentCulprit] = []
+
+
+def incident_culprit_provider_set(provider: IncidentCulprit) -> None:
+    _incident_culprit[:] = [provider]
+
+
+def incident_culprit(*, project_id: int, snapshot_refs: Sequence[int]) -> str | None:
+    if not _incident_culprit or not snapshot_refs:
+        return None
+    return _incident_culprit[0](project_id=project_id, snapshot_refs=list(snapshot_refs))

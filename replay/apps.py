@@ -19,6 +19,8 @@ class ReplayConfig(AppConfig):
         registry.turn_flagged_listener_add("replay.triage", receivers.on_turns_flagged)
         snapshots_stored.connect(receivers.on_snapshots_stored, dispatch_uid="replay.triage_validation")
         registry.alert_page_extension_add(extensions.ALERT_TRIAGE)
+        registry.incident_page_extension_add(extensions.INCIDENT_TRIAGE)
         registry.settings_section_add(extensions.SETTINGS_TRIAGE)
         registry.alert_payload_extras_add("replay.triage", triage.alert_payload_triage)
+        registry.incident_culprit_provider_set(extensions.incident_culprit)
         registry.expiring_table_add(registry.ExpiringTable(table="replay_triage", time_column="received_at"))

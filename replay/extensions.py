@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from core.models import Project
-from core.registry import AlertPageExtension, LocalModel, PagePanel, StartupFailed, TurnPageExtension
+from core.registry import (
+    AlertPageExtension,
+    IncidentPageExtension,
+    LocalModel,
+    PagePanel,
+    StartupFailed,
+    TurnPageExtension,
+)
 
 # Replay buttons on a turn's page; the page's context (project, membership, snapshot, blocks) is
 # all the partial needs.
@@ -85,6 +92,21 @@ ALERT_TRIAGE = AlertPageExtension(
 )
 
 
+def _incident_triage_context(*, project: Project, anchor: Any, **_: Any) -> dict[str, Any]:
+    from replay.services import triage
+
+    if anchor is None:
+        return {"triage": None}
+    t = triage.triage_for_turn(project_id=project.pk, snapshot_ref=anchor.snapshot_ref)
+    return {"triage": _triage_view(project, t)}
+
+
+# On an incident's page: the triage of its first alert's turn, or the button that asks for one.
+INCIDENT_TRIAGE = IncidentPageExtension(
+    name="replay.triage", template="replay/_incident_triage.html", context=_incident_triage_context
+)
+
+
 def _triage_settings_context(*, project: Project, **_: Any) -> dict[str, Any]:
     from replay.forms import TriageForm
 
@@ -95,3 +117,21 @@ def _triage_settings_context(*, project: Project, **_: Any) -> dict[str, Any]:
 SETTINGS_TRIAGE = PagePanel(
     name="replay.triage", template="replay/_settings_triage.html", context=_triage_settings_context
 )
+
+
+def incident_culprit(*, project_id: int, snapshot_refs: list[int]) -> str | None:
+    """The verdict of the latest finished triage on one of SNAPSHOT_REFS, for an incident of
+    alerts (core.registry.incident_culprit); None when none finished."""
+    from replay import triage as verdicts
+    from replay.models import Triage
+
+    t = (
+        Triage.objects.filter(
+            project_id=project_id, snapshot_ref__in=snapshot_refs, status=Triage.Status.DONE
+        )
+        .order_by("-finished_at", "-id")
+        .first()
+    )
+    if t is None:
+        return None
+    return f"turn {t.turn} of {t.session_id}: {verdicts.triage_summary(t.result)}"

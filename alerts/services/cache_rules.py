@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from alerts import kinds as K
 from alerts.models import TITLE_MAX_CHARS, Alert, AlertRule
-from alerts.services.delivery import deliveries_create, deliveries_enqueue
+from alerts.services.delivery import deliveries_enqueue
 from alerts.services.episodes import session_alert_counts_add
+from alerts.services.incidents import incidents_group
 from ingest import selectors as ingest_selectors
 from insights import cache_selectors
 
@@ -77,7 +78,7 @@ def cache_rules_evaluate(*, project_id: int) -> list[int]:
     if created:
         with transaction.atomic():
             session_alert_counts_add(project_id=project_id, alerts=created)
-            ids = deliveries_create(project_id=project_id, alerts=created)
+            ids = incidents_group(project_id=project_id, alerts=created, project_level=True)
         if ids:
             deliveries_enqueue(ids)
         logger.info("alerts.cache_rules_fired project_id=%s alerts=%d", project_id, len(created))

@@ -30,7 +30,17 @@ WEBHOOK_TIMEOUT_MIN = 0.1
 WEBHOOK_TIMEOUT_MAX = 30.0
 MAX_ATTEMPTS = 10
 MAX_RECIPIENTS = 50
-CHANNEL_FIELDS = ("name", "min_severity", "enabled", "url", "timeout_seconds", "max_attempts", "recipients")
+CHANNEL_FIELDS = (
+    "name",
+    "min_severity",
+    "enabled",
+    "url",
+    "timeout_seconds",
+    "max_attempts",
+    "recipients",
+    "max_per_hour",
+)
+MAX_PER_HOUR = 3600
 
 
 class ChannelFields(TypedDict, total=False):
@@ -43,6 +53,7 @@ class ChannelFields(TypedDict, total=False):
     timeout_seconds: float
     max_attempts: int
     recipients: list[str]
+    max_per_hour: int
 
 
 def _channel_clean(project: Project, data: dict[str, Any], *, kind: str) -> ChannelFields:
@@ -57,6 +68,15 @@ def _channel_clean(project: Project, data: dict[str, Any], *, kind: str) -> Chan
         errors["min_severity"] = f"one of {', '.join(K.SEVERITIES)}"
     out["min_severity"] = sev
     out["enabled"] = bool(data.get("enabled", True))
+    # Left as it is when not sent (forms that do not show it).
+    if data.get("max_per_hour") not in (None, ""):
+        try:
+            per_hour = int(data["max_per_hour"])
+            if not 1 <= per_hour <= MAX_PER_HOUR:
+                raise ValueError
+            out["max_per_hour"] = per_hour
+        except (TypeError, ValueError):
+            errors["max_per_hour"] = f"a whole number of messages an hour between 1 and {MAX_PER_HOUR}"
     if kind == Channel.Kind.WEBHOOK:
         url = str(data.get("url") or "").strip()
         problem = (

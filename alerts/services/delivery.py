@@ -13,6 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from alerts import channels as ch
+from alerts import kinds as K
+from alerts import selectors
 from alerts.models import SEVERITY_RANK, Alert, Channel, Delivery, DeliveryAttempt
 from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay
 
@@ -20,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 def deliveries_create(*, project_id: int, alerts: list[Alert]) -> list[int]:
+    """One delivery per alert and channel: only for single-alert messages (channels hear about
+    incidents through alerts.services.incidents)."""
     chans = list(Channel.objects.filter(project_id=project_id, enabled=True))
     if not chans:
         return []
@@ -78,7 +82,7 @@ def delivery_attempt(*, delivery_id: int) -> float | None:
     c = d.channel
     if not c.enabled:
         result = ch.SendResult(False, False, None, "channel disabled")
-    elif d.alert is None and not d.is_test:
+    elif d.alert is None and d.incident is None and not d.is_test:
         result = ch.SendResult(False, False, None, "alert deleted")
     else:
         result = _send(d, c)
@@ -91,14 +95,21 @@ def _delivery_claim(*, delivery_id: int) -> tuple[Delivery, datetime] | float | 
     with transaction.atomic():
         d = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("channel", "channel__project", "alert", "alert__rule")
+            .select_related("channel", "channel__project", "alert", "alert__rule", "incident")
             .filter(pk=delivery_id)
             .first()
         )
-        if d is None or d.status in (Delivery.Status.SENT, Delivery.Status.FAILED):
+        if d is None or d.status not in (
+            Delivery.Status.PENDING,
+            Delivery.Status.SENDING,
+            Delivery.Status.RETRYING,
+        ):
             return None
         now = timezone.now()
         c = d.channel
+        if d.claimed_at is None and d.incident_id is not None and not d.is_test:
+            if not _rate_claim(d, c, now):
+                return None
         if d.status == Delivery.Status.SENDING:
             if d.lease_until is not None and d.lease_until > now:
                 return None
@@ -129,8 +140,57 @@ def _delivery_claim(*, delivery_id: int) -> tuple[Delivery, datetime] | float | 
         d.attempts += 1
         d.status = Delivery.Status.SENDING
         d.lease_until = now + _lease(c)
-        d.save(update_fields=["attempts", "status", "lease_until"])
+        d.save(update_fields=["attempts", "status", "lease_until", "claimed_at", "digest"])
     return d, now
+
+
+HELD_LISTED = 20
+
+
+def _rate_claim(d: Delivery, c: Channel, now: datetime) -> bool:
+    """The channel's hourly limit, at the first claim of an incident message (in the claim's
+    transaction): False when the hour is full (D is held, to go out later with the others held);
+    else D counts against the hour and takes the messages held so far into its digest."""
+    # The channel row serialises the count: two workers never both take the last free slot.
+    Channel.objects.select_for_update().filter(pk=c.pk).first()
+    since = now - timedelta(seconds=K.RATE_WINDOW_SECONDS)
+    used = Delivery.objects.filter(channel_id=c.pk, claimed_at__gte=since).count()
+    if used >= c.max_per_hour:
+        d.status, d.held_at = Delivery.Status.HELD, d.held_at or now
+        d.save(update_fields=["status", "held_at"])
+        logger.info("alerts.delivery_held delivery_id=%s channel_id=%s used=%d", d.pk, c.pk, used)
+        return False
+    held = list(
+        Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("incident")
+        .filter(channel_id=c.pk, status=Delivery.Status.HELD)
+        .exclude(pk=d.pk)
+        .order_by("held_at", "id")
+    )
+    if held:
+        d.digest = {
+            **d.digest,
+            "held_back": {
+                "count": len(held),
+                "messages": [
+                    {
+                        "event": f"incident.{h.event}",
+                        "incident_id": h.incident_id,
+                        "title": h.incident.title if h.incident else "",
+                        "severity": h.digest.get("severity", ""),
+                        "alerts": len(h.digest.get("alerts") or []) + int(h.digest.get("more") or 0),
+                        "held_at": h.held_at.isoformat() if h.held_at else None,
+                    }
+                    for h in held[:HELD_LISTED]
+                ],
+                "more": max(0, len(held) - HELD_LISTED),
+            },
+        }
+        Delivery.objects.filter(pk__in=[h.pk for h in held]).update(
+            status=Delivery.Status.FOLDED, folded_into=d
+        )
+    d.claimed_at = now
+    return True
 
 
 def _delivery_record(*, d: Delivery, at: datetime, result: ch.SendResult) -> float | None:
@@ -190,6 +250,8 @@ def _delivery_record(*, d: Delivery, at: datetime, result: ch.SendResult) -> flo
 
 def _send(d: Delivery, c: Channel) -> ch.SendResult:
     project_name = c.project.name
+    if d.incident is not None:
+        return _send_incident(d, c)
     if c.kind == Channel.Kind.WEBHOOK:
         problem = ch.webhook_url_problem(c.url, allow_private=c.project.allow_private_endpoints)
         if problem:
@@ -219,6 +281,38 @@ def _send(d: Delivery, c: Channel) -> ch.SendResult:
     return ch.email_send(recipients=list(c.recipients), subject=subject, text=text)
 
 
+def _send_incident(d: Delivery, c: Channel) -> ch.SendResult:
+    inc = d.incident
+    assert inc is not None
+    project_name = c.project.name
+    culprit = selectors.incident_culprit(incident=inc)
+    if c.kind == Channel.Kind.WEBHOOK:
+        problem = ch.webhook_url_problem(c.url, allow_private=c.project.allow_private_endpoints)
+        if problem:
+            return ch.SendResult(False, False, None, f"url {problem}")
+        try:
+            secret = ch.secret_decrypt(c.secret_encrypted)
+        except ValueError as exc:
+            return ch.SendResult(False, False, None, str(exc))
+        payload = ch.incident_payload(
+            inc, event=d.event, digest=d.digest, project_name=project_name, culprit=culprit
+        )
+        payload["delivery_id"] = d.pk
+        return ch.webhook_send(
+            url=c.url,
+            secret=secret,
+            payload=payload,
+            event=payload["event"],
+            delivery_id=d.pk,
+            timeout=c.timeout_seconds,
+            allow_private=c.project.allow_private_endpoints,
+        )
+    subject, text = ch.incident_email(
+        inc, event=d.event, digest=d.digest, project_name=project_name, culprit=culprit
+    )
+    return ch.email_send(recipients=list(c.recipients), subject=subject, text=text)
+
+
 # --- follow-ups: a later message about an alert already sent ---------------------------------
 FOLLOW_UP_EVENTS = ("alert.triaged",)
 
@@ -229,7 +323,11 @@ def follow_ups_queue(*, project_id: int, alert_ids: Sequence[int], event: str) -
     its own, only the worker's log, and a broker outage loses it."""
     if event not in FOLLOW_UP_EVENTS:
         raise ValueError(f"unknown follow-up event {event!r}")
+    from alerts.services.incidents import incidents_triaged
     from alerts.tasks import alerts_follow_up_task
+
+    # Alerts of incidents: their incident says it once, with the culprit (durable deliveries).
+    incidents_triaged(project_id=project_id, alert_ids=alert_ids)
 
     ids = list(
         Delivery.objects.filter(project_id=project_id, alert_id__in=list(alert_ids), is_test=False)

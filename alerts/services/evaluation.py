@@ -19,7 +19,7 @@ from alerts import kinds as K
 from alerts import rules as R
 from alerts import selectors
 from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
-from alerts.services.delivery import deliveries_create, deliveries_enqueue
+from alerts.services.delivery import deliveries_enqueue
 from alerts.services.episodes import (
     alerts_from_episodes,
     alerts_update,
@@ -27,6 +27,7 @@ from alerts.services.episodes import (
     session_alert_counts_add,
     session_locks_take,
 )
+from alerts.services.incidents import incidents_group, incidents_touch
 from core import debts, registry
 from ingest import selectors as ingest_selectors
 from ingest.types import TurnRow
@@ -112,7 +113,8 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             Alert.objects.bulk_create(to_create)
             res.created = [a.pk for a in to_create]
             session_alert_counts_add(project_id=project_id, alerts=to_create)
-            new_deliveries = deliveries_create(project_id=project_id, alerts=to_create)
+            # Channels hear about incidents, not alerts: grouping records the state changes owed.
+            new_deliveries = incidents_group(project_id=project_id, alerts=to_create)
             # Other apps' follow-up on the turns (replay's auto-triage), stored with the alerts.
             registry.turns_flagged(
                 [
@@ -128,6 +130,7 @@ def alerts_evaluate(*, project_id: int, snapshot_refs: list[int]) -> EvaluateRes
             )
         if to_update:
             alerts_update(to_update)
+            incidents_touch(alerts=to_update)
             res.updated = len(to_update)
     if new_deliveries:
         transaction.on_commit(lambda: deliveries_enqueue(new_deliveries))

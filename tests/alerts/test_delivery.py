@@ -70,18 +70,19 @@ def test_signed_webhook_is_retried_after_a_500(poster, private_ok, settings):
         ch, secret = webhook(private_ok, rx.url)
         rx.secret = secret
         alert = raise_one_alert(poster)
-        d = Delivery.objects.get(alert=alert, channel=ch)
+        d = Delivery.objects.get(incident=alert.incident, channel=ch)
         waits = run_delivery(d.pk)
         assert waits == [0.5], "one back-off after the 500"
         (got,) = rx.accepted()
         assert len(rx.requests) == 2 and rx.requests[0]["status"] == 500
         assert got["signature_ok"]
         body = got["body"]
-        assert body["event"] == "alert.opened" and body["alert"]["id"] == alert.pk
-        assert body["alert"]["turn"] == 1 and body["alert"]["turn_url"].endswith(
-            f"/p/{private_ok.pk}/s/s-1/t/1/"
-        )
-        assert body["alert"]["contributors"][0]["key"] == "history"
+        # Channels hear about the alert's incident, which lists it.
+        assert body["event"] == "incident.opened" and body["incident"]["id"] == alert.incident_id
+        (listed,) = body["alerts"]
+        assert listed["id"] == alert.pk and listed["turn"] == 1
+        assert listed["turn_url"].endswith(f"/p/{private_ok.pk}/s/s-1/t/1/")
+        assert body["incident"]["cause"] == "context_pressure:history"
     d.refresh_from_db()
     assert (d.status, d.attempts, d.last_status_code) == ("sent", 2, 200)
     assert [(a.number, a.status_code) for a in d.log.all()] == [(1, 500), (2, 200)]
@@ -93,7 +94,7 @@ def test_a_webhook_slower_than_its_timeout_is_retried(poster, private_ok, settin
     with Receiver(slow_first=1, slow_seconds=3.0) as rx:
         ch, rx.secret = webhook(private_ok, rx.url, timeout_seconds=0.3)
         alert = raise_one_alert(poster)
-        d = Delivery.objects.get(alert=alert, channel=ch)
+        d = Delivery.objects.get(incident=alert.incident, channel=ch)
         assert len(run_delivery(d.pk)) == 1
         assert len(rx.accepted()) >= 1
     d.refresh_from_db()
@@ -110,7 +111,7 @@ def test_a_wrong_secret_fails_verification_and_4xx_is_not_retried(poster, privat
         ch, _secret = webhook(private_ok, rx.url)
         rx.secret = "whsec_not-the-one"
         alert = raise_one_alert(poster)
-        d = Delivery.objects.get(alert=alert, channel=ch)
+        d = Delivery.objects.get(incident=alert.incident, channel=ch)
         assert run_delivery(d.pk) == []
         assert [r["signature_ok"] for r in rx.requests] == [False]
     d.refresh_from_db()
@@ -123,7 +124,7 @@ def test_retries_stop_after_max_attempts_on_a_dead_endpoint(poster, private_ok, 
         url = rx.url
     ch, _ = webhook(private_ok, url, max_attempts=3)  # nothing listens there any more
     alert = raise_one_alert(poster)
-    d = Delivery.objects.get(alert=alert, channel=ch)
+    d = Delivery.objects.get(incident=alert.incident, channel=ch)
     waits = run_delivery(d.pk)
     assert waits == [0.01, 0.02]
     d.refresh_from_db()
@@ -131,18 +132,19 @@ def test_retries_stop_after_max_attempts_on_a_dead_endpoint(poster, private_ok, 
     assert "ConnectError" in d.last_error
 
 
-def test_one_delivery_per_alert_and_channel(poster, private_ok):
+def test_one_delivery_per_incident_event_and_channel(poster, private_ok):
     ch, _ = webhook(private_ok, "http://127.0.0.1:9/x")
     alert = raise_one_alert(poster)
     refs = list(private_ok.snapshot_set.values_list("id", flat=True))
     alert_evaluation.alerts_evaluate(project_id=private_ok.pk, snapshot_refs=refs)
-    assert Delivery.objects.filter(alert=alert, channel=ch).count() == 1
+    assert Delivery.objects.filter(incident=alert.incident, channel=ch).count() == 1
+    assert not Delivery.objects.filter(alert=alert).exists()
 
 
 def test_severity_filter_and_disabled_channels(poster, private_ok):
     webhook(private_ok, "http://127.0.0.1:9/x", min_severity="critical")
     alert = raise_one_alert(poster)  # force crossing is a warning
-    assert not Delivery.objects.filter(alert=alert).exists()
+    assert not Delivery.objects.filter(incident=alert.incident).exists()
 
 
 def test_email_channel_sends_through_the_django_backend(poster, project):
@@ -151,11 +153,11 @@ def test_email_channel_sends_through_the_django_backend(poster, project):
     )
     assert secret is None
     alert = raise_one_alert(poster)
-    d = Delivery.objects.get(alert=alert, channel=ch)
+    d = Delivery.objects.get(incident=alert.incident, channel=ch)
     run_delivery(d.pk)
     (msg,) = mail.outbox
     assert msg.to == ["a@example.com", "b@example.com"]
-    assert "Entered the force tier" in msg.subject
+    assert "incident opened: warning: The history overflowed the window" in msg.subject
     assert f"/p/{project.pk}/s/s-1/t/1/" in msg.body
     d.refresh_from_db()
     assert d.status == "sent"

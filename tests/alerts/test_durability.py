@@ -154,7 +154,8 @@ def test_a_webhook_in_flight_holds_no_lock_and_a_killed_worker_is_redelivered_af
         )
         first, second = rx.requests[:2]
         assert second["at"] >= lease_until.timestamp() - 0.5, "redelivered only after the lease ran out"
-        assert first["body"]["alert"]["id"] == second["body"]["alert"]["id"]
+        assert first["body"]["incident"]["id"] == second["body"]["incident"]["id"]
+        assert first["body"]["event"] == second["body"]["event"] == "incident.opened"
         assert first["headers"]["X-Ctxobs-Delivery"] == second["headers"]["X-Ctxobs-Delivery"] == str(d.pk)
         assert second["signature_ok"]
     assert (d.attempts, d.last_status_code, d.lease_until) == (2, 200, None)

@@ -31,14 +31,16 @@ def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, ap
             assert r.status_code == 200
         force = wait_until(lambda: list(Alert.objects.filter(project=project, rule__params__tier="force")))
         assert [(a.turn, a.session_id) for a in force] == [(2, "e2e")]
-        got = wait_until(lambda: [g for g in rx.accepted() if g["body"]["alert"]["id"] == force[0].pk])
-        assert got[0]["signature_ok"]
-        assert got[0]["body"]["alert"]["turn_url"].endswith(f"/p/{project.pk}/s/e2e/t/2/")
+        incident = force[0].incident
+        assert incident is not None
+        # One message for the incident the turn's alerts grouped into, listing them.
+        got = wait_until(lambda: [g for g in rx.accepted() if g["body"]["incident"]["id"] == incident.pk])
+        assert got[0]["signature_ok"] and got[0]["body"]["event"] == "incident.opened"
+        listed = {a["id"]: a for a in got[0]["body"]["alerts"]}
+        assert listed[force[0].pk]["turn_url"].endswith(f"/p/{project.pk}/s/e2e/t/2/")
         assert rx.requests[0]["status"] == 500, "the first attempt failed and was retried"
-        first = rx.requests[0]["body"]["alert"]["id"]
-        wait_until(lambda: [g for g in rx.accepted() if g["body"]["alert"]["id"] == first])
         d = wait_until(
-            lambda: Delivery.objects.filter(alert=force[0], channel=channel, status="sent").first()
+            lambda: Delivery.objects.filter(incident=incident, channel=channel, status="sent").first()
         )
         assert d.attempts >= 1
         n_alerts = Alert.objects.filter(project=project).count()
@@ -55,6 +57,7 @@ def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, ap
             "the worker to finish both tasks again",
         )
         assert Alert.objects.filter(project=project).count() == n_alerts
-        assert sum(1 for g in rx.accepted() if g["body"]["alert"]["id"] == force[0].pk) == 1
+        assert sum(1 for g in rx.accepted() if g["body"]["incident"]["id"] == incident.pk) == 1
+        assert len(rx.accepted()) == 1, "one message for the incident, none per alert"
     session = AgentSession.objects.get(project=project, session_id="e2e")
     assert session.alert_count == n_alerts

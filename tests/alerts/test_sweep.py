@@ -54,7 +54,7 @@ def test_the_sweeper_queues_overdue_work_once_per_grace(poster, private_ok, sett
     settings.CTXOBS_ALERT_SWEEP_GRACE_SECONDS = 60
     webhook(private_ok, "http://127.0.0.1:9/x")
     alert = raise_one_alert(poster)
-    (d,) = Delivery.objects.filter(alert=alert)
+    (d,) = Delivery.objects.filter(incident=alert.incident)
     assert alerts_sweep() == SweepResult(evaluations=0, deliveries=0), "nothing overdue yet"
 
     long_ago = timezone.now() - timedelta(minutes=5)
@@ -80,7 +80,7 @@ def test_an_interrupted_last_attempt_fails_the_delivery_without_sending(poster, 
     with Receiver() as rx:
         ch, rx.secret = webhook(private_ok, rx.url, max_attempts=1)
         alert = raise_one_alert(poster)
-        d = Delivery.objects.get(alert=alert, channel=ch)
+        d = Delivery.objects.get(incident=alert.incident, channel=ch)
         claimed, _at = alert_delivery._delivery_claim(delivery_id=d.pk)
         assert claimed.attempts == 1
         assert alert_delivery.delivery_attempt(delivery_id=d.pk) is None, "in flight elsewhere: skipped"
@@ -98,7 +98,7 @@ def test_a_result_recorded_after_its_lease_was_taken_over_leaves_the_delivery_to
     with Receiver() as rx:
         ch, rx.secret = webhook(private_ok, rx.url)
         alert = raise_one_alert(poster)
-        d = Delivery.objects.get(alert=alert, channel=ch)
+        d = Delivery.objects.get(incident=alert.incident, channel=ch)
         old, old_at = alert_delivery._delivery_claim(delivery_id=d.pk)
         Delivery.objects.filter(pk=d.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
         new, new_at = alert_delivery._delivery_claim(delivery_id=d.pk)

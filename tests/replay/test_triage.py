@@ -117,24 +117,21 @@ def test_an_alert_on_a_planted_fact_turn_is_triaged_by_itself_and_named_everywhe
         assert proxy.started == CALLS_PER_TRIAGE
         assert triage_services.triage_calls_made(triage_row=t) == CALLS_PER_TRIAGE
 
-        # The webhook sent at fire time carries the triage's state and link; a follow-up
-        # "alert.triaged" to the same channel carries the verdict.
+        # Channels hear of the incident the alert opened, once; a follow-up "incident.triaged" to
+        # the same channel names the culprit in words.
         opened = wait_until(
-            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "alert.opened"], 30
+            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "incident.opened"], 30
         )
-        field = opened[0]["body"]["alert"]["triage"]
-        assert field["status"] in {"queued", "running", "done"}
-        assert field["url"].endswith(f"/p/{project.pk}/s/tri/t/1/#triage")
+        assert {a["id"] for a in opened[0]["body"]["alerts"]} & {a.pk for a in alerts}
+        assert opened[0]["body"]["alerts"][0]["turn_url"].endswith(f"/p/{project.pk}/s/tri/t/1/")
         triaged = wait_until(
-            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "alert.triaged"], 30
+            lambda: [r for r in rx.requests if r["headers"].get("X-Ctxobs-Event") == "incident.triaged"], 30
         )
         assert triaged[0]["signature_ok"]
         body = triaged[0]["body"]
-        assert body["event"] == "alert.triaged" and body["alert"]["id"] in t.alert_ids
-        assert body["alert"]["triage"]["block"] == t.result["block"]
-        assert body["alert"]["triage"]["summary"].startswith(
-            f"most responsible block: {t.result['block']} (score"
-        )
+        assert body["event"] == "incident.triaged"
+        assert body["incident"]["id"] == Alert.objects.get(pk=alerts[0].pk).incident_id
+        assert f"most responsible block: {t.result['block']} (score" in body["incident"]["culprit"]
 
     # The turn page and the alert page show the verdict.
     viewer = member_client(project, "viewer")

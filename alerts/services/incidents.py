@@ -1,0 +1,571 @@
+"""Incidents: alerts grouped into what belongs together, and the state changes channels hear about.
+
+Grouping runs where alerts are created (the evaluation on the worker, inside its transaction):
+an alert joins the incident of an alert of its session within the session window, else an
+incident of its agent and cause seen within the group window, else reopens one of them resolved
+within the reopen window, else opens a new one. Each state change sent out (opened, escalated,
+reopened, resolved, triaged) takes the incident's next sequence number and one delivery per
+channel, unique per (incident, channel, event, sequence): running a task twice sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from alerts import channels as ch
+from alerts import kinds as K
+from alerts import selectors
+from alerts.errors import InvalidIncidentAction
+from alerts.models import SEVERITY_RANK, TITLE_MAX_CHARS, Alert, Channel, Delivery, Incident
+
+logger = logging.getLogger(__name__)
+
+UNRESOLVED = (Incident.Status.OPEN, Incident.Status.ACKNOWLEDGED, Incident.Status.MUTED)
+MAX_MUTE_MINUTES = 30 * 24 * 60
+SWEEP_LIMIT = 500
+
+
+def _lock_key(project_id: int, agent: str, cause: str) -> int:
+    digest = hashlib.blake2b(f"incident:{project_id}:{agent}:{cause}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def cause_locks_take(*, project_id: int, keys: Sequence[tuple[str, str]]) -> None:
+    """Hold (agent, cause) of the project until the transaction ends, so that two evaluations of
+    sessions of one agent never open two incidents for one cause (sorted: no deadlock)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
+            [sorted({_lock_key(project_id, a, c) for a, c in keys})],
+        )
+
+
+def _rank(severity: str) -> int:
+    return SEVERITY_RANK.get(severity, -1)
+
+
+@dataclass
+class _Touched:
+    incident: Incident
+    alerts: list[Alert]
+    sessions: set[int]
+    created: bool = False
+    reopened: bool = False
+    block_kind: str = ""
+
+
+def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: bool = False) -> list[int]:
+    """Group ALERTS (just created, in the caller's transaction) into incidents; the ids of the
+    deliveries their state changes owe, to queue after the commit. PROJECT_LEVEL: alerts about
+    the project as a whole (the cache rules), grouped per cause with no agent or session window."""
+    alerts = [a for a in alerts if a.pk is not None]
+    if not alerts:
+        return []
+    now = timezone.now()
+    w = selectors.incident_windows(project_id=project_id)
+    cause_of = {a.pk: K.incident_cause(a.rule_kind, a.contributors) for a in alerts}
+
+    def agent_of(a: Alert) -> str:
+        return "" if project_level else a.agent
+
+    keys = sorted({(agent_of(a), cause_of[a.pk]) for a in alerts})
+    cause_locks_take(project_id=project_id, keys=keys)
+
+    new_ids = [a.pk for a in alerts]
+    # Incidents of neighbouring alerts in the same sessions (bounded by each session's span).
+    neighbours: dict[int, list[tuple[int, int, datetime, datetime, int]]] = defaultdict(list)
+    if not project_level:
+        wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
+        span: dict[int, list[Alert]] = defaultdict(list)
+        for a in alerts:
+            span[a.session_ref].append(a)
+        q = Q()
+        for sref, mine in span.items():
+            lo_t, hi_t = min(a.turn for a in mine), max(a.turn for a in mine)
+            lo_ts, hi_ts = min(a.ts for a in mine), max(a.ts for a in mine)
+            q |= Q(session_ref=sref, turn__lte=hi_t + wt, last_turn__gte=lo_t - wt)
+            q |= Q(session_ref=sref, ts__lte=hi_ts + ws, last_ts__gte=lo_ts - ws)
+        rows = (
+            Alert.objects.filter(q, project_id=project_id, incident__isnull=False)
+            .exclude(pk__in=new_ids)
+            .values_list("session_ref", "turn", "last_turn", "ts", "last_ts", "incident_id")
+        )
+        for sref, turn, last_turn, ts, last_ts, iid in rows:
+            neighbours[sref].append((turn, last_turn, ts, last_ts, iid))
+
+    lo = min(a.ts for a in alerts)
+    by_cause = Q()
+    for agent, cause in keys:
+        by_cause |= Q(agent=agent, cause=cause)
+    recent = Q(last_seen__gte=lo - timedelta(seconds=w.group_window_seconds)) | Q(
+        resolved_at__gte=lo - timedelta(seconds=w.reopen_window_seconds)
+    )
+    cand_ids = set(
+        Incident.objects.filter(by_cause, recent, project_id=project_id).values_list("id", flat=True)
+    )
+    cand_ids |= {n[4] for ns in neighbours.values() for n in ns}
+    # Locked in id order (two evaluations touching the same incidents never deadlock); the
+    # locked rows are the fresh ones: a sweep may have resolved one since it was found.
+    locked: dict[int, Incident] = {
+        i.pk: i for i in Incident.objects.select_for_update().filter(pk__in=sorted(cand_ids)).order_by("id")
+    }
+    known_sessions: dict[int, set[int]] = defaultdict(set)
+    if locked:
+        pairs = (
+            Alert.objects.filter(
+                incident_id__in=list(locked), session_ref__in={a.session_ref for a in alerts}
+            )
+            .exclude(pk__in=new_ids)
+            .order_by()
+            .values_list("incident_id", "session_ref")
+            .distinct()
+        )
+        for iid, sref in pairs:
+            known_sessions[iid].add(sref)
+
+    touched: dict[int, _Touched] = {}
+    batch_in_session: dict[int, list[tuple[Alert, int]]] = defaultdict(list)
+    wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
+
+    def in_session_window(a: Alert, turn: int, last_turn: int, ts: datetime, last_ts: datetime) -> bool:
+        return (turn - wt <= a.turn <= last_turn + wt) or (ts - ws <= a.ts <= last_ts + ws)
+
+    def pick_session(a: Alert) -> Incident | None:
+        if project_level:
+            return None
+        hits: list[Incident] = []
+        for other, iid in batch_in_session[a.session_ref]:
+            if in_session_window(a, other.turn, other.last_turn, other.ts, other.last_ts):
+                hits.append(touched[iid].incident)
+        for turn, last_turn, ts, last_ts, iid in neighbours[a.session_ref]:
+            if iid in locked and in_session_window(a, turn, last_turn, ts, last_ts):
+                hits.append(locked[iid])
+        if not hits:
+            return None
+        # An unresolved incident first, then the one seen last.
+        return max(hits, key=lambda i: (i.status != Incident.Status.RESOLVED, i.last_seen, i.pk))
+
+    def pick_cause(a: Alert) -> Incident | None:
+        agent, cause = agent_of(a), cause_of[a.pk]
+        mine = [
+            i
+            for i in [*locked.values(), *(t.incident for t in touched.values() if t.created)]
+            if i.agent == agent and i.cause == cause
+        ]
+        group = timedelta(seconds=w.group_window_seconds)
+        open_ = [
+            i
+            for i in mine
+            if i.status != Incident.Status.RESOLVED and i.first_seen - group <= a.ts <= i.last_seen + group
+        ]
+        if open_:
+            return max(open_, key=lambda i: (i.last_seen, i.pk))
+        reopen = timedelta(seconds=w.reopen_window_seconds)
+        back = [
+            i
+            for i in mine
+            if i.status == Incident.Status.RESOLVED
+            and i.resolved_at is not None
+            and a.ts <= i.resolved_at + reopen
+        ]
+        if back:
+            return max(back, key=lambda i: (i.resolved_at or i.last_seen, i.pk))
+        return None
+
+    for a in sorted(alerts, key=lambda x: (x.session_ref, x.turn, x.pk)):
+        inc = pick_session(a) or pick_cause(a)
+        if inc is None:
+            top = a.contributors[0] if a.contributors else {}
+            inc = Incident.objects.create(
+                project_id=project_id,
+                agent=agent_of(a),
+                cause=cause_of[a.pk],
+                title=cause_of[a.pk][:TITLE_MAX_CHARS],
+                severity=a.severity,
+                status=Incident.Status.OPEN,
+                first_seen=a.ts,
+                last_seen=a.last_ts,
+            )
+            touched[inc.pk] = _Touched(inc, [], set(), created=True, block_kind=str(top.get("kind") or ""))
+        t = touched.get(inc.pk)
+        if t is None:
+            t = touched[inc.pk] = _Touched(inc, [], set(known_sessions[inc.pk]))
+        if inc.status == Incident.Status.RESOLVED:
+            inc.status = Incident.Status.OPEN
+            inc.opened_count += 1
+            inc.reopened_at = now
+            inc.resolved_at, inc.resolved_by, inc.resolution = None, None, Incident.Resolution.NONE
+            inc.acknowledged_at, inc.acknowledged_by = None, None
+            t.reopened = True
+        t.alerts.append(a)
+        t.sessions.add(a.session_ref)
+        inc.first_seen = min(inc.first_seen, a.ts)
+        inc.last_seen = max(inc.last_seen, a.last_ts)
+        if _rank(a.severity) > _rank(inc.severity):
+            inc.severity = a.severity
+        a.incident_id = inc.pk
+        batch_in_session[a.session_ref].append((a, inc.pk))
+
+    delivery_ids: list[int] = []
+    for iid in sorted(touched):
+        t = touched[iid]
+        inc = t.incident
+        inc.alert_count += len(t.alerts)
+        inc.session_count = (
+            len(t.sessions) if t.created else inc.session_count + len(t.sessions - known_sessions[iid])
+        )
+        added = [a.pk for a in t.alerts]
+        room = max(0, K.DIGEST_ALERTS - len(inc.digest_alert_ids))
+        inc.digest_alert_ids = [*inc.digest_alert_ids, *added[:room]]
+        inc.digest_more += len(added) - min(room, len(added))
+        inc.title = _title(inc, t.block_kind or _block_kind(t.alerts), project_level=project_level)
+        Alert.objects.filter(pk__in=added).update(incident_id=iid)
+        if t.created:
+            event = "opened"
+        elif t.reopened:
+            event = "reopened"
+        elif inc.status != Incident.Status.MUTED and _rank(inc.severity) > _rank(inc.notified_severity):
+            event = "escalated"
+        else:
+            event = ""
+        if event:
+            delivery_ids += _event_record(inc, event)
+        inc.save()
+        logger.info(
+            "alerts.incident_grouped project_id=%s incident_id=%s alerts=%d event=%s",
+            project_id,
+            iid,
+            len(t.alerts),
+            event or "-",
+        )
+    return delivery_ids
+
+
+def _block_kind(alerts: Sequence[Alert]) -> str:
+    for a in alerts:
+        if a.contributors:
+            return str(a.contributors[0].get("kind") or "")
+    return ""
+
+
+def _title(inc: Incident, block_kind: str, *, project_level: bool = False) -> str:
+    if not block_kind:
+        kinds = [
+            str(c[0].get("kind") or "")
+            for c in Alert.objects.filter(incident_id=inc.pk).values_list("contributors", flat=True)[:1]
+            if c
+        ]
+        block_kind = kinds[0] if kinds else ""
+    return K.incident_title(
+        cause=inc.cause,
+        block_kind=block_kind,
+        agent=inc.agent,
+        sessions=inc.session_count,
+        since=inc.first_seen,
+        project_level=project_level or (not inc.agent and inc.cause == K.CACHE_HIT_RATE_FELL),
+    )[:TITLE_MAX_CHARS]
+
+
+def _channels(project_id: int) -> list[Channel]:
+    return list(Channel.objects.filter(project_id=project_id, enabled=True).order_by("id"))
+
+
+def _digest_rows(project_id: int, alert_ids: Sequence[int]) -> list[dict[str, Any]]:
+    rows = (
+        Alert.objects.filter(project_id=project_id, pk__in=list(alert_ids))
+        .order_by("ts", "id")
+        .values("id", "session_id", "turn", "rule_kind", "severity", "title", "ts")
+    )
+    return [
+        {
+            "id": r["id"],
+            "session_id": r["session_id"],
+            "turn": r["turn"],
+            "rule_kind": r["rule_kind"],
+            "severity": r["severity"],
+            "title": r["title"],
+            "ts": r["ts"].isoformat(),
+            "turn_path": ch.turn_path(project_id, r["session_id"], r["turn"]),
+        }
+        for r in rows
+    ]
+
+
+def _event_record(inc: Incident, event: str, chans: Sequence[Channel] | None = None) -> list[int]:
+    """Record EVENT of INC (locked by the caller, saved by the caller): the next sequence number, the
+    digest of the alerts grouped since the last message, and one pending delivery per channel
+    that takes its severity. Nothing while it is muted: the digest waits for the next message."""
+    if inc.status == Incident.Status.MUTED:
+        return []
+    inc.event_sequence += 1
+    if event in ("opened", "escalated", "reopened"):
+        inc.notified_severity = inc.severity
+    digest = {
+        "alerts": _digest_rows(inc.project_id, inc.digest_alert_ids),
+        "more": inc.digest_more,
+        "severity": inc.severity,
+        "status": inc.status,
+    }
+    inc.digest_alert_ids, inc.digest_more = [], 0
+    chans = _channels(inc.project_id) if chans is None else chans
+    objs = [
+        Delivery(
+            project_id=inc.project_id,
+            incident=inc,
+            channel=c,
+            event=event,
+            sequence=inc.event_sequence,
+            digest=digest,
+        )
+        for c in chans
+        if _rank(inc.severity) >= _rank(c.min_severity)
+    ]
+    created = Delivery.objects.bulk_create(objs)
+    logger.info(
+        "alerts.incident_event project_id=%s incident_id=%s event=%s sequence=%d deliveries=%d",
+        inc.project_id,
+        inc.pk,
+        event,
+        inc.event_sequence,
+        len(created),
+    )
+    return [int(d.pk) for d in created]
+
+
+def _enqueue_after_commit(ids: list[int]) -> None:
+    if ids:
+        from alerts.services.delivery import deliveries_enqueue
+
+        transaction.on_commit(lambda: deliveries_enqueue(ids))
+
+
+def incidents_touch(*, alerts: Sequence[Alert]) -> None:
+    """Alerts of incidents whose episode went on (a later turn extended them): their incidents
+    were seen then, which keeps them from resolving while the condition lasts."""
+    latest: dict[int, datetime] = {}
+    for a in alerts:
+        if a.incident_id is not None:
+            latest[a.incident_id] = max(latest.get(a.incident_id, a.last_ts), a.last_ts)
+    for iid in sorted(latest):
+        Incident.objects.filter(pk=iid, last_seen__lt=latest[iid]).update(last_seen=latest[iid])
+
+
+# --- the sweep: unmute, auto-resolve, release held messages --------------------------------------
+@dataclass(frozen=True, slots=True)
+class IncidentSweepResult:
+    resolved: int
+    unmuted: int
+    released: int
+
+
+def incidents_sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> IncidentSweepResult:
+    """Unmute incidents whose mute has passed (announcing an escalation that happened meanwhile),
+    resolve those quiet for their project's quiet period (resolved_by "auto"), and hand the
+    channels' held messages to a worker once the channel's hour has room.
+
+    Safe to run twice and concurrently: every change re-checks its row under a lock, and each
+    message is a delivery unique per (incident, channel, event, sequence)."""
+    now = now or timezone.now()
+    unmuted = 0
+    for iid in Incident.objects.filter(status=Incident.Status.MUTED, muted_until__lte=now).values_list(
+        "id", flat=True
+    )[:limit]:
+        with transaction.atomic():
+            inc = Incident.objects.select_for_update().filter(pk=iid).first()
+            if inc is None or inc.status != Incident.Status.MUTED or (inc.muted_until or now) > now:
+                continue
+            inc.status = Incident.Status.ACKNOWLEDGED if inc.acknowledged_at else Incident.Status.OPEN
+            inc.muted_until = None
+            ids = (
+                _event_record(inc, "escalated") if _rank(inc.severity) > _rank(inc.notified_severity) else []
+            )
+            inc.save()
+            _enqueue_after_commit(ids)
+            unmuted += 1
+
+    floor = min(K.INCIDENT_DEFAULTS.quiet_seconds, selectors.incident_quiet_min())
+    cands = list(
+        Incident.objects.filter(status__in=UNRESOLVED, last_seen__lt=now - timedelta(seconds=floor))
+        .order_by("last_seen")
+        .values_list("id", "project_id", "last_seen")[:limit]
+    )
+    quiet = selectors.incident_quiet_seconds(project_ids={p for _, p, _ in cands})
+    resolved = 0
+    for iid, pid, last_seen in cands:
+        cutoff = now - timedelta(seconds=quiet.get(pid, K.INCIDENT_DEFAULTS.quiet_seconds))
+        if last_seen >= cutoff:
+            continue
+        with transaction.atomic():
+            inc = (
+                Incident.objects.select_for_update()
+                .filter(pk=iid, status__in=UNRESOLVED, last_seen__lt=cutoff)
+                .first()
+            )
+            if inc is None:
+                continue
+            ids = _resolve(inc, now=now, user=None)
+            inc.save()
+            _enqueue_after_commit(ids)
+            resolved += 1
+    released = held_release(now=now)
+    if unmuted or resolved or released:
+        logger.info("alerts.incidents_swept resolved=%d unmuted=%d released=%d", resolved, unmuted, released)
+    return IncidentSweepResult(resolved=resolved, unmuted=unmuted, released=released)
+
+
+def _resolve(inc: Incident, *, now: datetime, user: Any) -> list[int]:
+    was_muted = inc.status == Incident.Status.MUTED
+    inc.status = Incident.Status.RESOLVED
+    inc.resolved_at = now
+    inc.resolved_by = user if getattr(user, "pk", None) else None
+    inc.resolution = Incident.Resolution.USER if inc.resolved_by else Incident.Resolution.AUTO
+    inc.muted_until = None
+    if was_muted:
+        # Silenced to the end: nothing was announced while muted, and nothing is now.
+        return []
+    return _event_record(inc, "resolved")
+
+
+def held_release(*, now: datetime | None = None) -> int:
+    """For each channel holding messages whose hour has room again: the latest held message is
+    queued, and its claim folds the others in (alerts.services.delivery)."""
+    now = now or timezone.now()
+    channel_ids = list(
+        Delivery.objects.filter(status=Delivery.Status.HELD)
+        .order_by("channel_id")
+        .values_list("channel_id", flat=True)
+        .distinct()
+    )
+    released: list[int] = []
+    since = now - timedelta(seconds=K.RATE_WINDOW_SECONDS)
+    for cid in sorted(channel_ids):
+        with transaction.atomic():
+            c = Channel.objects.filter(pk=cid).first()
+            if c is None:
+                continue
+            used = Delivery.objects.filter(channel_id=cid, claimed_at__gte=since).count()
+            if used >= c.max_per_hour:
+                continue
+            d = (
+                Delivery.objects.select_for_update(skip_locked=True)
+                .filter(channel_id=cid, status=Delivery.Status.HELD)
+                .order_by("-held_at", "-id")
+                .first()
+            )
+            if d is None:
+                continue
+            Delivery.objects.filter(pk=d.pk, status=Delivery.Status.HELD).update(
+                status=Delivery.Status.PENDING, next_attempt_at=None
+            )
+            released.append(int(d.pk))
+    _enqueue_now(released)
+    return len(released)
+
+
+def _enqueue_now(ids: list[int]) -> None:
+    if ids:
+        from alerts.services.delivery import deliveries_enqueue
+
+        deliveries_enqueue(ids)
+
+
+# --- what people do to an incident ------------------------------------------------------------
+def incident_acknowledge(*, incident: Incident, user: Any) -> Incident:
+    """open -> acknowledged (no message; an acknowledged incident still resolves when quiet)."""
+    with transaction.atomic():
+        inc = Incident.objects.select_for_update().get(pk=incident.pk)
+        if inc.status in (Incident.Status.OPEN, Incident.Status.MUTED) and inc.acknowledged_at is None:
+            inc.acknowledged_at = timezone.now()
+            inc.acknowledged_by = user if getattr(user, "pk", None) else None
+            if inc.status == Incident.Status.OPEN:
+                inc.status = Incident.Status.ACKNOWLEDGED
+            inc.save(update_fields=["status", "acknowledged_at", "acknowledged_by", "updated_at"])
+            logger.info("alerts.incident_acknowledged project_id=%s incident_id=%s", inc.project_id, inc.pk)
+    return inc
+
+
+def incident_resolve(*, incident: Incident, user: Any, now: datetime | None = None) -> Incident:
+    """Any unresolved state -> resolved by USER; channels get "resolved" (not when it was muted)."""
+    with transaction.atomic():
+        inc = Incident.objects.select_for_update().get(pk=incident.pk)
+        if inc.status != Incident.Status.RESOLVED:
+            ids = _resolve(inc, now=now or timezone.now(), user=user)
+            inc.save()
+            _enqueue_after_commit(ids)
+            logger.info("alerts.incident_resolved project_id=%s incident_id=%s", inc.project_id, inc.pk)
+    return inc
+
+
+def incident_mute(*, incident: Incident, user: Any, minutes: int, now: datetime | None = None) -> Incident:
+    """Mute for MINUTES: it keeps grouping alerts, and channels hear nothing until it passes."""
+    if not isinstance(minutes, int) or not 1 <= minutes <= MAX_MUTE_MINUTES:
+        raise InvalidIncidentAction(f"minutes must be a whole number from 1 to {MAX_MUTE_MINUTES}")
+    with transaction.atomic():
+        inc = Incident.objects.select_for_update().get(pk=incident.pk)
+        if inc.status == Incident.Status.RESOLVED:
+            raise InvalidIncidentAction("a resolved incident cannot be muted")
+        inc.status = Incident.Status.MUTED
+        inc.muted_until = (now or timezone.now()) + timedelta(minutes=minutes)
+        inc.save(update_fields=["status", "muted_until", "updated_at"])
+        logger.info(
+            "alerts.incident_muted project_id=%s incident_id=%s minutes=%d", inc.project_id, inc.pk, minutes
+        )
+    return inc
+
+
+# --- follow-ups: the culprit found after the incident was announced ---------------------------
+def incidents_triaged(*, project_id: int, alert_ids: Sequence[int]) -> list[int]:
+    """A triage of a turn of these alerts finished: each of their announced incidents owes its
+    channels one "triaged" message (sequence 0: at most one per incident and channel, however
+    many of its turns are triaged). The delivery ids, queued after the commit."""
+    iids = sorted(
+        set(
+            Alert.objects.filter(
+                project_id=project_id, pk__in=list(alert_ids), incident__isnull=False
+            ).values_list("incident_id", flat=True)
+        )
+    )
+    out: list[int] = []
+    if not iids:
+        return out
+    with transaction.atomic():
+        incs = list(
+            Incident.objects.filter(pk__in=iids, event_sequence__gt=0)
+            .exclude(status=Incident.Status.MUTED)
+            .order_by("id")
+        )
+        announced = set(
+            Delivery.objects.filter(incident_id__in=[i.pk for i in incs], sequence__gt=0).values_list(
+                "incident_id", "channel_id"
+            )
+        )
+        objs = [
+            Delivery(
+                project_id=project_id,
+                incident=i,
+                channel_id=cid,
+                event="triaged",
+                sequence=0,
+                digest={"alerts": [], "more": 0, "severity": i.severity, "status": i.status},
+            )
+            for i in incs
+            for cid in sorted({c for ii, c in announced if ii == i.pk})
+        ]
+        Delivery.objects.bulk_create(objs, ignore_conflicts=True)
+        out = list(
+            Delivery.objects.filter(
+                incident_id__in=[i.pk for i in incs], event="triaged", status=Delivery.Status.PENDING
+            ).values_list("id", flat=True)
+        )
+        _enqueue_after_commit(out)
+    return out

@@ -13,7 +13,10 @@ drop blocks from the replayed context.
 Agents talk to it through the chat API, in every message shape the OpenAI API accepts: the
 server is wrapped in `ChatAsTranscript`, which answers each chat request from the same
 transcript through the completions API (the model's weights carry no chat template) and
-returns the chat API's reply.
+returns the chat API's reply. A call that forces a tool (`tool_choice` naming a function, or
+"required") is the exception: llama-cpp-python's own chat handler answers it with a grammar that
+yields the tool's arguments, its messages first rewritten into the shapes that handler takes
+(`normalize_chat_messages`).
 """
 
 from __future__ import annotations
@@ -138,6 +141,10 @@ def start(
         str(n_threads),
         "--model_alias",
         MODEL_ALIAS,
+        # The server keeps every position's logits by default: an n_ctx x vocabulary (262,144)
+        # float array, 32 GiB at the model's whole window. Nothing here reads logprobs.
+        "--logits_all",
+        "false",
         *(["--embedding", "true"] if embeddings else []),
         *(extra_args or []),
     ]
@@ -213,6 +220,117 @@ def available() -> bool:
     return shutil.which(sys.executable) is not None
 
 
+# --- chat message shapes, for a call that forces a tool ------------------------------------
+# Such a call goes to llama-cpp-python's own chat handler, whose grammar makes the model answer
+# with the tool's arguments (see ChatAsTranscript). Its request schema refuses shapes the OpenAI
+# API takes (an assistant message with `content: null` and tool calls, content parts on system
+# or tool messages, the developer role), and its chat formats render only plain text: the first
+# system message, then user and assistant turns (tool calls and tool messages are not rendered
+# at all). Every message is therefore rewritten as text in those
+# roles, with nothing left out: tool calls, tool results and later system messages are written
+# into the turn they belong to.
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    ptype = part.get("type")
+    if ptype == "text" or (ptype is None and isinstance(part.get("text"), str)):
+        return str(part.get("text") or "")
+    if ptype == "refusal":
+        return str(part.get("refusal") or "")
+    if ptype == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        url = str(url or "")
+        # A data URL is the image itself: its bytes mean nothing to a text-only model.
+        return f"[image: {url if not url.startswith('data:') else url.split(',', 1)[0]}]"
+    if ptype == "input_audio":
+        return "[audio input]"
+    if ptype == "file":
+        f: dict[str, Any] = part["file"] if isinstance(part.get("file"), dict) else {}
+        return f"[file: {f.get('filename') or f.get('file_id') or 'attached'}]"
+    return json.dumps(part, ensure_ascii=False, sort_keys=True)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(t for t in (_part_text(p) for p in content) if t)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def _call_text(call: Any) -> str:
+    if not isinstance(call, dict):
+        return f"[tool call: {call}]"
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
+    args = fn.get("arguments")
+    if not isinstance(args, str):
+        args = json.dumps(args if args is not None else {}, ensure_ascii=False, sort_keys=True)
+    cid = call.get("id")
+    return f"[tool call{' ' + str(cid) if cid else ''}: {fn.get('name') or '?'}({args})]"
+
+
+def normalize_chat_messages(messages: list[Any]) -> list[dict[str, str]]:
+    """MESSAGES (any shape the OpenAI chat API accepts) as llama.cpp's chat formats take them:
+    at most one leading system message, then user and assistant turns alternating from a user
+    turn, each with text content. Nothing is dropped: content parts become text (non-text parts
+    a marker naming them), tool calls and results are written out, a system or developer message
+    after the first exchange joins the user side, and consecutive turns of one side are joined."""
+    system: list[str] = []
+    turns: list[tuple[str, str]] = []
+    leading = True
+    for m in messages:
+        if not isinstance(m, dict):
+            turns.append(("user", _content_text(m)))
+            leading = False
+            continue
+        role = m.get("role")
+        text = _content_text(m.get("content"))
+        if role in ("system", "developer"):
+            if leading:
+                system.append(text)
+                continue
+            turns.append(("user", f"[{role}] {text}"))
+            continue
+        leading = False
+        if role == "assistant":
+            parts = [text] if text else []
+            if m.get("refusal"):
+                parts.append(str(m["refusal"]))
+            calls = m.get("tool_calls")
+            if isinstance(calls, list):
+                parts.extend(_call_text(c) for c in calls if c)
+            if isinstance(m.get("function_call"), dict):
+                parts.append(_call_text(m["function_call"]))
+            if m.get("audio"):
+                parts.append("[audio reply]")
+            turns.append(("assistant", "\n".join(parts)))
+        elif role == "tool":
+            cid = m.get("tool_call_id")
+            turns.append(("user", f"[tool result{' ' + str(cid) if cid else ''}] {text}"))
+        elif role == "function":
+            turns.append(("user", f"[function result {m.get('name') or '?'}] {text}"))
+        else:
+            name = m.get("name")
+            turns.append(("user", f"[{name}] {text}" if name else text))
+    out: list[dict[str, str]] = []
+    if system:
+        out.append({"role": "system", "content": "\n\n".join(system)})
+    for role, text in turns:
+        if not any(m["role"] != "system" for m in out) and role == "assistant":
+            # The chat formats expect a user turn first.
+            out.append({"role": "user", "content": ""})
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] = f"{out[-1]['content']}\n\n{text}" if out[-1]["content"] else text
+        else:
+            out.append({"role": role, "content": text})
+    return out
+
+
 # --- chat as a transcript -------------------------------------------------------------------
 # Gemma 3 270M is a base model and its GGUF carries no chat template: llama-cpp-python would wrap
 # chat messages in Llama 2's `[INST]` template, whose tokens then leak into the answers, and its
@@ -249,6 +367,14 @@ def chat_as_completion(data: dict[str, Any]) -> dict[str, Any]:
     if limit is not None:
         body["max_tokens"] = limit
     return body
+
+
+def forces_a_tool(data: dict[str, Any]) -> bool:
+    """Whether the chat request DATA makes the model call a tool (a named function, or
+    "required"): llama-cpp-python's chat handler answers it with a grammar that yields the tool's
+    arguments as JSON, which a transcript cannot; the call's text is then those arguments only."""
+    choice = data.get("tool_choice")
+    return bool(data.get("tools")) and (isinstance(choice, dict) or choice == "required")
 
 
 def _chat_id(cid: Any) -> str:
@@ -378,9 +504,15 @@ class ChatAsTranscript:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
+        completion = None
         try:
             data = json.loads(body)
-            completion = chat_as_completion(data) if isinstance(data.get("messages"), list) else None
+            if isinstance(data.get("messages"), list):
+                if forces_a_tool(data):
+                    data["messages"] = normalize_chat_messages(data["messages"])
+                    body = json.dumps(data).encode()
+                else:
+                    completion = chat_as_completion(data)
         except Exception:  # noqa: BLE001 - a body the server itself refuses with its own reason
             completion = None
         if completion is not None:

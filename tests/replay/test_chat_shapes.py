@@ -4,6 +4,7 @@ model whole, and no other model's chat-template tokens appear in its answers."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
@@ -11,7 +12,7 @@ import pytest
 
 from replay import localmodel
 from replay.ablation import render_transcript
-from replay.localmodel import chat_as_completion, completion_as_chat
+from replay.localmodel import chat_as_completion, completion_as_chat, forces_a_tool, normalize_chat_messages
 
 TOOL_EXCHANGE: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a weather assistant."},
@@ -195,3 +196,91 @@ def test_answers_hold_no_chat_template_tokens_and_a_stream_says_the_same(chat: o
                 roles.append(ch.delta.role)
     assert "".join(pieces) == text
     assert roles.count("assistant") == 1
+
+
+# --- a call that forces a tool: llama-cpp-python's handler, messages in the shapes it takes ---
+def test_tool_calls_tool_results_and_a_second_system_message_are_all_kept() -> None:
+    out = normalize_chat_messages(TOOL_EXCHANGE)
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
+    assert out[0]["content"] == "You are a weather assistant.\n\nAnswer in one short sentence."
+    assert out[2]["content"] == '[tool call call_1: get_weather({"city": "Paris"})]'
+    assert out[3]["content"] == "[tool result call_1] 18C and sunny"
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        (
+            [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            [("system", "Be brief."), ("user", "Hi")],
+        ),
+        (
+            [
+                {"role": "user", "content": "a"},
+                {"role": "system", "content": "late rule"},
+                {"role": "user", "content": "b"},
+            ],
+            [("user", "a\n\n[system] late rule\n\nb")],
+        ),
+        (
+            [{"role": "assistant", "content": "Hello, how can I help?"}, {"role": "user", "content": "Hi"}],
+            [("user", ""), ("assistant", "Hello, how can I help?"), ("user", "Hi")],
+        ),
+        (
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Look:"},
+                        {"type": "image_url", "image_url": {"url": "https://x/cat.png"}},
+                    ],
+                }
+            ],
+            [("user", "Look:\n[image: https://x/cat.png]")],
+        ),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "refusal": "I can't."}],
+            [("user", "q"), ("assistant", "I can't.")],
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+                {"role": "function", "name": "f", "content": "42"},
+            ],
+            [("user", "q"), ("assistant", "[tool call: f({})]"), ("user", "[function result f] 42")],
+        ),
+    ],
+    ids=["developer-role", "late-system", "assistant-first", "content-parts", "refusal", "legacy-function"],
+)
+def test_message_shapes_for_the_tool_forcing_handler(
+    messages: list[dict[str, Any]], expected: list[tuple[str, str]]
+) -> None:
+    assert [(m["role"], m["content"]) for m in normalize_chat_messages(messages)] == expected
+
+
+def test_only_a_call_that_forces_a_tool_leaves_the_transcript() -> None:
+    assert forces_a_tool({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "x"}}})
+    assert forces_a_tool({"tools": TOOLS, "tool_choice": "required"})
+    assert not forces_a_tool({"tools": TOOLS, "tool_choice": "auto"})
+    assert not forces_a_tool({"tools": TOOLS})
+    assert not forces_a_tool({"tool_choice": "required"})
+
+
+def test_a_forced_tool_call_comes_back_as_the_call_with_its_arguments(chat: openai.OpenAI) -> None:
+    r = chat.chat.completions.create(
+        model="gemma-3-270m",
+        messages=[
+            {"role": "system", "content": "You are a weather assistant."},
+            {"role": "user", "content": "Weather in Oslo?"},
+        ],
+        tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+        temperature=0,
+    )
+    calls = r.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    args = json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+    assert isinstance(args, dict) and "city" in args
+    assert not [t for t in TEMPLATE_TOKENS if t in calls[0].function.arguments]  # type: ignore[union-attr]

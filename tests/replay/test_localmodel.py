@@ -126,3 +126,28 @@ def test_the_local_model_command_stops_within_3_s_of_sigterm_without_a_traceback
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_the_embedded_model_takes_a_prompt_as_long_as_the_window_its_turns_are_measured_against(
+    tmp_path: Any,
+) -> None:
+    from ctxobs.catalog import context_window_for
+    from replay import localmodel
+
+    # Started as scripts/up starts it: its defaults.
+    server = localmodel.start(log_path=tmp_path / "model.log")
+    try:
+        localmodel.wait_ready(server.base_url, timeout=180, process=server.process)
+        window = context_window_for(LOCAL_MODEL_NAME)
+        assert window is not None and window >= 8192
+        # Past the 4,096 tokens it used to be served with; a turn at 15% of the catalogued window.
+        prompt = "word " * 5000
+        r = httpx.post(
+            f"{server.base_url}/completions",
+            json={"model": LOCAL_MODEL_NAME, "prompt": prompt, "max_tokens": 1, "temperature": 0},
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text[:500]
+        assert 4096 < r.json()["usage"]["prompt_tokens"] < window
+    finally:
+        localmodel.stop(server, timeout=5)

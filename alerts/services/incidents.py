@@ -228,7 +228,7 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         room = max(0, K.DIGEST_ALERTS - len(inc.digest_alert_ids))
         inc.digest_alert_ids = [*inc.digest_alert_ids, *added[:room]]
         inc.digest_more += len(added) - min(room, len(added))
-        inc.title = _title(inc, t.block_kind or _block_kind(t.alerts), project_level=project_level)
+        inc.title = _title(inc, t.block_kind or _block_kind(t.alerts, inc.cause), project_level=project_level)
         Alert.objects.filter(pk__in=added).update(incident_id=iid)
         if t.created:
             event = "opened"
@@ -251,19 +251,25 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
     return delivery_ids
 
 
-def _block_kind(alerts: Sequence[Alert]) -> str:
+def _block_kind(alerts: Sequence[Alert], cause: str) -> str:
+    """The kind of the block the CAUSE names ("context_pressure:search" -> the kind of `search`),
+    from the alerts' contributors: a later alert's biggest block may be another one."""
+    _, _, key = cause.partition(":")
     for a in alerts:
-        if a.contributors:
-            return str(a.contributors[0].get("kind") or "")
+        for c in a.contributors or []:
+            if key and str(c.get("key") or "") == key:
+                return str(c.get("kind") or "")
     return ""
 
 
 def _title(inc: Incident, block_kind: str, *, project_level: bool = False) -> str:
-    if not block_kind:
+    if not block_kind and ":" in inc.cause:
+        key = inc.cause.partition(":")[2]
         kinds = [
-            str(c[0].get("kind") or "")
-            for c in Alert.objects.filter(incident_id=inc.pk).values_list("contributors", flat=True)[:1]
-            if c
+            str(c.get("kind") or "")
+            for cs in Alert.objects.filter(incident_id=inc.pk).values_list("contributors", flat=True)[:20]
+            for c in cs or []
+            if str(c.get("key") or "") == key
         ]
         block_kind = kinds[0] if kinds else ""
     return K.incident_title(

@@ -214,3 +214,17 @@ def test_incident_actions_need_an_editor_and_check_their_input(api, poster, proj
     viewer = editor_client(project, role="viewer")
     assert viewer.post(f"{url}/ack", **csrf(viewer)).status_code == 403
     assert c.post("/api/v1/incidents/999999/ack", **csrf(c)).status_code == 404
+
+
+def test_the_title_names_the_kind_of_the_block_its_cause_names_not_a_later_alerts_top_block() -> None:
+    from alerts.models import Alert
+    from alerts.services.incidents import _block_kind
+
+    later = Alert(
+        contributors=[{"key": "history", "kind": "history"}, {"key": "search", "kind": "tool_results"}]
+    )
+    first = Alert(contributors=[{"key": "search", "kind": "tool_results"}])
+    # The alert that grew the incident has another block on top: the cause's block still names it.
+    assert _block_kind([later, first], "context_pressure:search") == "tool_results"
+    assert _block_kind([later], "context_pressure:kb") == ""
+    assert _block_kind([first], "validation") == ""

@@ -8,8 +8,7 @@ agent processes; a leaked key must not be able to silence the alerts about its o
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
@@ -30,7 +29,7 @@ from alerts.schemas import (
 )
 from alerts.services import episodes, incidents
 from alerts.services import rules as rule_services
-from config.params import Id, PageLimit, PageOffset
+from config.params import Id, Instant, PageLimit, PageOffset
 from core.auth import Caller, ProjectReadAuth
 from core.schemas import Detail
 
@@ -240,10 +239,10 @@ def _incident_detail(i: Incident) -> dict[str, Any]:
 
 
 class IncidentFilters(Schema):
-    status: str | None = None
-    severity: str | None = None
+    status: Literal["open", "acknowledged", "resolved", "muted", "unresolved"] | None = None
+    severity: Literal["info", "warning", "critical"] | None = None
     agent: str | None = None
-    since: datetime | None = None
+    since: Instant | None = None
     limit: PageLimit = 50
     offset: PageOffset = 0
 

@@ -129,7 +129,9 @@ def test_up_starts_everything_with_embedded_services_and_reuses_data_on_rerun(tm
         # Alerts are served while replays run: a worker of their own, apart from the replay one,
         # and the one beat that re-queues replay runs of a dead worker.
         queues, beats = _worker_queues(proc)
-        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["replay"]], queues
+        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["maintenance"], ["replay"]], (
+            queues
+        )
         assert len(beats) == 1, beats
     finally:
         _stop(proc)
@@ -378,6 +380,8 @@ def test_a_crashed_worker_is_restarted_with_backoff_and_the_stack_keeps_running(
         # The other processes were left alone, and the new worker serves its queues.
         assert others <= {k.pid for k in psutil.Process(proc.pid).children()}
         queues, _ = _worker_queues(proc)
-        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["replay"]], queues
+        assert sorted(map(sorted, queues.values())) == [["alerts", "default"], ["maintenance"], ["replay"]], (
+            queues
+        )
     finally:
         _stop(proc)

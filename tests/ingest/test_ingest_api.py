@@ -303,7 +303,7 @@ def test_full_snapshot_reads_back_as_sent(api, project):
         assert got[k] == s[k]
     assert [(b["key"], b["kind"], b["messages"]) for b in got["blocks"]] == [
         (b["key"], b["kind"], b["messages"]) for b in s["blocks"]]
-    assert got["compression"] == s["compression"]
+    assert got["compression"] == [dict(c, source="client", opaque=False) for c in s["compression"]]
     assert got["recall"] == [dict(r, stale=False, conflicting=False) for r in s["recall"]]
     assert got["validation"] == s["validation"]
     assert got["output"]["text"] == s["output"]["text"]

@@ -159,6 +159,17 @@ def _export(
         except decode.MalformedExport as exc:
             raise OtlpBadRequest(str(exc)) from None
         result = store(caller.project, decoded)
+        if decoded.refused:
+            # Items the decoder refused alone: counted and named with those validation refused.
+            reasons = "; ".join(decoded.refused[:5]) + (
+                f"; and {len(decoded.refused) - 5} more" if len(decoded.refused) > 5 else ""
+            )
+            result = OtlpResult(
+                result.created,
+                result.duplicate,
+                result.rejected + len(decoded.refused),
+                "; ".join(m for m in (reasons, result.message) if m),
+            )
     except IngestError as exc:
         if encoding != PROTOBUF:
             raise _status_error(exc) from None

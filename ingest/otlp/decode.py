@@ -61,6 +61,9 @@ class LogRecord:
 class Decoded:
     spans: list[Span] = field(default_factory=list)
     logs: list[LogRecord] = field(default_factory=list)
+    # Items refused while decoding, one reason each (a span or log record nested past the
+    # protobuf decoder's own limit): answered in partial_success, the others are stored.
+    refused: list[str] = field(default_factory=list)
 
 
 # --- protobuf ---------------------------------------------------------------------------
@@ -97,17 +100,119 @@ def _id(raw: bytes, size: int, what: str, where: str) -> str:
     return raw.hex()
 
 
+# --- item by item, when the whole request does not parse -------------------------------------
+# protobuf's decoder refuses a message nested past its recursion limit (100 levels; an attribute
+# value level takes three), and with it the whole request. The export's outer levels are read
+# here from the wire format instead, and each span or log record is parsed on its own: one
+# nested too deep is refused alone, as a too-deep item of a JSON export is.
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def _length_fields(buf: bytes) -> list[tuple[int, bytes]]:
+    """The length-delimited fields of the message BUF as (field number, bytes); other wire types
+    are skipped. ValueError when BUF is not a protobuf message."""
+    out: list[tuple[int, bytes]] = []
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            if i + size > n:
+                raise ValueError("truncated field")
+            out.append((number, buf[i : i + size]))
+            i += size
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > n:
+            raise ValueError("truncated field")
+    return out
+
+
+def _refusal(item: bytes, what: str) -> str:
+    name = "a log record"
+    if what == "span":
+        try:
+            span_id = dict(_length_fields(item)).get(2, b"").hex()
+        except ValueError:
+            span_id = ""
+        name = f"span {span_id or '?'}"
+    return f"{name}: nested deeper than the protobuf decoder's limit (about 30 levels of attribute values)"
+
+
+def _item_by_item(body: bytes, req: Any, what: str) -> list[str] | None:
+    """Fill REQ (an empty ExportTraceServiceRequest or ExportLogsServiceRequest) from BODY, parsing
+    each resource, scope and item (span or log record: WHAT) on its own; the reasons of the items
+    refused. None when BODY is not such a request even read this way."""
+    refused: list[str] = []
+    outer = req.resource_spans if what == "span" else req.resource_logs
+    try:
+        for number, resource_bytes in _length_fields(body):
+            if number != 1:
+                continue
+            resource = outer.add()
+            scopes = resource.scope_spans if what == "span" else resource.scope_logs
+            for n2, v2 in _length_fields(resource_bytes):
+                if n2 == 1:
+                    resource.resource.ParseFromString(v2)
+                elif n2 == 3:
+                    resource.schema_url = v2.decode("utf-8", "replace")
+                elif n2 == 2:
+                    scope = scopes.add()
+                    items = scope.spans if what == "span" else scope.log_records
+                    for n3, v3 in _length_fields(v2):
+                        if n3 == 1:
+                            scope.scope.ParseFromString(v3)
+                        elif n3 == 3:
+                            scope.schema_url = v3.decode("utf-8", "replace")
+                        elif n3 == 2:
+                            item = items.add()
+                            try:
+                                item.ParseFromString(v3)
+                            except DecodeError:
+                                del items[len(items) - 1]
+                                refused.append(_refusal(v3, what))
+    except (ValueError, DecodeError):
+        return None
+    return refused
+
+
 def decode_traces_protobuf(body: bytes) -> Decoded:
     req = ExportTraceServiceRequest()
+    refused: list[str] = []
     try:
         req.ParseFromString(body)
     except DecodeError as exc:
-        if _looks_like_logs(body):
+        req = ExportTraceServiceRequest()
+        by_item = _item_by_item(body, req, "span")
+        if not by_item:
+            if _looks_like_logs(body):
+                raise MalformedExport(
+                    "this is an OTLP logs export (ExportLogsServiceRequest): send it to /v1/logs"
+                ) from None
             raise MalformedExport(
-                "this is an OTLP logs export (ExportLogsServiceRequest): send it to /v1/logs"
+                f"body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}"
             ) from None
-        raise MalformedExport(f"body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}") from None
-    out = Decoded()
+        refused = by_item
+    out = Decoded(refused=refused)
     for ri, rs in enumerate(req.resource_spans):
         resource = _pb_attrs(rs.resource.attributes)
         for si, ss in enumerate(rs.scope_spans):
@@ -174,15 +279,22 @@ def _looks_like_traces(body: bytes) -> bool:
 
 def decode_logs_protobuf(body: bytes) -> Decoded:
     req = ExportLogsServiceRequest()
+    refused: list[str] = []
     try:
         req.ParseFromString(body)
     except DecodeError as exc:
-        if _looks_like_traces(body):
+        req = ExportLogsServiceRequest()
+        by_item = _item_by_item(body, req, "log")
+        if not by_item:
+            if _looks_like_traces(body):
+                raise MalformedExport(
+                    "this is an OTLP traces export (ExportTraceServiceRequest): send it to /v1/traces"
+                ) from None
             raise MalformedExport(
-                "this is an OTLP traces export (ExportTraceServiceRequest): send it to /v1/traces"
+                f"body is not an OTLP ExportLogsServiceRequest in protobuf: {exc}"
             ) from None
-        raise MalformedExport(f"body is not an OTLP ExportLogsServiceRequest in protobuf: {exc}") from None
-    out = Decoded()
+        refused = by_item
+    out = Decoded(refused=refused)
     for rl in req.resource_logs:
         resource = _pb_attrs(rl.resource.attributes)
         for sl in rl.scope_logs:

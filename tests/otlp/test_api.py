@@ -436,3 +436,31 @@ def test_client_calls_under_one_agent_span_exported_one_by_one_are_all_stored(
 def ids(span: ReadableSpan) -> tuple[str, str]:
     ctx = span.get_span_context()
     return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def test_a_log_record_nested_past_the_protobuf_limit_is_refused_alone(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    good = genai_chat_attributes(conversation="beside-a-deep-one")
+    req = logs_request(
+        [
+            {"trace_id": "ab" * 16, "span_id": "cd" * 8, "event_name": DETAILS_EVENT, "attributes": good},
+            {"trace_id": "ab" * 16, "span_id": "ce" * 8, "event_name": DETAILS_EVENT, "attributes": good},
+        ]
+    )
+    deep = req.resource_logs[0].scope_logs[0].log_records[1].attributes.add()
+    deep.key = "gen_ai.request.stop_sequences"
+    value = deep.value
+    for _ in range(200):  # three protobuf levels each: far past the decoder's limit of 100
+        value = value.kvlist_value.values.add().value
+    value.string_value = "x"
+    resp = post(client, LOGS, req.SerializeToString(), ingest_key)
+    assert resp.status_code == 200, resp.content[:300]
+    answer = ExportLogsServiceResponse.FromString(resp.content)
+    assert answer.partial_success.rejected_log_records == 1
+    reason = answer.partial_success.error_message
+    assert "a log record: nested deeper than the protobuf decoder's limit" in reason
+    assert selectors.snapshot_by_uuid(project=project, snapshot_id=snapshot_id_for("ab" * 16, "cd" * 8))
+    assert not selectors.snapshot_by_uuid(project=project, snapshot_id=snapshot_id_for("ab" * 16, "ce" * 8))

@@ -20,19 +20,37 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from ctxobs import tokens
 from ctxobs.catalog import DEFAULT_CONTEXT_WINDOW, context_window_for
 from ctxobs.transport import CtxobsDeliveryError, Transport
 from ctxobs.validate import validate_snapshot
-from ctxobs.wire import BLOCK_KINDS, FieldError, default_reserve, tier_for, usable_window
+from ctxobs.wire import (
+    BLOCK_KINDS,
+    BlockKind,
+    CompressionSource,
+    FieldError,
+    RecallChannel,
+    ValidationLayer,
+    WireBlock,
+    WireCompressionEvent,
+    WireMessage,
+    WireOutput,
+    WireRecallItem,
+    WireSnapshot,
+    WireUsage,
+    WireValidationOutcome,
+    default_reserve,
+    tier_for,
+    usable_window,
+)
 
 log = logging.getLogger("ctxobs")
 
@@ -149,18 +167,23 @@ def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def usage_from(raw: Any) -> dict[str, int]:
+def usage_from(raw: Any) -> WireUsage:
     """The wire usage object from a provider usage (dict or object); unknown fields dropped."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         dump = getattr(raw, "model_dump", None)
         raw = dump() if callable(dump) else {}
-    out: dict[str, int] = {}
-    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        v = _int_or_none(raw.get(k))
-        if v is not None:
-            out[k] = v
+    out: WireUsage = {}
+    prompt, completion, total = (
+        _int_or_none(raw.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+    if completion is not None:
+        out["completion_tokens"] = completion
+    if total is not None:
+        out["total_tokens"] = total
     details = raw.get("prompt_tokens_details")
     cached = _int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None
     if cached is None:
@@ -170,12 +193,12 @@ def usage_from(raw: Any) -> dict[str, int]:
     return out
 
 
-def output_from(response: Any, latency_ms: float | None = None) -> dict[str, Any] | None:
+def output_from(response: Any, latency_ms: float | None = None) -> WireOutput | None:
     """The wire `output` of a reply: an openai ChatCompletion, its dict, a wire dict or text."""
     if response is None:
         return None
     if isinstance(response, str):
-        out: dict[str, Any] = {"text": response}
+        out: WireOutput = {"text": response}
     else:
         data = response
         if not isinstance(data, dict):
@@ -193,11 +216,12 @@ def output_from(response: Any, latency_ms: float | None = None) -> dict[str, Any
                 "usage": usage_from(data.get("usage")),
             }
         else:
-            out = {
+            # A wire output given by the caller: its fields go as they are, for the validator to judge.
+            out = cast(WireOutput, {
                 k: data[k]
                 for k in ("text", "tool_calls", "finish_reason", "usage", "latency_ms")
                 if k in data
-            }
+            })
             if "usage" in out:
                 out["usage"] = usage_from(out["usage"])
     if latency_ms is not None:
@@ -208,41 +232,50 @@ def output_from(response: Any, latency_ms: float | None = None) -> dict[str, Any
 # --- redaction --------------------------------------------------------------------------
 
 
-def redact_snapshot(snapshot: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+def redact_snapshot(snapshot: WireSnapshot, redact: Redactor) -> WireSnapshot:
     """A copy of SNAPSHOT with REDACT applied to every text that came from a prompt or reply.
 
     Covered: message content (strings and text parts), tool-call arguments, output text and
     tool calls, recall previews, validation messages. Token counts are left as counted on
     the original text — they describe what the model saw.
     """
-    out = dict(snapshot)
+    out = snapshot.copy()
     out["blocks"] = [
         {**b, "messages": [_redact_message(m, redact) for m in b.get("messages", [])]}
         for b in snapshot.get("blocks", [])
     ]
     output = snapshot.get("output")
     if isinstance(output, dict):
-        o = dict(output)
-        if isinstance(o.get("text"), str):
-            o["text"] = redact(o["text"])
-        if o.get("tool_calls"):
-            o["tool_calls"] = [_redact_call(c, redact) for c in o["tool_calls"]]
+        o = output.copy()
+        text = o.get("text")
+        if isinstance(text, str):
+            o["text"] = redact(text)
+        calls = o.get("tool_calls")
+        if calls:
+            o["tool_calls"] = [_redact_call(c, redact) for c in calls]
         out["output"] = o
-    if snapshot.get("recall"):
-        out["recall"] = [
-            {**r, "preview": redact(r["preview"])} if isinstance(r.get("preview"), str) else r
-            for r in snapshot["recall"]
-        ]
-    if snapshot.get("validation"):
-        out["validation"] = [
-            {**v, "message": redact(v["message"])} if isinstance(v.get("message"), str) else v
-            for v in snapshot["validation"]
-        ]
+    recall = snapshot.get("recall")
+    if recall:
+        out["recall"] = [_redact_recall(r, redact) for r in recall]
+    validation = snapshot.get("validation")
+    if validation:
+        out["validation"] = [_redact_validation(v, redact) for v in validation]
     return out
 
 
-def _redact_message(m: Message, redact: Redactor) -> Message:
-    m = dict(m)
+def _redact_recall(r: WireRecallItem, redact: Redactor) -> WireRecallItem:
+    preview = r.get("preview")
+    return {**r, "preview": redact(preview)} if isinstance(preview, str) else r
+
+
+def _redact_validation(v: WireValidationOutcome, redact: Redactor) -> WireValidationOutcome:
+    message = v.get("message")
+    return {**v, "message": redact(message)} if isinstance(message, str) else v
+
+
+def _redact_message(message: WireMessage, redact: Redactor) -> WireMessage:
+    # dict(): a hand-built snapshot's message may be any mapping.
+    m = cast(WireMessage, dict(message))
     c = m.get("content")
     if isinstance(c, str):
         m["content"] = redact(c)
@@ -251,8 +284,9 @@ def _redact_message(m: Message, redact: Redactor) -> Message:
             {**p, "text": redact(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
             for p in c
         ]
-    if m.get("tool_calls"):
-        m["tool_calls"] = [_redact_call(call, redact) for call in m["tool_calls"]]
+    calls = m.get("tool_calls")
+    if calls:
+        m["tool_calls"] = [_redact_call(call, redact) for call in calls]
     return m
 
 
@@ -317,10 +351,10 @@ class Turn:
         self.tags = tags
         self.ts = now_iso()
         self._blocks: OrderedDict[str, _Block] = OrderedDict()
-        self._compression: list[dict[str, Any]] = []
-        self._recall: list[dict[str, Any]] = []
-        self._validation: list[dict[str, Any]] = []
-        self._output: dict[str, Any] | None = None
+        self._compression: list[WireCompressionEvent] = []
+        self._recall: list[WireRecallItem] = []
+        self._validation: list[WireValidationOutcome] = []
+        self._output: WireOutput | None = None
         self._reply: tuple[Any, float | None] | None = None
         self._retries: int | None = None
         self._fallback = False
@@ -447,14 +481,19 @@ class Turn:
         preview: str | None = None,
     ) -> Turn:
         """Record a retrieved memory; `rank` defaults to the order of recall() calls."""
-        item: dict[str, Any] = {
+        item: WireRecallItem = {
             "memory_id": str(memory_id),
             "injected": injected,
             "rank": rank if rank is not None else len(self._recall) + 1,
         }
-        for k, v in (("score", score), ("block", block), ("channel", channel), ("preview", preview)):
-            if v is not None:
-                item[k] = v
+        if score is not None:
+            item["score"] = score
+        if block is not None:
+            item["block"] = block
+        if channel is not None:
+            item["channel"] = cast(RecallChannel, channel)  # the validator reports an unknown one
+        if preview is not None:
+            item["preview"] = preview
         if stale:
             item["stale"] = True
         if conflicting:
@@ -481,17 +520,19 @@ class Turn:
         "provider" for an edit made server-side by the model provider; OPAQUE marks content that
         is encrypted or unreadable and measured by size only.
         """
-        ev: dict[str, Any] = {"strategy": strategy}
-        for k, v in (
-            ("block", block),
-            ("tokens_before", tokens_before),
-            ("tokens_after", tokens_after),
-            ("watermark", watermark),
-            ("ref", ref),
-            ("source", source),
-        ):
-            if v is not None:
-                ev[k] = v
+        ev: WireCompressionEvent = {"strategy": strategy}
+        if block is not None:
+            ev["block"] = block
+        if tokens_before is not None:
+            ev["tokens_before"] = tokens_before
+        if tokens_after is not None:
+            ev["tokens_after"] = tokens_after
+        if watermark is not None:
+            ev["watermark"] = watermark
+        if ref is not None:
+            ev["ref"] = ref
+        if source is not None:
+            ev["source"] = cast(CompressionSource, source)  # the validator reports an unknown one
         if opaque:
             ev["opaque"] = True
         if items:
@@ -514,10 +555,17 @@ class Turn:
         attempt: int = 1,
     ) -> Turn:
         """Record one validator outcome (layer: structure, semantic or business)."""
-        v: dict[str, Any] = {"layer": layer, "passed": passed, "attempt": attempt}
-        for k, val in (("check", check), ("code", code), ("message", message)):
-            if val is not None:
-                v[k] = val
+        v: WireValidationOutcome = {
+            "layer": cast(ValidationLayer, layer),  # the validator reports an unknown one
+            "passed": passed,
+            "attempt": attempt,
+        }
+        if check is not None:
+            v["check"] = check
+        if code is not None:
+            v["code"] = code
+        if message is not None:
+            v["message"] = message
         self._validation.append(v)
         return self
 
@@ -563,15 +611,16 @@ class Turn:
 
     # recording
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WireSnapshot:
         """The wire snapshot of this turn as it stands (before redaction)."""
         exact = self.counting.exact
-        blocks = []
+        blocks: list[WireBlock] = []
         for b in self._blocks.values():
-            wb: dict[str, Any] = {
+            # Kinds and messages are the agent's: the validator judges them.
+            wb: WireBlock = {
                 "key": b.key,
-                "kind": b.kind,
-                "messages": b.messages,
+                "kind": cast(BlockKind, b.kind),
+                "messages": cast(list[WireMessage], b.messages),
                 "tokens": self._count(b),
             }
             if not exact:
@@ -583,7 +632,7 @@ class Turn:
             if b.refs:
                 wb["refs"] = list(b.refs)
             blocks.append(wb)
-        snap: dict[str, Any] = {
+        snap: WireSnapshot = {
             "snapshot_id": self.snapshot_id,
             "session_id": self.session_id,
             "turn": self.turn,
@@ -609,7 +658,7 @@ class Turn:
         if self._output is not None:
             snap["output"] = self._output
         if self.tags:
-            snap["tags"] = self.tags
+            snap["tags"] = cast(dict[str, str | float | bool], self.tags)
         retries = self._retries
         if retries is None and self._validation:
             retries = max(int(v.get("attempt") or 1) for v in self._validation) - 1
@@ -737,7 +786,7 @@ class Client:
         turn: int | None = None,
         encoding: str | None = None,
         params: dict[str, Any] | None = None,
-        tags: dict[str, Any] | None = None,
+        tags: Mapping[str, object] | None = None,
     ) -> Turn:
         """Start a turn (one model call). Use as a context manager; leaving it records it.
 
@@ -782,7 +831,7 @@ class Client:
         h = int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
         return h / 2**64 < self.sample_rate
 
-    def record(self, snapshot: dict[str, Any] | Turn) -> bool:
+    def record(self, snapshot: WireSnapshot | Turn) -> bool:
         """Queue a wire snapshot (a dict built by hand, or a finished Turn). Never raises, never blocks."""
         if self.transport.disabled:
             return False
@@ -792,10 +841,10 @@ class Client:
             return False
         return self.transport.enqueue(snapshot)
 
-    def _prepare(self, item: Any) -> dict[str, Any]:
+    def _prepare(self, item: Any) -> WireSnapshot:
         # Runs on the transport thread: counting, redaction and validation stay off the agent's thread.
         # A Turn, or an instrumented call (ctxobs.instrument) that is made into one here.
-        snapshot = item if isinstance(item, dict) else item.snapshot()
+        snapshot: WireSnapshot = cast(WireSnapshot, item) if isinstance(item, dict) else item.snapshot()
         out = redact_snapshot(snapshot, self.redact) if self.redact is not None else snapshot
         if self.validate:
             _, errors = validate_snapshot(out)

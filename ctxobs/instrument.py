@@ -40,6 +40,7 @@ from ctxobs.client import (
     output_from,
     usage_from,
 )
+from ctxobs.wire import WireOutput, WireSnapshot, WireUsage
 
 log = logging.getLogger("ctxobs.instrument")
 
@@ -219,7 +220,7 @@ class _Call:
         self.chunks = None
         self.response = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WireSnapshot:
         chunks, response = self.chunks, self.response
         output = self._output
         if output is _UNREAD:
@@ -238,7 +239,7 @@ class _Call:
 _UNREAD: Any = object()
 
 
-def _read_reply(chunks: list[Any] | None, response: Any) -> dict[str, Any] | None:
+def _read_reply(chunks: list[Any] | None, response: Any) -> WireOutput | None:
     if chunks is not None:
         acc = _StreamAccumulator()
         for chunk in chunks:
@@ -473,7 +474,7 @@ class _StreamAccumulator:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason = ""
-        self.usage: dict[str, int] = {}
+        self.usage: WireUsage = {}
         self.chunks = 0
 
     def feed(self, chunk: Any) -> None:
@@ -505,7 +506,7 @@ class _StreamAccumulator:
             if _get(choice, "finish_reason"):
                 self.finish_reason = str(_get(choice, "finish_reason"))
 
-    def output(self) -> dict[str, Any]:
+    def output(self) -> WireOutput:
         return {
             "text": "".join(self.text) if self.text or not self.calls else None,
             "tool_calls": [self.calls[i] for i in sorted(self.calls)],
@@ -725,7 +726,7 @@ def uninstrument_openai(client: Any) -> Any:
     return client
 
 
-def _safe_output(resp: Any) -> dict[str, Any] | None:
+def _safe_output(resp: Any) -> WireOutput | None:
     try:
         return output_from(resp)
     except Exception:  # noqa: BLE001

@@ -40,6 +40,7 @@ from ctxobs.instrument import (
     unhook_create,
 )
 from ctxobs.instrument_responses import _forget_raw_wrappers
+from ctxobs.wire import WireSnapshot
 
 log = logging.getLogger("ctxobs.instrument")
 
@@ -384,7 +385,7 @@ class _Record:
         call.chunks = None
         call.response = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WireSnapshot:
         call = self.call
         # Read in the opposite order to digest(), which publishes the reply before dropping what
         # it was read from: one of the two is always there.

@@ -18,7 +18,7 @@ import functools
 import json
 import logging
 import math
-from typing import Any
+from typing import Any, cast
 
 from ctxobs import tokens
 from ctxobs.client import TAG_BLOCK, TAG_KIND, Client, Message, Turn, clean_message
@@ -33,7 +33,7 @@ from ctxobs.instrument import (
     strip_request,
     unhook_create,
 )
-from ctxobs.wire import MESSAGE_ROLES
+from ctxobs.wire import MESSAGE_ROLES, WireOutput, WireSnapshot
 
 log = logging.getLogger("ctxobs.instrument")
 
@@ -455,7 +455,7 @@ class ResponsesCall(_Call):
         self.chunks = None
         self.response = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WireSnapshot:
         raw = self._output
         reply: _Reply | None = self._read() if raw is _UNREAD else raw
         inst = self._inst
@@ -510,7 +510,7 @@ class ResponsesCall(_Call):
                     source="provider",
                     opaque=bool(chars),
                 )
-            turn._output = reply.output
+            turn._output = cast(WireOutput | None, reply.output)
         snap = turn.snapshot()
         for b in snap["blocks"]:
             if b["key"] in estimated:

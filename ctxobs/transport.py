@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,7 @@ class Transport:
         spool_path: str | os.PathLike[str] | None = None,
         spool_max_bytes: int = DEFAULT_MAX_BYTES,
         on_error: Callable[[CtxobsDeliveryError], None] | None = None,
-        prepare: Callable[[Any], dict[str, Any]] | None = None,
+        prepare: Callable[[Any], Mapping[str, Any]] | None = None,
         disabled: bool = False,
         flush_at_exit: bool = True,
         exit_timeout: float = 5.0,

@@ -9,6 +9,7 @@ from ninja import Schema
 
 from ctxobs.schema import batch_json_schema
 from ctxobs.wire import LIMITS
+from ingest.types import TimelineTurn
 
 # The body of POST /snapshots, generated from the wire contract. The handler reads and checks the
 # body itself (gzip, byte limits, item by item verdicts), so ninja publishes this schema as given.
@@ -57,22 +58,6 @@ class SessionPage(Schema):
     limit: int
     offset: int
     items: list[SessionOut]
-
-
-class TimelineTurn(Schema):
-    turn: int
-    snapshot_id: str
-    ts: datetime
-    total_tokens: int
-    watermark: float
-    tier: str
-    kind_tokens: dict[str, int]
-    compression_events: int
-    recall_items: int
-    recall_injected: int
-    failed_validations: int
-    count_drift: float | None
-    prev_turn: int | None
 
 
 class TimelineOut(Schema):

@@ -651,7 +651,7 @@ def turn_contents(
     flt = {"project_id": project_id, "snapshot_ref__in": list(out)}
     for ev in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
-            "ref"):
+            "ref", "source", "opaque"):
         out[ev["snapshot_ref"]]["compression"].append(cast(CompressionEventRow, {
             k: v for k, v in ev.items() if k != "snapshot_ref"}))
     for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(
@@ -776,7 +776,7 @@ def _events_many(project_id: int, refs: list[int]) -> dict[int, SnapshotEvents]:
     flt = {"project_id": project_id, "snapshot_ref__in": refs}
     for c in CompressionEvent.objects.filter(**flt).order_by("snapshot_ref", "position").values(
             "snapshot_ref", "strategy", "block", "tokens_before", "tokens_after", "watermark", "items",
-            "ref"):
+            "ref", "source", "opaque"):
         out[c["snapshot_ref"]]["compression"].append(
             cast(CompressionEventRow, {k: v for k, v in c.items() if k != "snapshot_ref"}))
     for r in RecallItem.objects.filter(**flt).order_by("snapshot_ref", "position").values(

@@ -14,9 +14,9 @@ from core.models import RETENTION_DAYS_MAX, Project
 from ctxobs import tokens as tok
 from ctxobs.hashing import block_hashes
 from ctxobs.validate import validate_snapshot
-from ctxobs.wire import tier_for
+from ctxobs.wire import Snapshot, WireMessage, tier_for
 from ingest import derive
-from ingest.store import PreparedSnapshot, snapshots_store
+from ingest.store import PreparedBlock, PreparedSnapshot, snapshots_store
 from ingest.types import BatchItemResult, BatchReport, Message
 
 logger = logging.getLogger(__name__)
@@ -43,48 +43,49 @@ class BatchResult:
 _server_token_cache = tok.TokenCache(maxsize=200_000)
 
 
-def _count_block(messages: list[Message], h: str, counter: tok.Counter) -> int:
+def _count_block(messages: list[WireMessage], h: str, counter: tok.Counter) -> int:
     key = (counter.requested, h)
     hit = _server_token_cache.get(key)
     if hit is not None:
         return hit
-    n = tok.messages_tokens(messages, counter)
+    # Messages are counted as the JSON objects the agent sent, whatever their fields.
+    n = tok.messages_tokens(cast(list[Message], messages), counter)
     _server_token_cache.put(key, n)
     return n
 
 
-def _prepare(
-    index: int, snap: dict[str, Any], thresholds: tuple[float, float, float, float]
-) -> PreparedSnapshot:
+def _prepare(index: int, snap: Snapshot, thresholds: tuple[float, float, float, float]) -> PreparedSnapshot:
     model = snap["model"]
     counter: tok.Counter | None = None
-    blocks = snap["blocks"]
-    estimated_any = model.get("counts") == "estimated"
+    estimated_any = model["counts"] == "estimated"
     kind_tokens: dict[str, int] = {}
     total = 0
-    tool_defs = (snap.get("params") or {}).get("tools")
-    for b in blocks:
-        h, mh = block_hashes(b["messages"])
+    tool_defs = snap["params"].get("tools")
+    blocks: list[PreparedBlock] = []
+    for b in snap["blocks"]:
+        messages = b["messages"]
+        h, mh = block_hashes(messages)
         n = b["tokens"]
+        estimated = b["estimated"]
         if n is None:
             if counter is None:
                 counter = tok.get_counter(model["encoding"] or None, model["name"])
-            if b["kind"] == "tools" and not b["messages"]:
+            if b["kind"] == "tools" and not messages:
                 # The definitions travel in params.tools (as sent to the model); they are
                 # counted once, on the first tools block, by the same rule as the SDK's.
                 n = tok.tools_tokens(tool_defs, counter) if isinstance(tool_defs, list) else 0
                 tool_defs = None
             else:
-                n = _count_block(b["messages"], h, counter)
-            b["estimated"] = not counter.exact
-        estimated_any = estimated_any or b["estimated"]
-        # The validated block belongs to this batch alone, so it is completed in place.
-        b["hash"], b["message_hashes"], b["tokens"] = h, mh, n
-        kind_tokens[b["kind"]] = kind_tokens.get(b["kind"], 0) + n
+                n = _count_block(messages, h, counter)
+            estimated = not counter.exact
+        estimated_any = estimated_any or estimated
+        blocks.append(PreparedBlock(b, h, mh, n, estimated))
+        kind = b["kind"]
+        kind_tokens[kind] = kind_tokens.get(kind, 0) + n
         total += n
     wm = derive.watermark(total, model["context_window"], model["reserve_tokens"])
-    out = snap["output"] or {}
-    reported = (out.get("usage") or {}).get("prompt_tokens")
+    out = snap["output"]
+    reported = out["usage"].get("prompt_tokens") if out is not None else None
     encoding = model["encoding"] or (counter.used if counter else tok.encoding_for_model(model["name"]))
     return PreparedSnapshot(
         index=index,
@@ -125,8 +126,7 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
             res.duplicate += 1
             continue
         seen_ids.add(snap["snapshot_id"])
-        # Typed as a plain dict from here: preparing completes the blocks in place (hash, message_hashes).
-        prepared.append(_prepare(i, cast(dict[str, Any], snap), thresholds))
+        prepared.append(_prepare(i, snap, thresholds))
 
     if prepared:
         created_refs = snapshots_store(project=project, prepared=prepared)

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict, cast
 
 import psycopg
 from django.db import IntegrityError, connection, transaction
@@ -25,13 +25,26 @@ from django.utils import timezone
 
 from core import pgtext
 from core.models import Project
-from ctxobs.wire import TIERS
+from ctxobs.wire import TIERS, Block, CompressionSource, RecallChannel, Snapshot, Tier, ValidationLayer
 from ingest import derive, partitions
 from ingest.models import RECEIVED_EVER, block_flags
 from ingest.signals import snapshots_stored
-from ingest.types import BlockChange
+from ingest.types import BlockChange, Message
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBlock:
+    """A validated block, left as validation returned it, with what ingest derived from it: its
+    content address, its messages' addresses, its token count and whether that count is an estimate
+    (the sender's, or the server's when it counted the block)."""
+
+    block: Block
+    hash: str
+    message_hashes: list[str]
+    tokens: int
+    estimated: bool
 
 
 @dataclass(slots=True)
@@ -39,11 +52,11 @@ class PreparedSnapshot:
     """A validated snapshot with what ingest derived from it, ready to store."""
 
     index: int
-    snap: dict[str, Any]
-    blocks: list[dict[str, Any]]  # the validated blocks, with hash, message_hashes, tokens, estimated
+    snap: Snapshot
+    blocks: list[PreparedBlock]  # snap["blocks"] in order, prepared
     total: int
     watermark: float
-    tier: str
+    tier: Tier
     kind_tokens: dict[str, int]
     counts_estimated: bool
     encoding: str
@@ -188,7 +201,7 @@ class CompressionRow(NamedTuple):
     watermark: float | None
     items: str
     ref: str
-    source: str
+    source: CompressionSource
     opaque: bool
 
 
@@ -198,7 +211,7 @@ class RecallRow(NamedTuple):
     position: int
     received_at: datetime
     memory_id: str
-    channel: str
+    channel: RecallChannel
     score: float | None
     rank: int | None
     injected: bool
@@ -213,7 +226,7 @@ class ValidationRow(NamedTuple):
     snapshot_ref: int
     position: int
     received_at: datetime
-    layer: str
+    layer: ValidationLayer
     check: str
     passed: bool
     code: str
@@ -245,7 +258,7 @@ def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
     usage = out["usage"] if out else {}
     model = s["model"]
     blocks = p.blocks
-    refs = [b["refs"] for b in blocks] if any(b["refs"] for b in blocks) else None
+    refs = [b.block["refs"] for b in blocks] if any(b.block["refs"] for b in blocks) else None
     return SnapshotRow(
         project_id=pid, id=p.ref, snapshot_id=s["snapshot_id"], session_ref=p.session_ref,
         session_id=s["session_id"], turn=s["turn"], agent=s["agent"], ts=s["ts"], received_at=now,
@@ -260,12 +273,12 @@ def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
         prompt_tokens_reported=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
         cached_tokens=usage.get("cached_tokens"), latency_ms=out.get("latency_ms") if out else None,
         count_drift=p.drift, prev_turn=p.prev_turn, change=_j(p.change or {}),
-        block_keys=_text_array([b["key"] for b in blocks]),
-        block_kinds=_text_array([b["kind"] for b in blocks]),
-        block_hashes=_plain_array([b["hash"] for b in blocks]),
-        block_tokens=_plain_array([b["tokens"] for b in blocks]),
-        block_flags=_plain_array([block_flags(estimated=b["estimated"], pinned=b["pinned"],
-                                              compressed=b["compressed"]) for b in blocks]),
+        block_keys=_text_array([b.block["key"] for b in blocks]),
+        block_kinds=_text_array([b.block["kind"] for b in blocks]),
+        block_hashes=_plain_array([b.hash for b in blocks]),
+        block_tokens=_plain_array([b.tokens for b in blocks]),
+        block_flags=_plain_array([block_flags(estimated=b.estimated, pinned=b.block["pinned"],
+                                              compressed=b.block["compressed"]) for b in blocks]),
         block_refs=_j(refs) if refs is not None else None,
     )
 
@@ -361,12 +374,12 @@ def _store_steps(
                 TIERS[max(TIERS.index(p.tier) for p in ps)],
             ), strict=True):
                 col.append(text)
-            for col, num in zip(num_cols, (
+            for num_col, num in zip(num_cols, (
                 len(ps), max(p.snap["turn"] for p in ps), max(p.watermark for p in ps),
                 sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
                 sum(len(p.snap["compression"]) for p in ps),
             ), strict=True):
-                col.append(num)
+                num_col.append(num)
         cur.execute(
             """
             INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
@@ -427,11 +440,11 @@ def _store_steps(
         #    stores the new blocks and moves `last_seen` of the others to today; the messages of
         #    every block it returned (new, or first seen today) are upserted the same way, so a
         #    message is never last seen before a block that holds it.
-        contents: dict[str, tuple[dict[str, Any], str]] = {}
+        contents: dict[str, tuple[PreparedBlock, str]] = {}
         for p in fresh:
             for b in p.blocks:
-                if b["hash"] not in contents:
-                    contents[b["hash"]] = (b, p.encoding)
+                if b.hash not in contents:
+                    contents[b.hash] = (b, p.encoding)
         today = now.astimezone(UTC).date()
         maybe_new = sorted(_known_blocks.unknown(pid, contents, today))
         touched_blocks: list[str] = []
@@ -449,19 +462,20 @@ def _store_steps(
                 RETURNING hash
                 """,
                 [pid, now, today, _plain_array(maybe_new),
-                 _text_array([",".join(b["message_hashes"]) for b, _ in rows]),
-                 _plain_array([b["chars"] for b, _ in rows]), _plain_array([b["tokens"] for b, _ in rows]),
+                 _text_array([",".join(b.message_hashes) for b, _ in rows]),
+                 _plain_array([b.block["chars"] for b, _ in rows]), _plain_array([b.tokens for b, _ in rows]),
                  _text_array([enc for _, enc in rows])],
             )
             touched_blocks = [r[0] for r in cur.fetchall()]
         steps.mark("blocks")
-        messages: dict[str, dict[str, Any]] = {}
+        messages: dict[str, Message] = {}
         for h in touched_blocks:
-            b = contents[h][0]
+            pb = contents[h][0]
             # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
             # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
-            verbatim = b["verbatim"]
-            for mh, m in zip(b["message_hashes"], b["messages"], strict=True):
+            verbatim = pb.block["verbatim"]
+            # The messages are stored as the agent sent them: JSON objects, whatever their fields.
+            for mh, m in zip(pb.message_hashes, cast(list[Message], pb.block["messages"]), strict=True):
                 if mh not in messages:
                     messages[mh] = m if verbatim else pgtext.escape_message(m)
         new_messages = sorted(_known_messages.unknown(pid, messages, today))
@@ -599,7 +613,7 @@ def _derive_changes(
         prev_is_new = False
         for turn, _ts, _u, stored_id, new, stored_blocks in line:
             if new is not None:
-                cur_blocks = [derive.BlockRef(b["key"], b["kind"], b["hash"], b["tokens"])
+                cur_blocks = [derive.BlockRef(b.block["key"], b.block["kind"], b.hash, b.tokens)
                               for b in new.blocks]
                 # The first entry of the line may be a new turn with nothing stored before it.
                 new.change = derive.block_change(prev_blocks, cur_blocks, prev_turn)

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Annotated, Any, NotRequired, TypedDict, cast
+
+import typing_extensions
+from pydantic import WithJsonSchema
 
 from core import pgtext
 from ctxobs.wire import FieldError
@@ -79,6 +82,9 @@ class ShownMessage(TypedDict):
 
 
 # --- the events of a turn -------------------------------------------------------------------
+# As stored: the validated wire events (ctxobs.wire.CompressionEvent, RecallItem, ValidationOutcome)
+# field for field, with enums read back as text. tests/ingest/test_wire_rows.py holds these, the
+# wire types and the store's COPY rows to the same fields.
 class CompressionEventRow(TypedDict):
     strategy: str
     block: str
@@ -261,12 +267,14 @@ class TimelineRow(TypedDict):
     prompt_tokens_reported: int | None
 
 
-class TimelineTurn(TypedDict):
-    """One turn in the read API's form (ingest.schemas.TimelineTurn), `ts` already as JSON text."""
-
+# One turn in the read API's form, `ts` already as JSON text: what ingest.selectors returns and the
+# items of the timeline document (ingest.schemas.TimelineOut), whose OpenAPI schema pydantic builds
+# from this class (from a typing_extensions TypedDict only, on Python 3.11). No docstring: pydantic
+# would publish it as the schema's description.
+class TimelineTurn(typing_extensions.TypedDict):
     turn: int
     snapshot_id: str
-    ts: str
+    ts: Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
     total_tokens: int
     watermark: float
     tier: str

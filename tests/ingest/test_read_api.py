@@ -154,7 +154,8 @@ def _timeline_as_the_schema_renders_it(project, session_id: str) -> bytes:
         thresholds=dict(zip(("warn", "compress", "force", "break"), project.thresholds, strict=True)),
         turns=[
             TimelineTurn(
-                turn=r.turn, snapshot_id=str(r.snapshot_id), ts=r.ts, total_tokens=r.total_tokens,
+                turn=r.turn, snapshot_id=str(r.snapshot_id), ts=NinjaJSONEncoder().default(r.ts),
+                total_tokens=r.total_tokens,
                 watermark=r.watermark, tier=r.tier, kind_tokens=r.kind_tokens,
                 compression_events=r.n_compression,
                 recall_items=r.n_recall, recall_injected=r.n_recall_injected,

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from config.celery import WORKER_QUEUES
 from tests.factories import snapshot
 from tests.replay.test_chat_shapes import TEMPLATE_TOKENS
 
@@ -82,7 +83,7 @@ def _worker_queues(
     while time.monotonic() < deadline:
         replies = app.control.inspect(timeout=2).active_queues() or {}
         found = {node: {q["name"] for q in queues} for node, queues in replies.items()}
-        if len(found) >= 2:
+        if len(found) >= len(WORKER_QUEUES):  # every worker answers, a restarted one included
             break
         time.sleep(1)
     app.close()

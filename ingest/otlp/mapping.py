@@ -728,6 +728,8 @@ def _usage(attrs: dict[str, Any], convention: str) -> tuple[dict[str, int], dict
         usage["cached_tokens"] = cache_read
     extra: dict[str, str] = {}
     if cache_write is not None:
+        # In the usage, where the prompt-cache lens prices the writes; the tag stays for filters.
+        usage["cache_write_tokens"] = cache_write
         extra["ctxobs.usage.cache_write_tokens"] = str(cache_write)
     if reasoning is not None:
         extra["ctxobs.usage.reasoning_tokens"] = str(reasoning)

@@ -553,6 +553,7 @@ def test_anthropic_input_tokens_get_the_cached_tokens_added_back() -> None:
     assert snap["output"]["usage"]["prompt_tokens"] == 1320
     assert snap["output"]["usage"]["cached_tokens"] == 1000
     assert snap["tags"]["ctxobs.usage.cache_write_tokens"] == "300"
+    assert snap["output"]["usage"]["cache_write_tokens"] == 300
 
 
 def test_openai_input_tokens_already_include_the_cached_ones() -> None:

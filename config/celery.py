@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -84,7 +85,7 @@ def guard_detached_redis_channels() -> None:
     import redis
     from kombu.transport import redis as kombu_redis
 
-    original = kombu_redis.Channel._connparams
+    original: Callable[..., Any] = kombu_redis.Channel._connparams
     if getattr(original, "ctxobs_guarded", False):
         return
 

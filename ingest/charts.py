@@ -129,7 +129,8 @@ def typed_array(values: Sequence[float]) -> dict[str, str]:
 
 def figure_json(fig: go.Figure) -> dict[str, Any]:
     """A figure as a JSON-ready dict (typed arrays stay base64-encoded, which keeps it compact)."""
-    return json.loads(fig.to_json(engine="json"))
+    out: dict[str, Any] = json.loads(fig.to_json(engine="json"))
+    return out
 
 
 # --- the session timeline -------------------------------------------------------

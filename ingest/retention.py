@@ -86,7 +86,7 @@ def _delete_batches(sql: str, params: list[Any]) -> int:
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             cur.execute(sql, params)
-            n = cur.rowcount
+            n: int = cur.rowcount
         total += n
         if n < BATCH:
             return total

@@ -55,7 +55,7 @@ SESSIONS_PER_PAGE = 50
 SESSIONS_COUNT_AHEAD = 10_000
 
 
-class AheadPaginator(Paginator):
+class AheadPaginator(Paginator):  # type: ignore[type-arg]  # pages of any rows
     """A paginator that counts at most AHEAD rows past the start of the page asked for; `capped`
     says the count stopped there (the list goes on)."""
 

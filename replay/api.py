@@ -187,7 +187,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
         "description": "the project is not ready for it: it has no model endpoint (the detail says what "
                        "to do first)"}}},
 )
-def replay_create(request: HttpRequest, payload: ReplayIn) -> Status:
+def replay_create(request: HttpRequest, payload: ReplayIn) -> Status[Any]:
     caller = request.auth  # type: ignore[attr-defined]
     job = jobs.replay_job_create(
         project=caller.project,

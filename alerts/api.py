@@ -30,7 +30,7 @@ from alerts.schemas import (
 from alerts.services import episodes, incidents
 from alerts.services import rules as rule_services
 from config.params import Id, Instant, PageLimit, PageOffset
-from core.auth import Caller, ProjectReadAuth
+from core.auth import ProjectReadAuth, request_caller
 from core.schemas import Detail
 
 router = Router(tags=["alerts"])
@@ -90,7 +90,7 @@ class AlertFilters(Schema):
     summary="List alerts, newest first (filters: state, rule id, session id, severity)",
 )
 def alerts_list(request: HttpRequest, filters: Query[AlertFilters]) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     qs = selectors.alerts_filter(
         project_id=caller.project.pk,
         state=filters.state,
@@ -114,7 +114,7 @@ def alerts_list(request: HttpRequest, filters: Query[AlertFilters]) -> dict[str,
     summary="One alert",
 )
 def alert_detail(request: HttpRequest, alert_id: int) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     a = selectors.alert_get(project_id=caller.project.pk, alert_id=alert_id)
     if a is None:
         raise NotFound("no such alert")
@@ -122,7 +122,7 @@ def alert_detail(request: HttpRequest, alert_id: int) -> dict[str, Any]:
 
 
 def _transition(request: HttpRequest, alert_id: int, fn: Any) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     a = selectors.alert_get(project_id=caller.project.pk, alert_id=alert_id)
     if a is None:
         raise NotFound("no such alert")
@@ -157,7 +157,7 @@ def alert_resolve(request: HttpRequest, alert_id: int) -> dict[str, Any]:
     summary="The project's alert rules",
 )
 def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     return [_rule_out(r) for r in selectors.rules_list(project_id=caller.project.pk)]
 
 
@@ -168,7 +168,7 @@ def rules_list(request: HttpRequest) -> list[dict[str, Any]]:
     summary="Create a rule (editor). Kinds and their params: see the rule editor or alerts.kinds.PARAMS",
 )
 def rule_create(request: HttpRequest, body: RuleIn) -> Status[dict[str, Any]]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     rule = rule_services.rule_create(project=caller.project, data=body.model_dump())
     return Status(201, _rule_out(rule))
 
@@ -180,7 +180,7 @@ def rule_create(request: HttpRequest, body: RuleIn) -> Status[dict[str, Any]]:
     summary="Change some fields of a rule (editor)",
 )
 def rule_update(request: HttpRequest, rule_id: int, body: RulePatch) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
     if rule is None:
         raise NotFound("no such rule")
@@ -194,7 +194,7 @@ def rule_update(request: HttpRequest, rule_id: int, body: RulePatch) -> dict[str
     summary="Replace a rule (editor)",
 )
 def rule_replace(request: HttpRequest, rule_id: int, body: RuleIn) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     rule = selectors.rule_get(project_id=caller.project.pk, rule_id=rule_id)
     if rule is None:
         raise NotFound("no such rule")
@@ -255,7 +255,7 @@ class IncidentFilters(Schema):
     " unresolved —, severity, agent, since: seen at or after this time)",
 )
 def incidents_list(request: HttpRequest, filters: Query[IncidentFilters]) -> dict[str, Any]:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     qs = selectors.incidents_filter(
         project_id=caller.project.pk,
         status=filters.status,
@@ -273,7 +273,7 @@ def incidents_list(request: HttpRequest, filters: Query[IncidentFilters]) -> dic
 
 
 def _incident(request: HttpRequest, incident_id: int) -> Incident:
-    caller: Caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     i = selectors.incident_get(project_id=caller.project.pk, incident_id=incident_id)
     if i is None:
         raise NotFound("no such incident")

@@ -24,6 +24,15 @@ class Caller:
         return self.key.prefix if self.key else f"user{self.membership.user_id if self.membership else 0}"
 
 
+def request_caller(request: HttpRequest) -> Caller:
+    """Who is calling REQUEST, as the API's authentication (django-ninja's `request.auth`) found
+    them; an AuthError when the route has none (a programming error: every API route has one)."""
+    found = getattr(request, "auth", None)
+    if not isinstance(found, Caller):
+        raise AuthError("authentication required")
+    return found
+
+
 def bearer_token(request: HttpRequest) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

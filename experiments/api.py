@@ -11,6 +11,7 @@ from django.urls import reverse
 from ninja import Query, Router, Status
 
 from core.auth import Caller, ProjectReadAuth
+from core.auth import request_caller as caller
 from core.models import SCOPE_REPLAY, Project
 from core.schemas import Detail
 from experiments import selectors
@@ -41,12 +42,6 @@ READ = ProjectReadAuth("viewer")
 EDIT = ProjectReadAuth("editor", key_scope=SCOPE_REPLAY)
 # Experiments spend the model provider's budget: like replays, a key needs the replay scope.
 RUN = ProjectReadAuth("editor", key_scope=SCOPE_REPLAY)
-
-
-def caller(request: HttpRequest) -> Caller:
-    auth = request.auth  # type: ignore[attr-defined]
-    assert isinstance(auth, Caller)
-    return auth
 
 
 def _user(c: Caller) -> Any:

@@ -18,7 +18,7 @@ from ninja.responses import NinjaJSONEncoder
 
 from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core import jsonbody
-from core.auth import IngestKeyAuth, ProjectReadAuth
+from core.auth import IngestKeyAuth, ProjectReadAuth, request_caller
 from core.errors import NotFound
 from core.schemas import Detail
 from ctxobs.wire import LIMITS, limits_doc, usable_window
@@ -147,7 +147,7 @@ def read_body(
     },
 )
 def snapshots_ingest(request: HttpRequest) -> HttpResponse:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     rate, burst = settings.CTXOBS_INGEST_RATE_LIMIT, settings.CTXOBS_INGEST_RATE_BURST
     wait = take_token(bucket=caller.bucket, rate=rate, burst=burst)
     if wait is not None:
@@ -219,7 +219,7 @@ def _session_out(s: Any) -> dict[str, Any]:
 @router.get("/sessions", auth=ProjectReadAuth(), response={200: SessionPage, 401: Detail, 404: Detail},
             tags=["read"], summary="List sessions (filters: agent, model, time range, minimum max-watermark)")
 def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     qs = selectors.sessions_filter(
         project=caller.project, q=filters.q, agent=filters.agent, model=filters.model, since=filters.since,
         until=filters.until, min_watermark=filters.min_watermark, tier=filters.tier, sort=filters.sort,
@@ -233,7 +233,7 @@ def sessions_list(request: HttpRequest, filters: Query[SessionFilters]) -> dict[
             response={200: TimelineOut, 401: Detail, 404: Detail}, tags=["read"],
             summary="Per turn: tokens per block kind, watermark, tier, event counts")
 def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     project = caller.project
     session = _session_or_404(project, session_id)
     turns, window = selectors.session_timeline_turns(project=project, session=session)
@@ -254,7 +254,7 @@ def session_timeline(request: HttpRequest, session_id: str) -> HttpResponse:
             response={200: SnapshotOut, 401: Detail, 404: Detail}, tags=["read"],
             summary="One snapshot in full: blocks with messages in order, and everything derived")
 def snapshot_get(request: HttpRequest, snapshot_id: str) -> SnapshotDetail:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     snap = selectors.snapshot_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     if snap is None:
         # Snapshot ids are the senders' random UUIDs: what retention removed leaves no trace of
@@ -283,7 +283,7 @@ def export_lines(snapshots: Any) -> Iterator[bytes]:
                 "description": "One wire snapshot (the body of POST /snapshots' items) per line",
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}})
 def snapshots_export(request: HttpRequest, filters: Query[ExportFilters]) -> HttpResponseBase:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     project = caller.project
     session = None
     if filters.session_id is not None:

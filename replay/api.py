@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Status
 
-from core.auth import Caller, ProjectReadAuth
+from core.auth import Caller, ProjectReadAuth, request_caller
 from core.models import SCOPE_REPLAY
 from core.schemas import Detail
 from ingest import selectors as ingest_selectors
@@ -153,7 +153,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
     summary="What a replay job would run and cost, without starting it",
 )
 def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     endpoint = _endpoint(caller, payload.endpoint_id) or selectors.endpoint_default(project=caller.project)
     plan = jobs.replay_job_plan(project=caller.project, spec=_spec(payload), endpoint=endpoint)
     return {
@@ -188,7 +188,7 @@ def replay_preview(request: HttpRequest, payload: ReplayIn) -> dict[str, Any]:
                        "to do first)"}}},
 )
 def replay_create(request: HttpRequest, payload: ReplayIn) -> Status[Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     job = jobs.replay_job_create(
         project=caller.project,
         spec=_spec(payload),
@@ -205,7 +205,7 @@ def replay_create(request: HttpRequest, payload: ReplayIn) -> Status[Any]:
     summary="A replay job: progress, runs, and each variant's effect against the noise floor",
 )
 def replay_get(request: HttpRequest, job_id: int) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     job = selectors.job_get(project=caller.project, job_id=job_id)
     if job is None:
         raise NotFound("no such replay job")
@@ -219,7 +219,7 @@ def replay_get(request: HttpRequest, job_id: int) -> dict[str, Any]:
     summary="Cancel a replay job",
 )
 def replay_cancel(request: HttpRequest, job_id: int) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     job = selectors.job_get(project=caller.project, job_id=job_id)
     if job is None:
         raise NotFound("no such replay job")
@@ -237,7 +237,7 @@ def _triage_out(t: Triage) -> dict[str, Any]:
     summary="The auto-triage of one turn (by its snapshot_id)",
 )
 def triage_of_turn(request: HttpRequest, snapshot_id: uuid.UUID) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     snap = ingest_selectors.snapshot_ref_by_uuid(project=caller.project, snapshot_id=snapshot_id)
     t = triage.triage_for_turn(project_id=caller.project.pk, snapshot_ref=snap.ref) if snap else None
     if t is None:
@@ -252,7 +252,7 @@ def triage_of_turn(request: HttpRequest, snapshot_id: uuid.UUID) -> dict[str, An
     summary="An auto-triage: state, verdict, cost",
 )
 def triage_get(request: HttpRequest, triage_id: int) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     t = triage.triage_get(project=caller.project, triage_id=triage_id)
     if t is None:
         raise NotFound("no such triage")
@@ -266,7 +266,7 @@ def triage_get(request: HttpRequest, triage_id: int) -> dict[str, Any]:
     summary="Cancel an auto-triage and its replay job",
 )
 def triage_cancel(request: HttpRequest, triage_id: int) -> dict[str, Any]:
-    caller = request.auth  # type: ignore[attr-defined]
+    caller = request_caller(request)
     t = triage.triage_get(project=caller.project, triage_id=triage_id)
     if t is None:
         raise NotFound("no such triage")

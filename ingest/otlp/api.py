@@ -21,7 +21,7 @@ from ninja import Router
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from core.auth import Caller, IngestKeyAuth
+from core.auth import Caller, IngestKeyAuth, request_caller
 from core.models import Project
 from core.schemas import Detail
 from core.services import ingest_key_authenticate
@@ -144,7 +144,7 @@ def _export(
     encoding = JSON
     try:
         encoding = _encoding(request)
-        caller = request.auth  # type: ignore[attr-defined]
+        caller = request_caller(request)
         rate, burst = settings.CTXOBS_INGEST_RATE_LIMIT, settings.CTXOBS_INGEST_RATE_BURST
         wait = take_token(bucket=caller.bucket, rate=rate, burst=burst)
         if wait is not None:

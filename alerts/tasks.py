@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from celery import shared_task
-
 from alerts.services import delivery, evaluation, incidents
+from config.celery import project_task
 
 
-@shared_task(name="alerts.evaluate", acks_late=True)
+@project_task("alerts.evaluate")
 def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int], pending_id: int | None = None) -> int:
     res = evaluation.alerts_evaluate(project_id=project_id, snapshot_refs=snapshot_refs)
     if pending_id is not None:
@@ -24,22 +23,20 @@ def alerts_evaluate_task(*, project_id: int, snapshot_refs: list[int], pending_i
     return len(res.created)
 
 
-@shared_task(name="alerts.deliver", acks_late=True)
+@project_task("alerts.deliver")
 def alerts_deliver_task(*, delivery_id: int) -> None:
     retry_in = delivery.delivery_attempt(delivery_id=delivery_id)
     if retry_in is not None:
         alerts_deliver_task.apply_async(kwargs={"delivery_id": delivery_id}, countdown=retry_in)
 
 
-# A sweep only reads a bounded page of ids and queues tasks; a minute means the database or the
-# broker is stuck, and the next sweep starts over.
-@shared_task(name="alerts.sweep", soft_time_limit=60, time_limit=90, ignore_result=True)
+@project_task("alerts.sweep")
 def alerts_sweep_task() -> dict[str, int]:
     res = evaluation.alerts_sweep()
     return {"evaluations": res.evaluations, "deliveries": res.deliveries}
 
 
-@shared_task(name="alerts.follow_up", acks_late=True, ignore_result=True)
+@project_task("alerts.follow_up")
 def alerts_follow_up_task(*, delivery_id: int, event: str, attempt: int = 1) -> None:
     retry_in = delivery.follow_up_attempt(delivery_id=delivery_id, event=event, attempt=attempt)
     if retry_in is not None:
@@ -48,8 +45,7 @@ def alerts_follow_up_task(*, delivery_id: int, event: str, attempt: int = 1) -> 
         )
 
 
-# Bounded pages of row-locked updates; a minute means the database is stuck.
-@shared_task(name="alerts.incidents_sweep", soft_time_limit=60, time_limit=90, ignore_result=True)
+@project_task("alerts.incidents_sweep")
 def alerts_incidents_sweep_task(*, now: str | None = None) -> dict[str, int]:
     """Unmute, auto-resolve and release held messages (alerts.services.incidents.incidents_sweep);
     NOW (ISO 8601) stands in for the current time."""

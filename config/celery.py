@@ -15,9 +15,9 @@ import os
 import sys
 from collections.abc import Callable
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from celery import Celery
+from celery import Celery, shared_task
 from celery.signals import before_task_publish
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -100,6 +100,26 @@ def guard_detached_redis_channels() -> None:
 
 
 guard_detached_redis_channels()
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def project_task(
+    name: str, *, bind: bool = False, max_retries: int | None = 3
+) -> Callable[[Callable[P, R]], Any]:
+    """The project's one way to declare a Celery task, NAME ("app.what"). Everything else comes
+    from one place each: its queue from settings.CELERY_TASK_ROUTES, its soft and hard time
+    limits from settings.CTXOBS_TASK_TIME_LIMITS (config.celery.time_limits), late
+    acknowledgement and no stored result from the global settings. BIND passes the task itself
+    first, for a task that retries itself with `self.retry`; MAX_RETRIES bounds those retries
+    (None: the service bounds them itself, as replay runs count their claims)."""
+
+    def declare(fn: Callable[P, R]) -> Any:
+        return shared_task(name=name, bind=bind, max_retries=max_retries)(fn)
+
+    return declare
 
 
 def worker_argv(service: str, *, concurrency: int = 2, hostname: str | None = None) -> list[str]:

@@ -213,6 +213,11 @@ CTXOBS_TASK_TIME_LIMITS: dict[str, tuple[float, float]] = {
     "experiments.prepare": (CTXOBS_REPLAY_TIME_LIMIT_S, CTXOBS_REPLAY_TIME_LIMIT_S + 60.0),
     # Checks on every answer of an experiment: milliseconds each, 500 items x samples x arms.
     "experiments.finalize": (600.0, 660.0),
+    # Sweeps read a bounded page of ids and queue tasks (or lock a bounded page of incidents): a
+    # minute means the database or the broker is stuck, and the next sweep starts over.
+    "alerts.sweep": (60.0, 90.0),
+    "alerts.incidents_sweep": (60.0, 90.0),
+    "insights.sweep": (60.0, 90.0),
     # A webhook or SMTP send is bounded by the channel's timeout (at most 30 s).
     "alerts.*": (120.0, 150.0),
     # Expiry deletes in bounded batches; a run cut short goes on at the next tick.

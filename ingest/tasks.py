@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from celery import Task, shared_task
+from celery import Task
 
+from config.celery import project_task
 from ingest import dashboard, partitions, retention
 
 logger = logging.getLogger(__name__)
@@ -17,8 +18,7 @@ PARTITIONS_RETRIES = 5
 PARTITIONS_RETRY_S = 10.0
 
 
-@shared_task(name="ingest.partitions_ensure", bind=True, acks_late=True, ignore_result=True,
-             max_retries=PARTITIONS_RETRIES)
+@project_task("ingest.partitions_ensure", bind=True, max_retries=PARTITIONS_RETRIES)
 def partitions_ensure_task(self: Task) -> int:
     """Create the day partitions of the coming days (ingest.partitions.DAYS_AHEAD); the ones created."""
     created = len(partitions.partitions_ensure())
@@ -30,13 +30,13 @@ def partitions_ensure_task(self: Task) -> int:
     return created
 
 
-@shared_task(name="ingest.expire", acks_late=True, ignore_result=True)
+@project_task("ingest.expire")
 def expire_task() -> int:
     """Remove the turns past each project's retention (ingest.retention); the turns removed."""
     return retention.expire().snapshots_deleted
 
 
-@shared_task(name="ingest.overview_refresh", acks_late=True, ignore_result=True)
+@project_task("ingest.overview_refresh")
 def overview_refresh_task() -> int:
     """Bring every project's overview rollup up to date (ingest.dashboard); the projects refreshed."""
     return dashboard.overview_refresh_all()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-
+from config.celery import project_task
 from insights import pipeline
 
 
-@shared_task(name="insights.analyze", acks_late=True)
+@project_task("insights.analyze")
 def insights_analyze_task(*, project_id: int, snapshot_refs: list[int], pending_id: int | None = None) -> int:
     failed = pipeline.analyze(project_id=project_id, snapshot_refs=snapshot_refs)
     if pending_id is not None:
@@ -15,7 +14,7 @@ def insights_analyze_task(*, project_id: int, snapshot_refs: list[int], pending_
     return len(failed)
 
 
-@shared_task(name="insights.sweep", soft_time_limit=60, time_limit=90, ignore_result=True)
+@project_task("insights.sweep")
 def insights_sweep_task() -> dict[str, int]:
     res = pipeline.sweep()
     return {"queued": res.queued, "dropped": res.dropped}

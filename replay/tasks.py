@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from celery import Task, current_app, shared_task
+from celery import Task, current_app
 from kombu.exceptions import ChannelError
 
+from config.celery import project_task
 from replay.services import runs, triage
 
 logger = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ logger = logging.getLogger(__name__)
 REPLAY_QUEUE = "replay"
 
 
-@shared_task(name="replay.run_execute", bind=True, max_retries=None, acks_late=True, ignore_result=True)
+@project_task("replay.run_execute", bind=True, max_retries=None)
 def run_execute(self: Task, run_id: int) -> str:
     """Execute one run; safe to deliver twice. Transient provider errors come back later
     (the bound on attempts lives in the service)."""
@@ -37,20 +38,20 @@ def replay_queue_depth() -> int | None:
         return None
 
 
-@shared_task(name="replay.runs_reclaim", acks_late=True, ignore_result=True)
+@project_task("replay.runs_reclaim")
 def runs_reclaim() -> int:
     """Re-queue the runs whose lease ran out (beat runs this every CTXOBS_REPLAY_RECLAIM_EVERY_S)."""
     res = runs.replay_runs_reclaim(replay_queue_depth=replay_queue_depth())
     return len(res.requeued)
 
 
-@shared_task(name="replay.triage_start", acks_late=True, ignore_result=True)
+@project_task("replay.triage_start")
 def triage_start(triage_id: int) -> str:
     """Start a queued triage (its job, within the daily budget) or record why it is skipped."""
     return triage.triage_start(triage_id=triage_id)
 
 
-@shared_task(name="replay.triage_finish", bind=True, max_retries=None, acks_late=True, ignore_result=True)
+@project_task("replay.triage_finish", bind=True, max_retries=None)
 def triage_finish(self: Task, triage_id: int) -> None:
     """Attach a triage's verdict once its job has ended; looks again while the job runs."""
     retry_in = triage.triage_finish(triage_id=triage_id)
@@ -58,7 +59,7 @@ def triage_finish(self: Task, triage_id: int) -> None:
         raise self.retry(countdown=retry_in)
 
 
-@shared_task(name="replay.triage_validation", acks_late=True, ignore_result=True)
+@project_task("replay.triage_validation")
 def triage_validation(project_id: int, snapshot_refs: list[int]) -> int:
     """Triages for the new turns whose output failed validation (projects with triage on)."""
     return len(triage.triages_for_failed_validation(project_id=project_id, snapshot_refs=snapshot_refs))

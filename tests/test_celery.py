@@ -103,3 +103,19 @@ def test_a_channel_closed_after_its_connection_was_detached_fails_as_a_connectio
     finally:
         conn.transport.client = conn
         ignore_errors(conn, conn.release)
+
+
+def test_every_task_is_declared_by_the_project_decorator_with_its_limits_from_one_table() -> None:
+    import re
+
+    apps = ("ingest", "insights", "replay", "alerts", "experiments")
+    sources = [p for a in apps for p in (ROOT / a).rglob("*.py")]
+    assert not [str(p) for p in sources if re.search(r"@(shared_task|app\.task)\b", p.read_text())]
+    tasks = _project_tasks()
+    assert {"alerts.sweep", "alerts.incidents_sweep", "insights.sweep", "replay.run_execute"} <= set(tasks)
+    for name in tasks:
+        task = app.tasks[name]
+        # Late acknowledgement and no stored result for every task, from the global settings.
+        assert task.acks_late is True and task.ignore_result is True, name
+        assert (task.soft_time_limit, task.time_limit) == time_limits(name), name
+    assert time_limits("alerts.sweep") == (60.0, 90.0)

@@ -50,9 +50,23 @@ INSTALLED_APPS = [
     "core",
     "ingest",
 ]
-for optional_app in ("insights", "replay", "alerts", "experiments"):
-    if (BASE_DIR / optional_app / "apps.py").exists():
-        INSTALLED_APPS.append(optional_app)
+# The optional apps, in dependency order, and what each needs installed too.
+OPTIONAL_APPS: dict[str, tuple[str, ...]] = {
+    "insights": (),
+    "replay": (),
+    "alerts": ("insights",),
+    "experiments": ("insights", "replay"),
+}
+CTXOBS_APPS = env_list("CTXOBS_APPS", list(OPTIONAL_APPS))
+for _app in CTXOBS_APPS:
+    if _app not in OPTIONAL_APPS:
+        raise ImproperlyConfigured(
+            f"CTXOBS_APPS: unknown app {_app!r}; the optional apps are {', '.join(OPTIONAL_APPS)}"
+        )
+    _missing = [need for need in OPTIONAL_APPS[_app] if need not in CTXOBS_APPS]
+    if _missing:
+        raise ImproperlyConfigured(f"CTXOBS_APPS: {_app} needs {', '.join(_missing)} too")
+INSTALLED_APPS += [app for app in OPTIONAL_APPS if app in CTXOBS_APPS]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -333,6 +347,10 @@ CELERY_BEAT_SCHEDULE["ingest.expire"] = {
     "task": "ingest.expire",
     "schedule": CTXOBS_EXPIRE_EVERY_S,
     "options": {"expires": CTXOBS_EXPIRE_EVERY_S},
+}
+# Only the periodic tasks of installed apps: a worker has no task of an app left out.
+CELERY_BEAT_SCHEDULE = {
+    k: v for k, v in CELERY_BEAT_SCHEDULE.items() if str(v["task"]).split(".")[0] in ("ingest", *CTXOBS_APPS)
 }
 
 # --- e-mail -----------------------------------------------------------------

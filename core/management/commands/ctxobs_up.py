@@ -135,6 +135,14 @@ def _secret_file(path: Path, make: Callable[[], str]) -> str:
     return value
 
 
+def web_argv(*, host: str, port: int, workers: int) -> list[str]:
+    """The web server's command line. As in docker-compose.yml: uvicorn serving config.asgi, so that
+    a slow client holds a coroutine, not a view thread (tests/test_slow_clients.py attacks both)."""
+    return [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", host,
+            "--port", str(port), "--workers", str(workers), "--timeout-keep-alive", "5",
+            "--no-proxy-headers", "--no-server-header"]
+
+
 class Command(BaseCommand):
     help = "Start ctxobs (web, workers, beat, local model, demo data) with embedded PostgreSQL and Redis."
 
@@ -201,11 +209,7 @@ class Command(BaseCommand):
         for service in WORKER_QUEUES:
             self._spawn(service, worker_argv(service, concurrency=2, hostname=f"{service}@%h"), env, logs)
         self._spawn("beat", beat_argv(schedule_file=str(home / "celerybeat-schedule")), env, logs)
-        # As in docker-compose.yml: slow clients hold a coroutine of uvicorn, not a view thread.
-        self._spawn("web", [sys.executable, "-m", "uvicorn", "config.asgi:application",
-                            "--host", host, "--port", str(port), "--workers", str(opts["workers"]),
-                            "--timeout-keep-alive", "5", "--no-proxy-headers", "--no-server-header"],
-                    env, logs)
+        self._spawn("web", web_argv(host=host, port=port, workers=opts["workers"]), env, logs)
         if not _wait_http(f"{base_url}/healthz", 60):
             self.stderr.write(f"ctxobs: the web server did not come up; see {logs / 'web.log'}")
             sys.exit(1)

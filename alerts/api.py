@@ -29,8 +29,8 @@ from alerts.schemas import (
 )
 from alerts.services import episodes, incidents
 from alerts.services import rules as rule_services
-from config.params import Id, Instant, PageLimit, PageOffset
 from core.auth import ProjectReadAuth, request_caller
+from core.params import Id, Instant, PageLimit, PageOffset
 from core.schemas import Detail
 
 router = Router(tags=["alerts"])

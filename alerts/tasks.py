@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from alerts.services import delivery, evaluation, incidents
-from config.celery import project_task
+from core.tasking import project_task
 
 
 @project_task("alerts.evaluate")

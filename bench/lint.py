@@ -54,8 +54,8 @@ from alerts.models import PendingEvaluation  # noqa: E402
 from bench import ingest_rate as IR  # noqa: E402
 from bench.lint_cases import Case, labelled_set, wire  # noqa: E402
 from bench.lint_injection_cases import injection_set  # noqa: E402
-from config.celery import worker_argv  # noqa: E402
 from core.services import project_create  # noqa: E402
+from core.tasking import worker_argv  # noqa: E402
 from ingest.models import Snapshot  # noqa: E402
 from insights import lint  # noqa: E402
 from insights.models import Finding, PendingAnalysis  # noqa: E402

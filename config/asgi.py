@@ -29,7 +29,7 @@ from typing import Any
 
 from django.core.wsgi import get_wsgi_application
 
-from config.env import env_float, env_int
+from core.env import env_float, env_int
 from ctxobs.wire import LIMITS
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")

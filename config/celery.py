@@ -6,18 +6,18 @@ Two workers, one per kind of work, so that long replays never hold up alert deli
     celery -A config worker -Q replay             # replay runs (model calls)
     celery -A config beat                         # the periodic tasks (settings.CELERY_BEAT_SCHEDULE)
 
-docker-compose.yml and `manage.py ctxobs_up` start exactly these (see worker_argv, beat_argv).
+docker-compose.yml and `manage.py ctxobs_up` start exactly these (core.tasking: WORKER_QUEUES,
+worker_argv, beat_argv); apps declare their tasks with core.tasking.project_task.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from fnmatch import fnmatchcase
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from celery import Celery, shared_task
+from celery import Celery
 from celery.signals import before_task_publish
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -25,15 +25,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("ctxobs")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-
-# Worker service name -> the queues it consumes.
-WORKER_QUEUES: dict[str, tuple[str, ...]] = {
-    "worker": ("default", "alerts"),
-    "worker-replay": ("replay",),
-    # Expiry (up to half an hour), partitions and the overview rollup: never ahead of an alert.
-    "worker-maintenance": ("maintenance",),
-}
-
 
 def time_limits(task_name: str) -> tuple[float, float]:
     """(soft, hard) seconds for TASK_NAME: the first pattern of settings.CTXOBS_TASK_TIME_LIMITS
@@ -100,37 +91,3 @@ def guard_detached_redis_channels() -> None:
 
 
 guard_detached_redis_channels()
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def project_task(
-    name: str, *, bind: bool = False, max_retries: int | None = 3
-) -> Callable[[Callable[P, R]], Any]:
-    """The project's one way to declare a Celery task, NAME ("app.what"). Everything else comes
-    from one place each: its queue from settings.CELERY_TASK_ROUTES, its soft and hard time
-    limits from settings.CTXOBS_TASK_TIME_LIMITS (config.celery.time_limits), late
-    acknowledgement and no stored result from the global settings. BIND passes the task itself
-    first, for a task that retries itself with `self.retry`; MAX_RETRIES bounds those retries
-    (None: the service bounds them itself, as replay runs count their claims)."""
-
-    def declare(fn: Callable[P, R]) -> Any:
-        return shared_task(name=name, bind=bind, max_retries=max_retries)(fn)
-
-    return declare
-
-
-def worker_argv(service: str, *, concurrency: int = 2, hostname: str | None = None) -> list[str]:
-    """The command line of worker SERVICE (a key of WORKER_QUEUES)."""
-    argv = [sys.executable, "-m", "celery", "-A", "config", "worker",
-            "-Q", ",".join(WORKER_QUEUES[service]), "-c", str(concurrency), "-l", "INFO"]
-    if hostname:
-        argv += ["-n", hostname]
-    return argv
-
-
-def beat_argv(*, schedule_file: str) -> list[str]:
-    """The command line of the one beat process; SCHEDULE_FILE keeps when each task last ran."""
-    return [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "INFO", "-s", schedule_file]

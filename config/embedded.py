@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from config.env import ctxobs_home
+from core.env import ctxobs_home
 
 logger = logging.getLogger(__name__)
 # pgserver logs every postgres command it runs, with a format string that breaks logging.

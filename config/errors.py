@@ -1,33 +1,21 @@
-"""One small error base and the handlers that map errors to `{"detail": ...}` responses."""
+"""The handlers that map errors (core.errors.ApplicationError, database failures) to
+`{"detail": ...}` responses."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 
+from core.errors import ApplicationError
+
 if TYPE_CHECKING:
     from ninja import NinjaAPI
 
 logger = logging.getLogger(__name__)
-
-
-class ApplicationError(Exception):
-    """An error with a status code and a message safe to show to the caller."""
-
-    status_code = 400
-
-    def __init__(self, detail: str, *, status_code: int | None = None, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        if status_code is not None:
-            self.status_code = status_code
-        self.headers = headers or {}
-        self.extra = extra or {}
 
 
 def _is_read(request: HttpRequest) -> bool:

@@ -1,4 +1,4 @@
-"""ctxobs settings. Every value comes from the environment through config.env."""
+"""ctxobs settings. Every value comes from the environment through core.env."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
-from config.env import (  # noqa: F401
+from core.env import (  # noqa: F401
     ctxobs_home,
     env_bool,
     env_float,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from config.params import MAX_ID
 from core.errors import AuthError, Forbidden, NotFound
 from core.models import IngestKey, Membership, Project
+from core.params import MAX_ID
 from core.services import ingest_key_authenticate
 
 

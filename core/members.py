@@ -8,7 +8,7 @@ import logging
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from config.errors import ApplicationError
+from core.errors import ApplicationError
 from core.models import Membership, Project
 
 logger = logging.getLogger(__name__)

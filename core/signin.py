@@ -22,7 +22,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from config.redis_client import redis_client
+from core.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from config.params import FiniteFloat, Id, Instant
+from core.params import FiniteFloat, Id, Instant
 from core.schemas import ObjectIn
 from ctxobs.schema import json_schema as snapshot_json_schema
 

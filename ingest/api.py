@@ -16,10 +16,10 @@ from isal import isal_zlib
 from ninja import Query, Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
-from config.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core import jsonbody
 from core.auth import IngestKeyAuth, ProjectReadAuth, request_caller
 from core.errors import NotFound
+from core.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core.schemas import Detail
 from ctxobs.wire import LIMITS, limits_doc, usable_window
 from ingest import selectors, services

@@ -1,4 +1,4 @@
-from config.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class IngestError(ApplicationError):

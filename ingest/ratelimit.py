@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from config.redis_client import redis_client
+from core.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 

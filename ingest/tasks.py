@@ -6,7 +6,7 @@ import logging
 
 from celery import Task
 
-from config.celery import project_task
+from core.tasking import project_task
 from ingest import dashboard, partitions, retention
 
 logger = logging.getLogger(__name__)

@@ -34,10 +34,10 @@ from django.utils.functional import cached_property
 from django.utils.http import http_date
 from django.views.decorators.http import require_GET
 
-from config.redis_client import redis_client
 from core import pgtext, registry, signin
 from core.access import is_htmx, page_context, project_access, user_projects
 from core.models import Membership, Project
+from core.redis_client import redis_client
 from ctxobs.tokens import get_counter, template_overhead
 from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
 from ingest import charts, dashboard, selectors, tools_view

@@ -16,9 +16,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from config.errors import ApplicationError
 from core import members, registry
 from core.access import project_access
+from core.errors import ApplicationError
 from core.models import RETENTION_DAYS_MAX, SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import (
     ingest_key_create,

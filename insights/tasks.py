@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from config.celery import project_task
+from core.tasking import project_task
 from insights import pipeline
 
 

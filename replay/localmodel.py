@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import httpx
 
-from config.env import ctxobs_home
+from core.env import ctxobs_home
 from ctxobs.catalog import context_window_for
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field, model_validator
 
-from config.params import FiniteFloat, Id
+from core.params import FiniteFloat, Id
 from core.schemas import ObjectIn
 
 

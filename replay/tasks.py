@@ -8,7 +8,7 @@ import logging
 from celery import Task, current_app
 from kombu.exceptions import ChannelError
 
-from config.celery import project_task
+from core.tasking import project_task
 from replay.services import runs, triage
 
 logger = logging.getLogger(__name__)

@@ -129,7 +129,7 @@ class Processes:
     ) -> subprocess.Popen[bytes]:
         """`celery worker` for SERVICE's queues (config.celery.WORKER_QUEUES), once it logs that it is
         ready (read from its log, so this works whatever broker the worker was given)."""
-        from config.celery import worker_argv
+        from core.tasking import worker_argv
 
         self._starts += 1
         hostname = f"{service}-{os.getpid()}-{self._starts}@ctxobs-test"
@@ -146,7 +146,7 @@ class Processes:
 
     def beat(self, *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """`celery beat`, with a schedule file of its own."""
-        from config.celery import beat_argv
+        from core.tasking import beat_argv
 
         self._starts += 1
         schedule = self.log_dir / f"celerybeat-{os.getpid()}-{self._starts}"

@@ -8,7 +8,8 @@ import pytest
 import yaml
 from django.conf import settings
 
-from config.celery import WORKER_QUEUES, app, time_limits
+from config.celery import app, time_limits
+from core.tasking import WORKER_QUEUES
 
 ROOT = Path(__file__).resolve().parent.parent
 

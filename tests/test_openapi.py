@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, settings
 from pydantic import TypeAdapter, ValidationError
 from schemathesis.config import SchemathesisConfig
 
-from config.params import Instant
 from config.wsgi import application
 from core.models import Project
+from core.params import Instant
 from core.services import project_create
 from ctxobs.validate import parse_ts
 from tests.factories import full_snapshot

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from config.celery import WORKER_QUEUES
+from core.tasking import WORKER_QUEUES
 from tests.factories import snapshot
 from tests.replay.test_chat_shapes import TEMPLATE_TOKENS
 

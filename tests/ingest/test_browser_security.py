@@ -13,8 +13,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 
-from config.env import redis_client_url
 from core import signin
+from core.env import redis_client_url
 from core.models import IngestKey, Membership, Project
 from core.services import project_create
 from tests.ingest.test_browser import browser_page  # noqa: F401 - the shared Chromium fixture

@@ -13,8 +13,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from config.errors import ApplicationError
 from core import members
+from core.errors import ApplicationError
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, IngestKey, Membership, Project
 from core.services import ingest_key_create, ingest_key_revoke, project_create
 

@@ -2,7 +2,7 @@
 
 This process owns the embedded PostgreSQL and Redis (started by config.settings when
 DATABASE_URL / REDIS_URL are unset) and passes their URLs to the processes it starts:
-the web server, the Celery workers (alerts and replays apart, see config.celery), beat and the
+the web server, the Celery workers (alerts and replays apart, see core.tasking), beat and the
 local model server (the one an installed app registered in core.registry). It supervises the
 web server, the workers and beat: one that exits is restarted, after a pause that doubles with
 each quick failure (RESTART_BACKOFF_S up to RESTART_BACKOFF_MAX_S), with a line on standard error
@@ -33,10 +33,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from config.celery import WORKER_QUEUES, beat_argv, worker_argv
 from core import registry
 from core.models import SCOPE_INGEST, SCOPE_REPLAY, Membership, Project
 from core.services import ingest_key_create, project_create
+from core.tasking import WORKER_QUEUES, beat_argv, worker_argv
 
 DEMO_PROJECT = "demo"
 DEMO_USER = "demo"

@@ -7,7 +7,7 @@ from functools import lru_cache
 import redis
 from django.conf import settings
 
-from config.env import redis_client_url
+from core.env import redis_client_url
 
 
 @lru_cache(maxsize=4)

@@ -11,7 +11,7 @@ and the rule editor's preview.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -118,129 +118,183 @@ def evaluate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding 
     (only the last `window_turns(rule)` are read)."""
     if not rule.applies(current):
         return None
-    p = rule.params
-    kind = rule.kind
-    prev = history[-1] if history else None
-
-    def found(value: float, threshold: float, title: str, unit: str = "%") -> Finding:
-        return Finding(rule.id, kind, current, value, threshold, title, unit)
-
-    if kind == TIER_CROSSING:
-        target = TIERS.index(p["tier"])
-        prev_rank = TIERS.index(prev.tier) if prev is not None else 0
-        cur_rank = TIERS.index(current.tier)
-        if prev_rank < target <= cur_rank:
-            return found(
-                current.watermark * 100,
-                rule.thresholds[target - 1] * 100,
-                f"Entered the {p['tier']} tier (watermark {_pct(current.watermark)})",
-            )
-        return None
-
-    if kind == WATERMARK_SPIKE:
-        rise = float(p["rise_points"]) / 100
-        if prev is not None and rise > 0:
-            jump = current.watermark - prev.watermark
-            if jump >= rise:
-                return found(
-                    jump * 100,
-                    float(p["rise_points"]),
-                    f"Watermark jumped +{jump * 100:.0f} points "
-                    f"({_pct(prev.watermark)} → {_pct(current.watermark)})",
-                    "points",
-                )
-        ratio = float(p["median_ratio"])
-        recent = history[-int(p["median_turns"]) :]
-        if ratio > 0 and len(recent) >= 3 and current.watermark >= float(p["min_watermark_pct"]) / 100:
-            median = statistics.median(t.watermark for t in recent)
-            if median > 0 and current.watermark >= ratio * median:
-                return found(
-                    current.watermark / median,
-                    ratio,
-                    f"Watermark {_pct(current.watermark)} is {current.watermark / median:.1f}× "
-                    f"the recent median ({_pct(median)})",
-                    "×",
-                )
-        return None
-
-    if kind == BLOCK_SHARE:
-        tokens, key = current.biggest_block(p.get("block_kinds") or ())
-        share = tokens / max(1, current.usable_tokens)
-        limit = float(p["share_pct"]) / 100
-        if tokens and share >= limit:
-            return found(
-                share * 100, float(p["share_pct"]), f"Block '{key}' takes {_pct(share)} of the usable window"
-            )
-        return None
-
-    if kind == COMPRESSION_STORM:
-        n_turns = int(p["turns"])
-        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
-        events = sum(t.n_compression for t in window)
-        if current.n_compression and events >= int(p["events"]):
-            return found(
-                events, int(p["events"]), f"{events} compression events within {len(window)} turns", "events"
-            )
-        return None
-
-    if kind == VALIDATION_FAILURE_RATE:
-        n_turns = int(p["turns"])
-        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
-        checks = sum(t.n_validation for t in window)
-        failed = sum(t.n_validation_failed for t in window)
-        if current.n_validation_failed and checks >= int(p["min_checks"]):
-            rate = failed / checks
-            if rate > float(p["rate_pct"]) / 100:
-                return found(
-                    rate * 100,
-                    float(p["rate_pct"]),
-                    f"Validation failure rate {_pct(rate)} over the last {len(window)} turns "
-                    f"({failed} of {checks} checks)",
-                )
-        return None
-
-    if kind == RECALL_MISS_RATE:
-        n_turns = int(p["turns"])
-        window = [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
-        ran = [t for t in window if t.n_recall > 0]
-        missed = sum(1 for t in ran if t.n_recall_injected == 0)
-        is_miss = current.n_recall > 0 and current.n_recall_injected == 0
-        if is_miss and len(ran) >= int(p["min_recalls"]):
-            rate = missed / len(ran)
-            if rate > float(p["rate_pct"]) / 100:
-                return found(
-                    rate * 100,
-                    float(p["rate_pct"]),
-                    f"Recall injected nothing in {missed} of {len(ran)} recall turns "
-                    f"(last {len(window)} turns)",
-                )
-        return None
-
-    if kind in PROJECT_KINDS:
+    if rule.kind in PROJECT_KINDS:
         return None  # judged over the project's turns: alerts.services.cache_rules
+    judge = _JUDGES.get(rule.kind)
+    if judge is None:
+        raise ValueError(f"unknown rule kind {rule.kind!r}")
+    return judge(rule, current, history)
 
-    if kind == COUNT_DRIFT:
-        if current.count_drift is None or current.count_drift_unproven:
-            return None
-        drift = abs(current.count_drift)
-        if drift * 100 > float(p["drift_pct"]):
-            against = "the model's usual ratio" if current.count_drift_calibrated else "the provider's count"
-            return found(
-                current.count_drift * 100,
-                float(p["drift_pct"]),
-                f"Token count drift {current.count_drift * 100:+.0f}% against {against}",
+
+def _found(
+    rule: RuleSpec, current: Turn, value: float, threshold: float, title: str, unit: str = "%"
+) -> Finding:
+    return Finding(rule.id, rule.kind, current, value, threshold, title, unit)
+
+
+def _window(history: Sequence[Turn], current: Turn, n_turns: int) -> list[Turn]:
+    """The last N_TURNS turns, CURRENT the last of them."""
+    return [*history[-(n_turns - 1) :], current] if n_turns > 1 else [current]
+
+
+def _tier_crossing(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    prev = history[-1] if history else None
+    target = TIERS.index(p["tier"])
+    prev_rank = TIERS.index(prev.tier) if prev is not None else 0
+    cur_rank = TIERS.index(current.tier)
+    if prev_rank < target <= cur_rank:
+        return _found(
+            rule,
+            current,
+            current.watermark * 100,
+            rule.thresholds[target - 1] * 100,
+            f"Entered the {p['tier']} tier (watermark {_pct(current.watermark)})",
+        )
+    return None
+
+
+def _watermark_spike(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    prev = history[-1] if history else None
+    rise = float(p["rise_points"]) / 100
+    if prev is not None and rise > 0:
+        jump = current.watermark - prev.watermark
+        if jump >= rise:
+            return _found(
+                rule,
+                current,
+                jump * 100,
+                float(p["rise_points"]),
+                f"Watermark jumped +{jump * 100:.0f} points "
+                f"({_pct(prev.watermark)} → {_pct(current.watermark)})",
+                "points",
             )
-        return None
+    ratio = float(p["median_ratio"])
+    recent = history[-int(p["median_turns"]) :]
+    if ratio > 0 and len(recent) >= 3 and current.watermark >= float(p["min_watermark_pct"]) / 100:
+        median = statistics.median(t.watermark for t in recent)
+        if median > 0 and current.watermark >= ratio * median:
+            return _found(
+                rule,
+                current,
+                current.watermark / median,
+                ratio,
+                f"Watermark {_pct(current.watermark)} is {current.watermark / median:.1f}× "
+                f"the recent median ({_pct(median)})",
+                "×",
+            )
+    return None
 
-    if kind == LINT_FINDING:
-        wanted = p.get("checks") or ()
-        hits = [c for c in current.lint_checks if not wanted or c in wanted]
-        if hits:
-            names = ", ".join(LINT_CHECK_LABELS.get(c, c) for c in hits)
-            return found(len(hits), 1, f"Lint: {names}", "findings")
-        return None
 
-    raise ValueError(f"unknown rule kind {kind!r}")
+def _block_share(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    tokens, key = current.biggest_block(p.get("block_kinds") or ())
+    share = tokens / max(1, current.usable_tokens)
+    limit = float(p["share_pct"]) / 100
+    if tokens and share >= limit:
+        return _found(
+            rule,
+            current,
+            share * 100,
+            float(p["share_pct"]),
+            f"Block '{key}' takes {_pct(share)} of the usable window",
+        )
+    return None
+
+
+def _compression_storm(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    window = _window(history, current, int(p["turns"]))
+    events = sum(t.n_compression for t in window)
+    if current.n_compression and events >= int(p["events"]):
+        return _found(
+            rule,
+            current,
+            events,
+            int(p["events"]),
+            f"{events} compression events within {len(window)} turns",
+            "events",
+        )
+    return None
+
+
+def _validation_failure_rate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    window = _window(history, current, int(p["turns"]))
+    checks = sum(t.n_validation for t in window)
+    failed = sum(t.n_validation_failed for t in window)
+    if current.n_validation_failed and checks >= int(p["min_checks"]):
+        rate = failed / checks
+        if rate > float(p["rate_pct"]) / 100:
+            return _found(
+                rule,
+                current,
+                rate * 100,
+                float(p["rate_pct"]),
+                f"Validation failure rate {_pct(rate)} over the last {len(window)} turns "
+                f"({failed} of {checks} checks)",
+            )
+    return None
+
+
+def _recall_miss_rate(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    window = _window(history, current, int(p["turns"]))
+    ran = [t for t in window if t.n_recall > 0]
+    missed = sum(1 for t in ran if t.n_recall_injected == 0)
+    is_miss = current.n_recall > 0 and current.n_recall_injected == 0
+    if is_miss and len(ran) >= int(p["min_recalls"]):
+        rate = missed / len(ran)
+        if rate > float(p["rate_pct"]) / 100:
+            return _found(
+                rule,
+                current,
+                rate * 100,
+                float(p["rate_pct"]),
+                f"Recall injected nothing in {missed} of {len(ran)} recall turns "
+                f"(last {len(window)} turns)",
+            )
+    return None
+
+
+def _count_drift(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    p = rule.params
+    if current.count_drift is None or current.count_drift_unproven:
+        return None
+    drift = abs(current.count_drift)
+    if drift * 100 > float(p["drift_pct"]):
+        against = "the model's usual ratio" if current.count_drift_calibrated else "the provider's count"
+        return _found(
+            rule,
+            current,
+            current.count_drift * 100,
+            float(p["drift_pct"]),
+            f"Token count drift {current.count_drift * 100:+.0f}% against {against}",
+        )
+    return None
+
+
+def _lint_finding(rule: RuleSpec, current: Turn, history: Sequence[Turn]) -> Finding | None:
+    wanted = rule.params.get("checks") or ()
+    hits = [c for c in current.lint_checks if not wanted or c in wanted]
+    if hits:
+        names = ", ".join(LINT_CHECK_LABELS.get(c, c) for c in hits)
+        return _found(rule, current, len(hits), 1, f"Lint: {names}", "findings")
+    return None
+
+
+# One judge per rule kind that looks at a session's turns: (rule, current, history) -> finding.
+_JUDGES: dict[str, Callable[[RuleSpec, Turn, Sequence[Turn]], Finding | None]] = {
+    TIER_CROSSING: _tier_crossing,
+    WATERMARK_SPIKE: _watermark_spike,
+    BLOCK_SHARE: _block_share,
+    COMPRESSION_STORM: _compression_storm,
+    VALIDATION_FAILURE_RATE: _validation_failure_rate,
+    RECALL_MISS_RATE: _recall_miss_rate,
+    COUNT_DRIFT: _count_drift,
+    LINT_FINDING: _lint_finding,
+}
 
 
 def evaluate_line(

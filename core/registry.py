@@ -18,22 +18,36 @@ pyproject.toml).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from core.models import Project
+    from django.http import HttpRequest
+
+    from core.models import Membership, Project
+
+# Each registry point that calls its providers with keyword arguments is a Protocol with that
+# signature, so mypy checks both the providers and the caller. The rows of apps above core (a
+# snapshot, an alert, an incident) are `Any` here: core cannot name their types.
+
+
+class TurnPageContext(Protocol):
+    def __call__(
+        self, *, request: HttpRequest, project: Project, membership: Membership, snapshot: Any, blocks: Any
+    ) -> dict[str, Any]:
+        """Extra context for a turn's page (SNAPSHOT: ingest's row; BLOCKS: the blocks it shows)."""
+        ...
 
 
 @dataclass(frozen=True)
 class TurnPageExtension:
     name: str
     template: str
-    # Called with keyword arguments request, project, membership, snapshot and blocks; returns
-    # extra context for the page. None when the page's own context is enough.
-    context: Callable[..., dict[str, Any]] | None = None
+    # Extra context for the page; None when the page's own context is enough.
+    context: TurnPageContext | None = None
 
 
 _turn_page: dict[str, TurnPageExtension] = {}
@@ -107,7 +121,10 @@ def demo_steps() -> list[Callable[[Project], str]]:
 # Markers on a session's timeline: (project_id, session_ref) -> one dict per marker with at least
 # turn, rule_kind, severity, title and alert_id (the timeline's alert markers). SOURCE says what they
 # are: "alert" (alerts' fired alerts) or another name ("lint": lint findings); markers carry it too.
-SessionMarkers = Callable[..., Sequence[Mapping[str, object]]]
+class SessionMarkers(Protocol):
+    def __call__(self, *, project_id: int, session_ref: int) -> Sequence[Mapping[str, object]]: ...
+
+
 _session_markers: dict[str, tuple[str, SessionMarkers]] = {}
 
 
@@ -183,11 +200,17 @@ def turns_flagged(flags: Sequence[TurnFlagged]) -> None:
 # Alert page extensions: a partial rendered on an alert's page with the page's context (project,
 # membership, alert) and whatever its context provider adds (called with request, project,
 # membership and alert).
+class AlertPageContext(Protocol):
+    def __call__(
+        self, *, request: HttpRequest, project: Project, membership: Membership, alert: Any
+    ) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class AlertPageExtension:
     name: str
     template: str
-    context: Callable[..., dict[str, Any]] | None = None
+    context: AlertPageContext | None = None
 
 
 _alert_page: dict[str, AlertPageExtension] = {}
@@ -204,11 +227,17 @@ def alert_page_extensions() -> list[AlertPageExtension]:
 # Incident page extensions: a partial rendered on an incident's page with the page's context
 # (project, membership, incident, culprit) and whatever its context provider adds (called with
 # request, project, membership, incident and anchor: the incident's first alert, or None).
+class IncidentPageContext(Protocol):
+    def __call__(
+        self, *, request: HttpRequest, project: Project, membership: Membership, incident: Any, anchor: Any
+    ) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class IncidentPageExtension:
     name: str
     template: str
-    context: Callable[..., dict[str, Any]] | None = None
+    context: IncidentPageContext | None = None
 
 
 _incident_page: dict[str, IncidentPageExtension] = {}
@@ -226,7 +255,10 @@ def incident_page_extensions() -> list[IncidentPageExtension]:
 # project_id, alert_id and snapshot_ref (the alert's anchor turn); each returns a dict of
 # top-level fields of the payload's "alert" object (JSON values; ids, states and URLs only,
 # never prompt text).
-AlertPayloadExtras = Callable[..., Mapping[str, Any]]
+class AlertPayloadExtras(Protocol):
+    def __call__(self, *, project_id: int, alert_id: int, snapshot_ref: int) -> Mapping[str, Any]: ...
+
+
 _alert_payload: dict[str, AlertPayloadExtras] = {}
 
 
@@ -244,7 +276,10 @@ def alert_payload_extras(*, project_id: int, alert_id: int, snapshot_ref: int) -
 # A follow-up message about alerts already sent: the app that sends alerts sets it; another app
 # calls it (e.g. when a triage of the alert's turn has finished) with project_id, alert_ids and
 # the event name. It queues the messages and returns at once.
-AlertFollowUp = Callable[..., None]
+class AlertFollowUp(Protocol):
+    def __call__(self, *, project_id: int, alert_ids: Sequence[int], event: str) -> None: ...
+
+
 _alert_follow_up: list[AlertFollowUp] = []
 
 
@@ -260,12 +295,16 @@ def alert_follow_up(*, project_id: int, alert_ids: Sequence[int], event: str) ->
 # A filter another app adds to the sessions list: a select named NAME on the filter form, with "any"
 # (no filtering) and CHOICES() as (value, label); for a picked value, SESSIONS(project_id=,
 # value=) gives the session refs (AgentSession.id) that match, as a values_list sub-query or ids.
+class SessionsMatching(Protocol):
+    def __call__(self, *, project_id: int, value: str) -> Iterable[int]: ...
+
+
 @dataclass(frozen=True)
 class SessionFilter:
     name: str
     label: str
     choices: Callable[[], Sequence[tuple[str, str]]]
-    sessions: Callable[..., Any]
+    sessions: SessionsMatching
 
 
 _session_filters: dict[str, SessionFilter] = {}
@@ -318,7 +357,10 @@ class CountDrift:
     tokenizer: str  # what counted them: the family's tokenizer, or ingest's encoding (estimated)
 
 
-CountDrifts = Callable[..., Mapping[int, CountDrift]]
+class CountDrifts(Protocol):
+    def __call__(self, *, project_id: int, snapshot_refs: Sequence[int]) -> Mapping[int, CountDrift]: ...
+
+
 _count_drifts: list[CountDrifts] = []
 
 
@@ -351,7 +393,10 @@ class TimelineOverlay:
     dash: str = "solid"
 
 
-TimelineOverlays = Callable[..., Sequence[TimelineOverlay]]
+class TimelineOverlays(Protocol):
+    def __call__(self, *, project_id: int, session_ref: int) -> Sequence[TimelineOverlay]: ...
+
+
 _timeline_overlays: dict[str, TimelineOverlays] = {}
 
 
@@ -366,14 +411,20 @@ def timeline_overlays(*, project_id: int, session_ref: int) -> list[TimelineOver
     return out
 
 
-# A partial template on the project overview or the settings page; CONTEXT is called with
-# keyword arguments request, project, membership (and, on the overview, since: the first day
-# shown, or None for all time) and returns the partial's context.
+# A partial template on the project overview or the settings page, with the partial's context.
+class PagePanelContext(Protocol):
+    def __call__(
+        self, *, request: HttpRequest, project: Project, membership: Membership, since: date | None = None
+    ) -> dict[str, Any]:
+        """SINCE (the overview only): the first day shown, or None for all time."""
+        ...
+
+
 @dataclass(frozen=True)
 class PagePanel:
     name: str
     template: str
-    context: Callable[..., dict[str, Any]] | None = None
+    context: PagePanelContext | None = None
 
 
 _overview_panels: dict[str, PagePanel] = {}
@@ -401,7 +452,10 @@ def settings_sections() -> list[PagePanel]:
 # as one line of text: the app that triages sets it; alerts asks it with the incident's project
 # and anchor snapshot refs (most recent first) and shows the text on the incident and in its
 # messages. None when no finished triage covers those turns.
-IncidentCulprit = Callable[..., str | None]
+class IncidentCulprit(Protocol):
+    def __call__(self, *, project_id: int, snapshot_refs: Sequence[int]) -> str | None: ...
+
+
 _incident_culprit: list[IncidentCulprit] = []
 
 

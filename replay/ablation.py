@@ -33,7 +33,7 @@ from ctxobs import tokens as tok
 from ingest.types import Message, StoredBlock
 from replay import attribution, compression
 from replay.errors import VariantError
-from replay.types import ChatRequest, Operation, VariantBlock
+from replay.types import ChatRequest, KeepSentencesOp, MoveOp, Operation, RemoveOp, VariantBlock
 
 ContextBlock = StoredBlock | VariantBlock
 
@@ -75,6 +75,13 @@ OVERRIDE_PARAMS = ("temperature", "top_p", "max_tokens", "seed")
 
 
 # --- operations ---------------------------------------------------------------
+def operation_key(op: Operation) -> str:
+    """The block OP acts on ("" when it acts on several or on the history)."""
+    if op["op"] == "keep_only":
+        return ""
+    return op.get("key") or ""
+
+
 def _index(blocks: Sequence[ContextBlock], key: Any, what: str = "key") -> int:
     for i, b in enumerate(blocks):
         if b.get("key") == key:
@@ -93,39 +100,43 @@ def validate_operation(op: Any) -> Operation:
         keys = op.get("keys")
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
             raise VariantError("keep_only needs 'keys': a non-empty list of block keys")
-        return {"op": kind, "keys": list(keys)}
+        return {"op": "keep_only", "keys": list(keys)}
     key = op.get("key")
     if not isinstance(key, str) or not key:
         raise VariantError(f"{kind} needs 'key': the block to act on")
     if kind == "remove":
-        return {"op": kind, "key": key}
+        return {"op": "remove", "key": key}
     if kind == "keep_sentences":
         return _validate_keep_sentences(key, op.get("keep"))
     if kind == "move":
-        to = op.get("to")
-        if to not in MOVE_TARGETS:
-            raise VariantError(f"move needs 'to': one of {', '.join(MOVE_TARGETS)}")
-        out: Operation = {"op": kind, "key": key, "to": to}
-        if to in ("before", "after"):
-            anchor = op.get("anchor")
-            if not isinstance(anchor, str) or not anchor:
-                raise VariantError(f"move to {to} needs 'anchor': another block's key")
-            if anchor == key:
-                raise VariantError("a block cannot be moved relative to itself")
-            out["anchor"] = anchor
-        return out
+        return _validate_move(key, op)
     if kind == "truncate":
         n = op.get("tokens")
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise VariantError("truncate needs 'tokens': an integer >= 0")
-        return {"op": kind, "key": key, "tokens": n}
+        return {"op": "truncate", "key": key, "tokens": n}
     text = op.get("text")
     if not isinstance(text, str):
         raise VariantError("replace needs 'text': the block's new content")
-    return {"op": kind, "key": key, "text": text}
+    return {"op": "replace", "key": key, "text": text}
 
 
-def _validate_keep_sentences(key: str, keep: Any) -> Operation:
+def _validate_move(key: str, op: dict[str, Any]) -> MoveOp:
+    to = op.get("to")
+    if to not in MOVE_TARGETS:
+        raise VariantError(f"move needs 'to': one of {', '.join(MOVE_TARGETS)}")
+    out: MoveOp = {"op": "move", "key": key, "to": to}
+    if to in ("before", "after"):
+        anchor = op.get("anchor")
+        if not isinstance(anchor, str) or not anchor:
+            raise VariantError(f"move to {to} needs 'anchor': another block's key")
+        if anchor == key:
+            raise VariantError("a block cannot be moved relative to itself")
+        out["anchor"] = anchor
+    return out
+
+
+def _validate_keep_sentences(key: str, keep: Any) -> KeepSentencesOp:
     if not isinstance(keep, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in keep
     ):
@@ -166,76 +177,76 @@ def apply_operations(blocks: Sequence[ContextBlock], operations: Sequence[Operat
     """The block list after OPERATIONS, applied in order; BLOCKS is not modified."""
     out = [cast(VariantBlock, dict(b)) for b in blocks]
     for raw in operations:
-        op = validate_operation(raw)
-        kind = op["op"]
-        if kind in compression.OPS:
-            compression.apply(out, op)
-            continue
-        if kind == "keep_only":
-            wanted = set(op["keys"])
-            missing = wanted - {b.get("key") for b in out}
-            if missing:
-                raise VariantError(f"no block with key {sorted(missing)[0][:128]!r} in this context")
-            out = [b for b in out if b.get("key") in wanted]
-            continue
-        i = _index(out, op["key"])
-        if kind == "remove":
-            out.pop(i)
-        elif kind == "move":
-            b = out.pop(i)
-            to = op["to"]
-            if to == "front":
-                out.insert(0, b)
-            elif to == "end":
-                out.append(b)
-            elif to == "middle":
-                out.insert(len(out) // 2, b)
-            else:
-                j = _index(out, op["anchor"], "anchor key")
-                out.insert(j if to == "before" else j + 1, b)
-        elif kind == "truncate":
-            b = out[i]
-            b["messages"] = _truncate_messages(b.get("messages") or [], op["tokens"])
-            b["tokens"] = None
-            b["modified"] = True
-        elif kind == "keep_sentences":
-            b = out[i]
-            b["messages"] = attribution.keep_sentences(b.get("messages") or [], op["keep"])
-            b["tokens"] = None
-            b["modified"] = True
-        elif kind == "replace":
-            b = out[i]
-            msgs = b.get("messages") or []
-            role = msgs[0].get("role", "system") if msgs else "system"
-            b["messages"] = [{"role": role, "content": op["text"]}]
-            b["tokens"] = None
-            b["modified"] = True
+        out = _apply(out, validate_operation(raw))
     return out
+
+
+def _apply(out: list[VariantBlock], op: Operation) -> list[VariantBlock]:
+    """OUT after the validated OP: changed in place, or a new list (keep_only)."""
+    if op["op"] == "keep_only":
+        wanted = set(op["keys"])
+        missing = wanted - {b.get("key") for b in out}
+        if missing:
+            raise VariantError(f"no block with key {sorted(missing)[0][:128]!r} in this context")
+        return [b for b in out if b.get("key") in wanted]
+    if op["op"] == "remove":
+        out.pop(_index(out, op["key"]))
+    elif op["op"] == "move":
+        b = out.pop(_index(out, op["key"]))
+        to = op["to"]
+        if to == "front":
+            out.insert(0, b)
+        elif to == "end":
+            out.append(b)
+        elif to == "middle":
+            out.insert(len(out) // 2, b)
+        else:
+            j = _index(out, op.get("anchor"), "anchor key")
+            out.insert(j if to == "before" else j + 1, b)
+    elif op["op"] == "truncate":
+        b = out[_index(out, op["key"])]
+        _rewritten(b, _truncate_messages(b.get("messages") or [], op["tokens"]))
+    elif op["op"] == "keep_sentences":
+        b = out[_index(out, op["key"])]
+        _rewritten(b, attribution.keep_sentences(b.get("messages") or [], op["keep"]))
+    elif op["op"] == "replace":
+        b = out[_index(out, op["key"])]
+        msgs = b.get("messages") or []
+        role = msgs[0].get("role", "system") if msgs else "system"
+        _rewritten(b, [{"role": role, "content": op["text"]}])
+    else:
+        compression.apply(out, op)
+    return out
+
+
+def _rewritten(block: VariantBlock, messages: list[Message]) -> None:
+    block["messages"] = messages
+    block["tokens"] = None
+    block["modified"] = True
 
 
 def describe(operations: Sequence[Operation]) -> str:
     """A short human label for a list of operations ("replay" for none)."""
     if not operations:
         return "replay (unchanged)"
-    parts = []
-    for op in operations:
-        kind = op.get("op")
-        if kind == "remove":
-            parts.append(f"without {op['key']}")
-        elif kind == "move":
-            where = f"{op['to']} {op['anchor']}" if op.get("anchor") else f"to the {op['to']}"
-            parts.append(f"{op['key']} moved {where}")
-        elif kind == "truncate":
-            parts.append(f"{op['key']} cut to {op['tokens']} tokens")
-        elif kind == "replace":
-            parts.append(f"{op['key']} replaced")
-        elif kind == "keep_only":
-            parts.append("only " + ", ".join(op["keys"]))
-        elif kind == "keep_sentences":
-            parts.append(f"{len(op['keep'])} sentences of {op['key']}")
-        elif kind in compression.OPS:
-            parts.append(compression.describe(op))
-    return "; ".join(parts)
+    return "; ".join(_describe(op) for op in operations)
+
+
+def _describe(op: Operation) -> str:
+    if op["op"] == "remove":
+        return f"without {op['key']}"
+    if op["op"] == "move":
+        where = f"{op['to']} {op['anchor']}" if op.get("anchor") else f"to the {op['to']}"
+        return f"{op['key']} moved {where}"
+    if op["op"] == "truncate":
+        return f"{op['key']} cut to {op['tokens']} tokens"
+    if op["op"] == "replace":
+        return f"{op['key']} replaced"
+    if op["op"] == "keep_only":
+        return "only " + ", ".join(op["keys"])
+    if op["op"] == "keep_sentences":
+        return f"{len(op['keep'])} sentences of {op['key']}"
+    return compression.describe(op)
 
 
 # --- rendering ----------------------------------------------------------------
@@ -607,7 +618,7 @@ def _plan_variants(
             if not isinstance(key, str) or key in seen:
                 continue
             seen.add(key)
-            remove: list[Operation] = [{"op": "remove", "key": key}]
+            remove: list[Operation] = [RemoveOp(op="remove", key=key)]
             plans.append(
                 VariantPlan(label=describe(remove), operations=remove, target_key=key, samples=samples)
             )
@@ -625,10 +636,8 @@ def _plan_variants(
         raise VariantError(f"unknown job kind {kind!r}")
     valid = [validate_operation(o) for o in ops]
     apply_operations(blocks, valid)  # fails early on unknown keys
-    target = valid[0].get("key", "") if len(valid) == 1 else ""
-    plans.append(
-        VariantPlan(label=describe(valid), operations=valid, target_key=target or "", samples=samples)
-    )
+    target = operation_key(valid[0]) if len(valid) == 1 else ""
+    plans.append(VariantPlan(label=describe(valid), operations=valid, target_key=target, samples=samples))
     return plans
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from django.http import HttpRequest
 from django.urls import reverse
@@ -18,6 +18,7 @@ from replay.errors import NotFound
 from replay.models import ReplayJob, ReplayRun, Triage
 from replay.schemas import JobOut, PreviewOut, ReplayIn, TriageOut
 from replay.services import jobs, triage
+from replay.types import ReplayJobSpec
 
 router = Router(tags=["replays"])
 
@@ -27,7 +28,7 @@ router = Router(tags=["replays"])
 REPLAY_AUTH = ProjectReadAuth("editor", key_scope=SCOPE_REPLAY)
 
 
-def _spec(payload: ReplayIn) -> dict[str, Any]:
+def _spec(payload: ReplayIn) -> ReplayJobSpec:
     spec = payload.dict(exclude_none=True, exclude={"endpoint_id"})
     if "operations" in spec:
         spec["operations"] = [{k: v for k, v in op.items() if v is not None} for op in spec["operations"]]
@@ -35,7 +36,8 @@ def _spec(payload: ReplayIn) -> dict[str, Any]:
         spec["filter"] = {k: v for k, v in spec["filter"].items() if v is not None}
     if "params" in spec:
         spec["params"] = {k: v for k, v in spec["params"].items() if v is not None}
-    return spec
+    # ReplayIn's fields are the spec's; replay_job_plan checks the operations themselves.
+    return cast(ReplayJobSpec, spec)
 
 
 def _endpoint(caller: Caller, endpoint_id: int | None) -> Any:

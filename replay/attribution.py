@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+from replay.types import KeepSentencesOp, Operation, RemoveOp
+
 DEFAULT_ABLATIONS = 32
 MIN_ABLATIONS = 8
 MAX_ABLATIONS = 128
@@ -97,12 +99,13 @@ def masks(n_sources: int, n_ablations: int, seed: int) -> list[list[bool]]:
 
 def mask_operations(
     sources: Sequence[str], mask: Sequence[bool], block_key: str | None
-) -> list[dict[str, Any]]:
+) -> list[Operation]:
     """The operations of one ablation: remove each dropped block, or (sentence level) keep the
     kept sentences of BLOCK_KEY."""
     if block_key:
-        return [{"op": "keep_sentences", "key": block_key, "keep": [i for i, k in enumerate(mask) if k]}]
-    return [{"op": "remove", "key": s} for s, k in zip(sources, mask, strict=True) if not k]
+        keep = [i for i, k in enumerate(mask) if k]
+        return [KeepSentencesOp(op="keep_sentences", key=block_key, keep=keep)]
+    return [RemoveOp(op="remove", key=s) for s, k in zip(sources, mask, strict=True) if not k]
 
 
 def mask_of(operations: Sequence[Any], sources: Sequence[str], block_key: str | None) -> list[bool]:

@@ -26,7 +26,16 @@ from typing import Any, TypedDict, cast
 from ctxobs import tokens as tok
 from ingest.types import Message, StoredBlock
 from replay.errors import NotApplicable, VariantError
-from replay.types import Operation, VariantBlock
+from replay.types import (
+    CompressionOp,
+    DropToolOutputOp,
+    KeepLastTurnsOp,
+    PinToPrefixOp,
+    SummarizeOp,
+    TopKOp,
+    TrimJsonOp,
+    VariantBlock,
+)
 
 ContextBlock = StoredBlock | VariantBlock
 
@@ -104,34 +113,34 @@ def _key(op: dict[str, Any], *, required: bool) -> str | None:
     return key
 
 
-def validate(op: dict[str, Any]) -> Operation:
+def validate(op: dict[str, Any]) -> CompressionOp:
     """OP (whose "op" is one of OPS) as a clean dict, or VariantError saying what is wrong."""
     kind = op["op"]
-    out: Operation = {"op": kind}
     if kind == "drop_tool_output":
-        out["older_than"] = _whole(op, "older_than", 0, "the turns whose tool outputs stay")
+        older_than = _whole(op, "older_than", 0, "the turns whose tool outputs stay")
+        drop: DropToolOutputOp = {"op": "drop_tool_output", "older_than": older_than}
         if (key := _key(op, required=False)) is not None:
-            out["key"] = key
-    elif kind == "summarize":
-        out.update(_validate_summarize(op))
-    elif kind == "trim_json":
-        out.update(_validate_trim_json(op))
-    elif kind == "keep_last_turns":
-        out["n"] = _whole(op, "n", 0, "the turns kept")
+            drop["key"] = key
+        return drop
+    if kind == "summarize":
+        return _validate_summarize(op)
+    if kind == "trim_json":
+        return _validate_trim_json(op)
+    if kind == "keep_last_turns":
+        keep: KeepLastTurnsOp = {"op": "keep_last_turns", "n": _whole(op, "n", 0, "the turns kept")}
         if (key := _key(op, required=False)) is not None:
-            out["key"] = key
-    elif kind == "top_k":
-        out["key"] = cast(str, _key(op, required=True))
-        out["k"] = _whole(op, "k", 0, "the documents kept")
-    elif kind == "pin_to_prefix":
-        out["key"] = cast(str, _key(op, required=True))
-    else:
-        raise VariantError(f"an operation is an object with 'op' one of {', '.join(OPS)}")
-    return out
+            keep["key"] = key
+        return keep
+    if kind == "top_k":
+        key = cast(str, _key(op, required=True))
+        return {"op": "top_k", "key": key, "k": _whole(op, "k", 0, "the documents kept")}
+    if kind == "pin_to_prefix":
+        return {"op": "pin_to_prefix", "key": cast(str, _key(op, required=True))}
+    raise VariantError(f"an operation is an object with 'op' one of {', '.join(OPS)}")
 
 
-def _validate_summarize(op: dict[str, Any]) -> Operation:
-    out: Operation = {}
+def _validate_summarize(op: dict[str, Any]) -> SummarizeOp:
+    out: SummarizeOp = {"op": "summarize"}
     if ("key" in op) == ("before_last_turns" in op):
         raise VariantError("summarize needs either 'key' (a block) or 'before_last_turns' (the history)")
     if "key" in op:
@@ -158,8 +167,8 @@ def _validate_summarize(op: dict[str, Any]) -> Operation:
     return out
 
 
-def _validate_trim_json(op: dict[str, Any]) -> Operation:
-    out: Operation = {"key": cast(str, _key(op, required=True))}
+def _validate_trim_json(op: dict[str, Any]) -> TrimJsonOp:
+    out: TrimJsonOp = {"op": "trim_json", "key": cast(str, _key(op, required=True))}
     if "fields" not in op and "max_items" not in op:
         raise VariantError("trim_json needs 'fields' (fields kept), 'max_items' (list items kept) or both")
     if "fields" in op:
@@ -267,7 +276,7 @@ def _is_dropped(message: Message) -> bool:
     return isinstance(content, str) and content.startswith(DROPPED_PREFIX)
 
 
-def _drop_tool_output(blocks: list[VariantBlock], op: Operation) -> None:
+def _drop_tool_output(blocks: list[VariantBlock], op: DropToolOutputOp) -> None:
     only = _find(blocks, op["key"]) if "key" in op else None
     flat = _flat(blocks)
     start = _turn_start(flat, op["older_than"])
@@ -285,7 +294,7 @@ def _drop_tool_output(blocks: list[VariantBlock], op: Operation) -> None:
 
 
 # --- summarize -------------------------------------------------------------------------------
-def _summary_positions(blocks: Sequence[ContextBlock], op: Operation) -> list[tuple[int, int]]:
+def _summary_positions(blocks: Sequence[ContextBlock], op: SummarizeOp) -> list[tuple[int, int]]:
     flat = _flat(blocks)
     if "key" in op:
         bi = _find(blocks, op["key"])
@@ -336,7 +345,7 @@ def summary_message(summary: str) -> Message:
     return {"role": "system", "content": SUMMARY_HEADER + summary}
 
 
-def _summarize(blocks: list[VariantBlock], op: Operation) -> None:
+def _summarize(blocks: list[VariantBlock], op: SummarizeOp) -> None:
     positions = _summary_positions(blocks, op)
     if "summary" not in op:
         raise VariantError("the summary has not been computed")
@@ -417,7 +426,7 @@ def trim_json_text(content: Any, *, fields: Sequence[str] | None, max_items: int
     return f"```json\n{text}\n```" if fenced else text
 
 
-def _trim_json(blocks: list[VariantBlock], op: Operation) -> None:
+def _trim_json(blocks: list[VariantBlock], op: TrimJsonOp) -> None:
     bi = _find(blocks, op["key"])
     msgs = list(blocks[bi].get("messages") or [])
     found = False
@@ -435,7 +444,7 @@ def _trim_json(blocks: list[VariantBlock], op: Operation) -> None:
 
 
 # --- keep_last_turns -------------------------------------------------------------------------
-def _keep_last_turns(blocks: list[VariantBlock], op: Operation) -> None:
+def _keep_last_turns(blocks: list[VariantBlock], op: KeepLastTurnsOp) -> None:
     if "key" in op:
         targets = {_find(blocks, op["key"])}
         what = f"block {op['key'][:128]!r}"
@@ -483,7 +492,7 @@ def _top_k_text(text: str, k: int) -> str | None:
     return text[: docs[k - 1][1] if k else docs[0][0]].rstrip()
 
 
-def _top_k(blocks: list[VariantBlock], op: Operation) -> None:
+def _top_k(blocks: list[VariantBlock], op: TopKOp) -> None:
     bi = _find(blocks, op["key"])
     msgs = list(blocks[bi].get("messages") or [])
     k = op["k"]
@@ -527,7 +536,7 @@ def _top_k(blocks: list[VariantBlock], op: Operation) -> None:
 
 
 # --- pin_to_prefix ---------------------------------------------------------------------------
-def _pin_to_prefix(blocks: list[VariantBlock], op: Operation) -> None:
+def _pin_to_prefix(blocks: list[VariantBlock], op: PinToPrefixOp) -> None:
     i = _find(blocks, op["key"])
     prefix = 0
     while prefix < len(blocks) and blocks[prefix].get("kind") in PREFIX_KINDS:
@@ -537,44 +546,44 @@ def _pin_to_prefix(blocks: list[VariantBlock], op: Operation) -> None:
     blocks.insert(prefix, blocks.pop(i))
 
 
-_APPLY: dict[str, Callable[[list[VariantBlock], Operation], None]] = {
-    "drop_tool_output": _drop_tool_output,
-    "summarize": _summarize,
-    "trim_json": _trim_json,
-    "keep_last_turns": _keep_last_turns,
-    "top_k": _top_k,
-    "pin_to_prefix": _pin_to_prefix,
-}
-
-
-def apply(blocks: list[VariantBlock], op: Operation) -> None:
+def apply(blocks: list[VariantBlock], op: CompressionOp) -> None:
     """Apply the validated compression operation OP to BLOCKS in place. The blocks' message
     lists and messages are never changed in place (they may be the saved ones): a changed block
     gets new ones, `tokens` None and `modified` True."""
-    _APPLY[op["op"]](blocks, op)
+    if op["op"] == "drop_tool_output":
+        _drop_tool_output(blocks, op)
+    elif op["op"] == "summarize":
+        _summarize(blocks, op)
+    elif op["op"] == "trim_json":
+        _trim_json(blocks, op)
+    elif op["op"] == "keep_last_turns":
+        _keep_last_turns(blocks, op)
+    elif op["op"] == "top_k":
+        _top_k(blocks, op)
+    else:
+        _pin_to_prefix(blocks, op)
 
 
-def describe(op: Operation) -> str:
+def describe(op: CompressionOp) -> str:
     """A short label for one compression operation."""
-    kind = op["op"]
     key = op.get("key")
-    if kind == "drop_tool_output":
+    if op["op"] == "drop_tool_output":
         where = f" from {key}" if key else ""
         return f"tool outputs older than {_last_turns(op['older_than'])} dropped{where}"
-    if kind == "summarize":
+    if op["op"] == "summarize":
         what = key if key else f"history before {_last_turns(op['before_last_turns'])}"
         size = f"{op['budget']} tokens" if "budget" in op else f"{op['ratio']:.0%} of its tokens"
         return f"{what} summarised to {size}"
-    if kind == "trim_json":
+    if op["op"] == "trim_json":
         parts = []
         if op.get("fields"):
             parts.append("fields " + "/".join(op["fields"]))
         if "max_items" in op:
             parts.append(f"lists to {op['max_items']} items")
         return f"{key} JSON trimmed ({', '.join(parts)})"
-    if kind == "keep_last_turns":
+    if op["op"] == "keep_last_turns":
         return f"{key or 'history'} cut to {_last_turns(op['n'])}"
-    if kind == "top_k":
+    if op["op"] == "top_k":
         return f"top {op['k']} documents of {key}"
     return f"{key} pinned after the system prompt and tools"
 

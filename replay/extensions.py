@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ SETTINGS_TRIAGE = PagePanel(
 )
 
 
-def incident_culprit(*, project_id: int, snapshot_refs: list[int]) -> str | None:
+def incident_culprit(*, project_id: int, snapshot_refs: Sequence[int]) -> str | None:
     """The verdict of the latest finished triage on one of SNAPSHOT_REFS, for an incident of
     alerts (core.registry.incident_culprit); None when none finished."""
     from replay import triage as verdicts

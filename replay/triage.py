@@ -14,10 +14,10 @@ moved the answer the most, with its score, the baseline's noise band and the met
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from replay import attribution, diff, measures
-from replay.types import AttributionResult, TurnResult
+from replay.types import AttributionResult, ReplayJobSpec, TurnResult
 
 # Baseline samples of a triage job: the noise band its verdict is measured against.
 TRIAGE_SAMPLES = 3
@@ -25,7 +25,9 @@ TRIAGE_SAMPLES = 3
 TIE_EPS = 1e-6
 
 
-def triage_method(*, blocks: Sequence[Mapping[str, Any]], job_kinds: Sequence[str]) -> str:
+def triage_method(
+    *, blocks: Sequence[Mapping[str, Any]], job_kinds: Sequence[str]
+) -> Literal["attribution", "loo"]:
     """ "attribution" when the turn's BLOCKS have two to attribution.MAX_SOURCES sources (blocks
     besides the system prompt and the question) and the replay app offers it (JOB_KINDS), else
     "loo": leave-one-out measures every block of any turn."""
@@ -46,11 +48,11 @@ def triage_job_spec(
     blocks: Sequence[Mapping[str, Any]],
     job_kinds: Sequence[str],
     title: str = "",
-) -> dict[str, Any]:
+) -> ReplayJobSpec:
     """The replay job spec a triage of the turn SNAPSHOT_ID (its saved BLOCKS) runs: an attribution
     job, or a leave-one-out (triage_method); JOB_KINDS is what the replay app offers."""
     kind = triage_method(blocks=blocks, job_kinds=job_kinds)
-    spec: dict[str, Any] = {"kind": kind, "snapshot_id": snapshot_id, "samples": TRIAGE_SAMPLES}
+    spec: ReplayJobSpec = {"kind": kind, "snapshot_id": snapshot_id, "samples": TRIAGE_SAMPLES}
     if kind == "attribution":
         spec["ablations"] = triage_ablations(blocks)
         spec["seed"] = 0

@@ -1,13 +1,13 @@
-"""What crosses replay's modules: operations on a saved context, a job's plan and its results.
+"""What crosses replay's modules: operations on a saved context, a job's spec, plan and results.
 
-TypedDicts, not classes: operations travel as JSON (the API, ReplayVariant.operations) and the
-result rows are rendered key by key by the pages and the read API, exactly as before.
+TypedDicts, not classes: operations and job specs travel as JSON (the API, ReplayVariant.operations,
+ReplayJob.spec) and the result rows are rendered key by key by the pages and the read API.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from ingest.types import Message, SnapshotRef
 
@@ -16,27 +16,94 @@ if TYPE_CHECKING:
     from replay.models import ReplayRun, ReplayVariant
 
 
-class Operation(TypedDict, total=False):
-    """One operation on a block list (see replay.ablation): `op` and the fields it needs."""
+MoveTarget = Literal["front", "end", "middle", "before", "after"]
 
-    op: str  # remove | move | truncate | replace | keep_only | keep_sentences, or replay.compression.OPS
+
+# One operation on a block list (see replay.ablation and replay.compression): one TypedDict per
+# operation, its `op` the tag that tells them apart.
+class RemoveOp(TypedDict):
+    op: Literal["remove"]
     key: str
-    to: str
-    anchor: str
+
+
+class MoveOp(TypedDict):
+    op: Literal["move"]
+    key: str
+    to: MoveTarget
+    anchor: NotRequired[str]  # before | after: the block it goes next to
+
+
+class TruncateOp(TypedDict):
+    op: Literal["truncate"]
+    key: str
     tokens: int
+
+
+class ReplaceOp(TypedDict):
+    op: Literal["replace"]
+    key: str
     text: str
+
+
+class KeepOnlyOp(TypedDict):
+    op: Literal["keep_only"]
     keys: list[str]
-    keep: list[int]  # keep_sentences: the sentence numbers kept
-    older_than: int  # drop_tool_output: turns kept whole
-    before_last_turns: int  # summarize: the history before the last N turns
-    budget: int  # summarize: tokens the summary may take
-    ratio: float  # summarize: the summary's budget as a share of what it replaces
-    prompt: str  # summarize: the instruction to the summarising model
-    summary: str  # summarize: the model's summary, once computed
-    fields: list[str]  # trim_json: the fields kept
-    max_items: int  # trim_json: the items kept of each list
-    n: int  # keep_last_turns
-    k: int  # top_k: the documents kept
+
+
+class KeepSentencesOp(TypedDict):
+    """Attribution's ablations: the sentence numbers of the block that are kept."""
+
+    op: Literal["keep_sentences"]
+    key: str
+    keep: list[int]
+
+
+class DropToolOutputOp(TypedDict):
+    op: Literal["drop_tool_output"]
+    older_than: int  # turns kept whole
+    key: NotRequired[str]
+
+
+class SummarizeOp(TypedDict):
+    """Either `key` (a block) or `before_last_turns` (the history before the last N turns); either
+    `budget` (tokens the summary may take) or `ratio` (its share of what it replaces)."""
+
+    op: Literal["summarize"]
+    key: NotRequired[str]
+    before_last_turns: NotRequired[int]
+    budget: NotRequired[int]
+    ratio: NotRequired[float]
+    prompt: NotRequired[str]  # the instruction to the summarising model
+    summary: NotRequired[str]  # the model's summary, once computed
+
+
+class TrimJsonOp(TypedDict):
+    op: Literal["trim_json"]
+    key: str
+    fields: NotRequired[list[str]]  # the fields kept
+    max_items: NotRequired[int]  # the items kept of each list
+
+
+class KeepLastTurnsOp(TypedDict):
+    op: Literal["keep_last_turns"]
+    n: int
+    key: NotRequired[str]
+
+
+class TopKOp(TypedDict):
+    op: Literal["top_k"]
+    key: str
+    k: int  # the documents kept
+
+
+class PinToPrefixOp(TypedDict):
+    op: Literal["pin_to_prefix"]
+    key: str
+
+
+# replay.compression's operations: they raise NotApplicable on a context with nothing to act on.
+CompressionOp = DropToolOutputOp | SummarizeOp | TrimJsonOp | KeepLastTurnsOp | TopKOp | PinToPrefixOp
+Operation = RemoveOp | MoveOp | TruncateOp | ReplaceOp | KeepOnlyOp | KeepSentencesOp | CompressionOp
 
 
 class VariantBlock(TypedDict, total=False):
@@ -63,6 +130,55 @@ class SkippedTurn(TypedDict):
     session_id: str
     turn: int
     reason: str
+
+
+JobKind = Literal["plain", "without", "move", "loo", "batch", "custom", "attribution"]
+
+
+class TurnFilter(TypedDict, total=False):
+    """The turns of a many-turn job: sessions by text, agent and model, then their turns by tier,
+    watermark and turn number. No condition selects every session."""
+
+    q: str
+    agent: str
+    model: str
+    tier: str
+    min_watermark: float
+    turn_from: int
+    turn_to: int
+
+
+class Overrides(TypedDict, total=False):
+    """Parameters a job sends instead of the turns' saved ones (replay.ablation.OVERRIDE_PARAMS)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+
+class ReplayJobSpec(TypedDict, total=False):
+    """What a replay job was asked to do, stored as it was given (ReplayJob.spec): the turns
+    (snapshot_id, or session_id / filter for many), the kind of variant and what it needs, the
+    samples and parameter overrides; the turns it skipped are added when it is created. A job
+    another app planned over frozen contexts names only what it runs for (experiment_id).
+    replay.services.jobs.replay_job_plan checks every field of a spec it is given."""
+
+    kind: JobKind
+    snapshot_id: str
+    session_id: str
+    filter: TurnFilter
+    block: str  # without / move / batch: the block key; attribution: over its sentences
+    to: MoveTarget
+    anchor: str
+    operations: list[Operation]
+    samples: int
+    params: Overrides
+    ablations: int  # attribution: random ablations
+    seed: int  # attribution: the ablations' random seed
+    title: str
+    skipped: list[SkippedTurn]
+    experiment_id: int
 
 
 class PlanEstimate(TypedDict):

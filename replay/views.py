@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,6 +19,7 @@ from replay.errors import ReplayError
 from replay.forms import TriageForm
 from replay.models import ModelEndpoint, ReplayRun
 from replay.services import jobs, model_endpoints, triage
+from replay.types import ReplayJobSpec
 
 SPEC_FIELDS = ("snapshot_id", "session_id", "kind", "block", "to", "anchor")
 # The overrides the confirm page offers: (field, type, label). Empty means "as saved".
@@ -33,7 +34,8 @@ OVERRIDE_FIELDS: tuple[tuple[str, Any, str], ...] = (
 _page = page_context
 
 
-def _spec_from_post(data: Any) -> dict[str, Any]:
+def _spec_from_post(data: Any) -> ReplayJobSpec:
+    """The job spec of the confirm page's form; replay_job_plan checks its fields."""
     spec: dict[str, Any] = {k: data.get(k) for k in SPEC_FIELDS if data.get(k)}
     spec.setdefault("kind", "plain")
     try:
@@ -41,14 +43,14 @@ def _spec_from_post(data: Any) -> dict[str, Any]:
     except ValueError:
         raise ReplayError("samples must be a whole number") from None
     params: dict[str, Any] = {}
-    for name, cast, label in OVERRIDE_FIELDS:
+    for name, parse, label in OVERRIDE_FIELDS:
         raw = (data.get(name) or "").strip()
         if not raw:
             continue
         try:
-            params[name] = cast(raw)
+            params[name] = parse(raw)
         except ValueError:
-            raise ReplayError(f"{label} must be {'a whole number' if cast is int else 'a number'}") from None
+            raise ReplayError(f"{label} must be {'a whole number' if parse is int else 'a number'}") from None
     if params:
         spec["params"] = params
     flt = {
@@ -68,7 +70,7 @@ def _spec_from_post(data: Any) -> dict[str, Any]:
             spec["operations"] = json.loads(data["operations"])
         except ValueError:
             raise ReplayError("operations must be a JSON list") from None
-    return spec
+    return cast(ReplayJobSpec, spec)
 
 
 @require_GET

@@ -19,7 +19,7 @@ from replay import ablation, attribution, signals
 from replay.errors import NotFound, PreconditionFailed, TurnGone, VariantError
 from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
-from replay.types import PlanEstimate, SkippedTurn
+from replay.types import PlanEstimate, RemoveOp, ReplayJobSpec, SkippedTurn, TurnFilter
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def _reusable(
             s.reuse_by_plan[j] = found
 
 
-def _turn_matches(row: TimelineRow, flt: dict[str, Any]) -> bool:
+def _turn_matches(row: TimelineRow, flt: TurnFilter) -> bool:
     if flt.get("min_watermark") is not None and row["watermark"] < float(flt["min_watermark"]):
         return False
     if flt.get("tier") and row["tier"] != flt["tier"]:
@@ -168,7 +168,7 @@ def _turn_matches(row: TimelineRow, flt: dict[str, Any]) -> bool:
     return not (flt.get("turn_to") is not None and row["turn"] > int(flt["turn_to"]))
 
 
-def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[int, uuid.UUID, str, int]]:
+def _target_snapshots(*, project: Project, spec: ReplayJobSpec) -> list[tuple[int, uuid.UUID, str, int]]:
     """(snapshot_ref, uuid, session_id, turn) of the turns SPEC names, in session/turn order."""
     if spec.get("snapshot_id"):
         snap = ingest_selectors.snapshot_ref_by_uuid(project=project, snapshot_id=spec["snapshot_id"])
@@ -215,12 +215,13 @@ def _target_snapshots(*, project: Project, spec: dict[str, Any]) -> list[tuple[i
 
 
 def replay_job_plan(
-    *, project: Project, spec: dict[str, Any], endpoint: ModelEndpoint | None = None
+    *, project: Project, spec: ReplayJobSpec, endpoint: ModelEndpoint | None = None
 ) -> JobPlan:
     """What a job for SPEC would run, without writing anything: per turn, the variants and
     their samples (see ablation.plan_variants), and the turns skipped because the variant
     does not apply to them (e.g. they have no such block). With ENDPOINT, the baseline samples
-    that earlier runs of the same call answer already (PlannedSnapshot.reuse)."""
+    that earlier runs of the same call answer already (PlannedSnapshot.reuse). Every field of
+    SPEC is checked here: one built from a form or from JSON may not hold to its types."""
     if not isinstance(spec, dict):
         raise VariantError("the job spec must be an object")
     kind = spec.get("kind") or "plain"
@@ -238,7 +239,7 @@ def replay_job_plan(
     if kind in ("without", "move") and not block_key:
         raise VariantError(f"a {kind} job needs 'block': the key of the block")
     if kind == "batch" and not operations and block_key:
-        operations = [{"op": "remove", "key": block_key}]
+        operations = [RemoveOp(op="remove", key=block_key)]
     targets = _target_snapshots(project=project, spec=spec)
     if kind != "batch" and len(targets) > 1 and not spec.get("snapshot_id"):
         kind = "batch" if (operations or block_key) else kind
@@ -252,7 +253,7 @@ def replay_job_plan(
         saved_params = dict(params_by_ref.get(ref, {}))
         vkind = "custom" if kind == "batch" else kind
         if vkind == "custom" and not operations and block_key:
-            operations = [{"op": "remove", "key": block_key}]
+            operations = [RemoveOp(op="remove", key=block_key)]
         try:
             plans = ablation.plan_variants(
                 kind=vkind,
@@ -286,7 +287,7 @@ def replay_job_plan(
     )
 
 
-def _attribution_spec(spec: dict[str, Any]) -> tuple[int, int]:
+def _attribution_spec(spec: ReplayJobSpec) -> tuple[int, int]:
     """(ablations, seed) of an attribution job's spec, with their defaults."""
     ablations = spec.get("ablations", attribution.DEFAULT_ABLATIONS)
     if not isinstance(ablations, int) or isinstance(ablations, bool):
@@ -312,7 +313,7 @@ def _title(kind: str, planned: list[PlannedSnapshot]) -> str:
 def replay_job_create(
     *,
     project: Project,
-    spec: dict[str, Any],
+    spec: ReplayJobSpec,
     endpoint: ModelEndpoint | None = None,
     user: Any = None,
 ) -> ReplayJob:
@@ -325,9 +326,9 @@ def replay_job_create(
     if endpoint is None:
         raise PreconditionFailed("this project has no model endpoint; add one first (project settings, "
                                  "Model endpoints)")
-    return replay_job_store(
-        project=project, endpoint=endpoint, plan=plan, spec={**spec, "skipped": plan.skipped}, user=user
-    )
+    stored = spec.copy()
+    stored["skipped"] = plan.skipped
+    return replay_job_store(project=project, endpoint=endpoint, plan=plan, spec=stored, user=user)
 
 
 def replay_contexts_plan(
@@ -361,7 +362,7 @@ def replay_contexts_plan(
 
 
 def replay_job_store(
-    *, project: Project, endpoint: ModelEndpoint, plan: JobPlan, spec: dict[str, Any], user: Any = None
+    *, project: Project, endpoint: ModelEndpoint, plan: JobPlan, spec: ReplayJobSpec, user: Any = None
 ) -> ReplayJob:
     """Store PLAN as a job with its variants and one run per (variant, sample): a run that an
     earlier call answers (PlannedSnapshot.reused) is done at once with that answer, the others

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -317,7 +317,17 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
     model outside any transaction, then store the result only if the claim is still ours.
     A second delivery of the same run finds it claimed or finished and calls nothing."""
     t0 = time.perf_counter()
-    now = timezone.now()
+    claimed = _run_claim(run_id=run_id, now=timezone.now())
+    if isinstance(claimed, RunOutcome):
+        return claimed
+    run, claim = claimed
+    result, embedding, failure = _run_call_leased(run=run, claim=claim)
+    return _run_record(run_id=run_id, claim=claim, result=result, embedding=embedding, failure=failure, t0=t0)
+
+
+def _run_claim(*, run_id: int, now: datetime) -> tuple[ReplayRun, uuid.UUID] | RunOutcome:
+    """Under the run's row lock: the run claimed (pending -> running) with its new claim id, or
+    the outcome that says why it makes no call now."""
     with transaction.atomic():
         run = (
             ReplayRun.objects.select_for_update(of=("self",))
@@ -329,53 +339,9 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             return RunOutcome("missing")
         if run.status in RUN_TERMINAL:
             return RunOutcome(f"already_{run.status}")
-        job = run.job
-        endpoint = job.endpoint
-        if job.status == JobStatus.CANCELLED:
-            run.status = ReplayRun.Status.CANCELLED
-            run.error = "cancelled"
-            run.finished_at = now
-            run.lease_expires_at = None
-            run.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
-            transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
-            return RunOutcome("cancelled")
-        if run.status == ReplayRun.Status.RUNNING:
-            if run.lease_expires_at and run.lease_expires_at > now:
-                # Another worker holds it; look again when its lease would run out.
-                remaining = (run.lease_expires_at - now).total_seconds()
-                return RunOutcome("claimed_elsewhere", retry_in=max(1.0, remaining))
-            if run.attempts >= _max_attempts():
-                run.status = ReplayRun.Status.FAILED
-                run.error = f"the worker running it stopped during the model call ({run.attempts} times)"
-                run.finished_at = now
-                run.claim = None
-                run.lease_expires_at = None
-                run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at"])
-                transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
-                return RunOutcome("failed")
-            logger.warning("replay.run_lease_expired run_id=%s attempt=%s", run_id, run.attempts)
-        if (
-            run.status == ReplayRun.Status.PENDING
-            and run.next_attempt_at
-            and run.next_attempt_at > now + timedelta(seconds=1)
-        ):
-            return RunOutcome("not_yet", retry_in=(run.next_attempt_at - now).total_seconds())
-        if run.variant.context_id is None and not ingest_selectors.snapshots_existing(
-            project_id=job.project_id, snapshot_refs=[run.variant.snapshot_ref]
-        ):
-            # Retention removed the turn after the job was made: the run ends here, without a
-            # model call or a retry, and says why.
-            run.status = ReplayRun.Status.FAILED
-            run.error = turn_expired(job.project.retention_days)
-            run.finished_at = now
-            run.claim = None
-            run.lease_expires_at = None
-            run.next_attempt_at = None
-            run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at",
-                                    "next_attempt_at"])
-            transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
-            logger.info("replay.run_turn_expired run_id=%s job_id=%s", run_id, job.pk)
-            return RunOutcome("turn_expired")
+        not_now = _run_not_callable(run=run, now=now)
+        if not_now is not None:
+            return not_now
         claim = uuid.uuid4()
         run.status = ReplayRun.Status.RUNNING
         run.claim = claim
@@ -386,26 +352,111 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
         run.save(
             update_fields=["status", "claim", "claimed_at", "lease_expires_at", "attempts", "model_calls"]
         )
+        job = run.job
         if job.status == JobStatus.PENDING:
             ReplayJob.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
                 status=JobStatus.RUNNING, started_at=now
             )
-    project = job.project
-    result: endpoints.CallResult | None = None
-    embedding: list[float] | None = None
-    failure: endpoints.CallError | None = None
+    return run, claim
+
+
+def _run_not_callable(*, run: ReplayRun, now: datetime) -> RunOutcome | None:
+    """Why the locked, unfinished RUN makes no call now (its job was cancelled, another worker
+    holds it, its retry is not due, its turn is gone), ending it where that is final; None
+    when it may be claimed."""
+    job = run.job
+    if job.status == JobStatus.CANCELLED:
+        run.status = ReplayRun.Status.CANCELLED
+        run.error = "cancelled"
+        run.finished_at = now
+        run.lease_expires_at = None
+        run.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
+        transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
+        return RunOutcome("cancelled")
+    if run.status == ReplayRun.Status.RUNNING:
+        held = _run_held(run=run, now=now)
+        if held is not None:
+            return held
+    if (
+        run.status == ReplayRun.Status.PENDING
+        and run.next_attempt_at
+        and run.next_attempt_at > now + timedelta(seconds=1)
+    ):
+        return RunOutcome("not_yet", retry_in=(run.next_attempt_at - now).total_seconds())
+    if run.variant.context_id is None and not ingest_selectors.snapshots_existing(
+        project_id=job.project_id, snapshot_refs=[run.variant.snapshot_ref]
+    ):
+        # Retention removed the turn after the job was made: the run ends here, without a
+        # model call or a retry, and says why.
+        run.status = ReplayRun.Status.FAILED
+        run.error = turn_expired(job.project.retention_days)
+        run.finished_at = now
+        run.claim = None
+        run.lease_expires_at = None
+        run.next_attempt_at = None
+        run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at",
+                                "next_attempt_at"])
+        transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
+        logger.info("replay.run_turn_expired run_id=%s job_id=%s", run.pk, job.pk)
+        return RunOutcome("turn_expired")
+    return None
+
+
+def _run_held(*, run: ReplayRun, now: datetime) -> RunOutcome | None:
+    """A RUNNING run: another worker holds it while its lease runs; once the lease ran out, it
+    failed when it was claimed CTXOBS_REPLAY_MAX_ATTEMPTS times, else it may be claimed again."""
+    if run.lease_expires_at and run.lease_expires_at > now:
+        # Another worker holds it; look again when its lease would run out.
+        remaining = (run.lease_expires_at - now).total_seconds()
+        return RunOutcome("claimed_elsewhere", retry_in=max(1.0, remaining))
+    if run.attempts >= _max_attempts():
+        run.status = ReplayRun.Status.FAILED
+        run.error = f"the worker running it stopped during the model call ({run.attempts} times)"
+        run.finished_at = now
+        run.claim = None
+        run.lease_expires_at = None
+        run.save(update_fields=["status", "error", "finished_at", "claim", "lease_expires_at"])
+        job_id = run.job_id
+        transaction.on_commit(lambda: _job_refresh(job_id=job_id))
+        return RunOutcome("failed")
+    logger.warning("replay.run_lease_expired run_id=%s attempt=%s", run.pk, run.attempts)
+    return None
+
+
+def _run_call_leased(
+    *, run: ReplayRun, claim: uuid.UUID
+) -> tuple[endpoints.CallResult | None, list[float] | None, endpoints.CallError | None]:
+    """The model call of the claimed RUN, its lease renewed meanwhile: (result, embedding, None),
+    or (None, None, the failure); a replay error or the time limit is a failure not worth a retry."""
+    job = run.job
     try:
-        with _LeaseKeeper(run_id=run_id, claim=claim):
-            result, embedding = _run_call(run=run, job=job, endpoint=endpoint, project=project)
+        with _LeaseKeeper(run_id=run.pk, claim=claim):
+            result, embedding = _run_call(run=run, job=job, endpoint=job.endpoint, project=job.project)
     except endpoints.CallError as exc:
-        failure = exc
+        return None, None, exc
     except ReplayError as exc:
-        failure = endpoints.CallError(exc.detail, transient=False)
+        return None, None, endpoints.CallError(exc.detail, transient=False)
     except SoftTimeLimitExceeded:
         # A repeat would hit the same limit: record it, so that the run ends with its reason.
         limit = float(settings.CTXOBS_REPLAY_TIME_LIMIT_S)
-        failure = endpoints.CallError(f"took longer than the replay time limit ({limit:g}s)", transient=False)
-    outcome = RunOutcome("done")
+        return None, None, endpoints.CallError(
+            f"took longer than the replay time limit ({limit:g}s)", transient=False
+        )
+    return result, embedding, None
+
+
+def _run_record(
+    *,
+    run_id: int,
+    claim: uuid.UUID,
+    result: endpoints.CallResult | None,
+    embedding: list[float] | None,
+    failure: endpoints.CallError | None,
+    t0: float,
+) -> RunOutcome:
+    """Store the call's outcome on the run if the claim is still ours: done, a retry after a
+    backoff for a transient failure (within CTXOBS_REPLAY_MAX_ATTEMPTS), else failed; an ended
+    run recounts its job."""
     with transaction.atomic():
         cur = ReplayRun.objects.select_for_update().get(pk=run_id)
         if cur.claim != claim or cur.status != ReplayRun.Status.RUNNING:
@@ -413,33 +464,7 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
             return RunOutcome("claim_lost")
         cur.claim = None
         cur.lease_expires_at = None
-        if result is not None:
-            cur.status = ReplayRun.Status.DONE
-            cur.output_text = result.text
-            cur.tool_calls = result.tool_calls
-            cur.finish_reason = result.finish_reason[:50]
-            cur.prompt_tokens = result.prompt_tokens
-            cur.completion_tokens = result.completion_tokens
-            cur.latency_ms = result.latency_ms
-            cur.embedding = embedding
-            cur.error = ""
-            cur.next_attempt_at = None
-        elif failure is not None and failure.transient and cur.attempts < _max_attempts():
-            delay = _backoff(cur.attempts, failure.retry_after)
-            cur.status = ReplayRun.Status.PENDING
-            cur.next_attempt_at = timezone.now() + timedelta(seconds=delay)
-            # The retry's message waits on a worker until then; if that worker dies, the
-            # reclaimer sends another once this lease has run out too.
-            cur.lease_expires_at = cur.next_attempt_at + _lease()
-            cur.error = f"retrying in {delay:.1f}s after: {failure.reason}"[:500]
-            outcome = RunOutcome("retry", retry_in=delay)
-        else:
-            reason = failure.reason if failure else "unknown failure"
-            if failure is not None and failure.transient:
-                reason = f"{reason} (gave up after {cur.attempts} attempts)"
-            cur.status = ReplayRun.Status.FAILED
-            cur.error = reason[:500]
-            outcome = RunOutcome("failed")
+        outcome = _run_outcome(cur, result=result, embedding=embedding, failure=failure)
         if cur.status in RUN_TERMINAL:
             cur.finished_at = timezone.now()
             cur.work_ms = (time.perf_counter() - t0) * 1000.0
@@ -455,3 +480,40 @@ def replay_run_execute(*, run_id: int) -> RunOutcome:
         f"{result.latency_ms:.0f}" if result else "-",
     )
     return outcome
+
+
+def _run_outcome(
+    cur: ReplayRun,
+    *,
+    result: endpoints.CallResult | None,
+    embedding: list[float] | None,
+    failure: endpoints.CallError | None,
+) -> RunOutcome:
+    """Set the locked run CUR's fields from the call's result or failure (not saved)."""
+    if result is not None:
+        cur.status = ReplayRun.Status.DONE
+        cur.output_text = result.text
+        cur.tool_calls = result.tool_calls
+        cur.finish_reason = result.finish_reason[:50]
+        cur.prompt_tokens = result.prompt_tokens
+        cur.completion_tokens = result.completion_tokens
+        cur.latency_ms = result.latency_ms
+        cur.embedding = embedding
+        cur.error = ""
+        cur.next_attempt_at = None
+        return RunOutcome("done")
+    if failure is not None and failure.transient and cur.attempts < _max_attempts():
+        delay = _backoff(cur.attempts, failure.retry_after)
+        cur.status = ReplayRun.Status.PENDING
+        cur.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+        # The retry's message waits on a worker until then; if that worker dies, the
+        # reclaimer sends another once this lease has run out too.
+        cur.lease_expires_at = cur.next_attempt_at + _lease()
+        cur.error = f"retrying in {delay:.1f}s after: {failure.reason}"[:500]
+        return RunOutcome("retry", retry_in=delay)
+    reason = failure.reason if failure else "unknown failure"
+    if failure is not None and failure.transient:
+        reason = f"{reason} (gave up after {cur.attempts} attempts)"
+    cur.status = ReplayRun.Status.FAILED
+    cur.error = reason[:500]
+    return RunOutcome("failed")

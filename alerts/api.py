@@ -220,6 +220,7 @@ def _incident_out(i: Incident) -> dict[str, Any]:
         "acknowledged_at": i.acknowledged_at,
         "resolved_at": i.resolved_at,
         "resolution": i.resolution,
+        "confirmed_at": i.confirmed_at,
         "url": channels.incident_path(i.project_id, i.pk),
     }
 
@@ -239,7 +240,9 @@ def _incident_detail(i: Incident) -> dict[str, Any]:
 
 
 class IncidentFilters(Schema):
-    status: Literal["open", "acknowledged", "resolved", "muted", "unresolved"] | None = None
+    status: (
+        Literal["open", "acknowledged", "resolved", "muted", "unresolved", "pending", "transient"] | None
+    ) = None
     severity: Literal["info", "warning", "critical"] | None = None
     agent: str | None = None
     since: Instant | None = None
@@ -251,8 +254,9 @@ class IncidentFilters(Schema):
     "/incidents",
     auth=ProjectReadAuth(),
     response={200: IncidentPage, 401: Detail, 404: Detail},
-    summary="List incidents, last seen first (filters: status — open, acknowledged, resolved, muted or"
-    " unresolved —, severity, agent, since: seen at or after this time)",
+    summary="List incidents, last seen first (filters: status — open, acknowledged, resolved, muted,"
+    " unresolved, pending (not confirmed yet) or transient (resolved before it was confirmed) —,"
+    " severity, agent, since: seen at or after this time)",
 )
 def incidents_list(request: HttpRequest, filters: Query[IncidentFilters]) -> dict[str, Any]:
     caller = request_caller(request)

@@ -364,6 +364,12 @@ class IncidentWindows:
     quiet_seconds: int = 1800
     # The cause returning within this long after resolution reopens the incident.
     reopen_window_seconds: int = 7200
+    # A new incident is pending (it sends nothing) until it is confirmed: a critical alert, alerts
+    # from this many sessions, alerts raised on this many turns of one session, or alert activity
+    # lasting this long. A pending incident that goes quiet resolves as transient, unannounced.
+    confirm_sessions: int = 2
+    confirm_turns: int = 3
+    confirm_seconds: int = 900
 
 
 INCIDENT_DEFAULTS = IncidentWindows()

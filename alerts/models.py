@@ -149,6 +149,8 @@ class Incident(models.Model):
     an agent (alerts.services.incidents). Channels hear about its state changes, not its alerts."""
 
     class Status(models.TextChoices):
+        # Not yet confirmed (alerts.services.incidents): it groups alerts and sends nothing.
+        PENDING = "pending", "pending"
         OPEN = "open", "open"
         ACKNOWLEDGED = "acknowledged", "acknowledged"
         RESOLVED = "resolved", "resolved"
@@ -158,6 +160,8 @@ class Incident(models.Model):
         NONE = "", "-"
         AUTO = "auto", "auto"
         USER = "user", "user"
+        # Went quiet before it was confirmed: no message was ever sent about it.
+        TRANSIENT = "transient", "transient"
 
     project = models.ForeignKey("core.Project", on_delete=models.CASCADE, related_name="incidents")
     agent = models.CharField(max_length=256, blank=True, default="")
@@ -182,7 +186,9 @@ class Incident(models.Model):
     resolved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    resolution = models.CharField(max_length=8, choices=Resolution.choices, blank=True, default="")
+    resolution = models.CharField(max_length=12, choices=Resolution.choices, blank=True, default="")
+    # When it was confirmed (null while pending, and for good when it resolved as transient).
+    confirmed_at = models.DateTimeField(null=True, blank=True)
     # Notify once: each state change sent to channels takes the next sequence number; the severity
     # last announced tells an escalation; the alerts grouped since the last message wait here
     # (up to DIGEST_ALERTS ids, and how many more) for the next one.
@@ -221,6 +227,9 @@ class IncidentPolicy(models.Model):
     group_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.group_window_seconds)
     quiet_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.quiet_seconds)
     reopen_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.reopen_window_seconds)
+    confirm_sessions = models.IntegerField(default=INCIDENT_DEFAULTS.confirm_sessions)
+    confirm_turns = models.IntegerField(default=INCIDENT_DEFAULTS.confirm_turns)
+    confirm_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.confirm_seconds)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

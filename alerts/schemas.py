@@ -115,6 +115,7 @@ class IncidentOut(Schema):
     acknowledged_at: datetime | None
     resolved_at: datetime | None
     resolution: str
+    confirmed_at: datetime | None
     url: str
 
 

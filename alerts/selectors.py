@@ -148,6 +148,9 @@ def incident_windows(*, project_id: int) -> K.IncidentWindows:
         group_window_seconds=p.group_window_seconds,
         quiet_seconds=p.quiet_seconds,
         reopen_window_seconds=p.reopen_window_seconds,
+        confirm_sessions=p.confirm_sessions,
+        confirm_turns=p.confirm_turns,
+        confirm_seconds=p.confirm_seconds,
     )
 
 
@@ -165,7 +168,9 @@ def incident_quiet_seconds(*, project_ids: Iterable[int]) -> dict[int, int]:
     return dict(IncidentPolicy.objects.filter(project_id__in=ids).values_list("project_id", "quiet_seconds"))
 
 
-INCIDENT_FILTER_STATUSES = (*Incident.Status.values, "unresolved")
+# Besides the statuses: "unresolved" (open, acknowledged or muted: confirmed and not resolved)
+# and "transient" (resolved before it was confirmed). "resolved" leaves the transient ones out.
+INCIDENT_FILTER_STATUSES = (*Incident.Status.values, "unresolved", "transient")
 
 
 def incidents_filter(
@@ -177,12 +182,16 @@ def incidents_filter(
     since: datetime | None = None,
 ) -> QuerySet[Incident]:
     """Incidents of a project, last seen first. STATUS may be "unresolved" (open, acknowledged
-    or muted); SINCE keeps those seen at or after it."""
+    or muted) or "transient" (see INCIDENT_FILTER_STATUSES); SINCE keeps those seen at or after it."""
     qs = Incident.objects.filter(project_id=project_id)
     if any(v and unstorable(v) for v in (status, severity, agent)):
         return qs.none()
     if status == "unresolved":
-        qs = qs.exclude(status=Incident.Status.RESOLVED)
+        qs = qs.exclude(status__in=(Incident.Status.RESOLVED, Incident.Status.PENDING))
+    elif status == "transient":
+        qs = qs.filter(status=Incident.Status.RESOLVED, resolution=Incident.Resolution.TRANSIENT)
+    elif status == Incident.Status.RESOLVED:
+        qs = qs.filter(status=status).exclude(resolution=Incident.Resolution.TRANSIENT)
     elif status:
         qs = qs.filter(status=status)
     if severity:
@@ -251,9 +260,19 @@ def incident_culprit(*, incident: Incident) -> str | None:
 
 
 def incident_status_counts(*, project_id: int) -> dict[str, int]:
-    rows = Incident.objects.filter(project_id=project_id).values("status").annotate(n=Count("id"))
-    out = dict.fromkeys(Incident.Status.values, 0)
-    out.update({r["status"]: r["n"] for r in rows})
+    """The project's incidents per status, the transient ones apart from "resolved"."""
+    rows = (
+        Incident.objects.filter(project_id=project_id)
+        .values("status", "resolution")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    out = dict.fromkeys((*Incident.Status.values, "transient"), 0)
+    for r in rows:
+        transient = (
+            r["status"] == Incident.Status.RESOLVED and r["resolution"] == Incident.Resolution.TRANSIENT
+        )
+        out["transient" if transient else r["status"]] += r["n"]
     return out
 
 

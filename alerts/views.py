@@ -16,6 +16,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
@@ -123,7 +124,9 @@ def alert_transition(request: HttpRequest, project_id: int, alert_id: int, actio
 
 # --- incidents -----------------------------------------------------------------
 # The status filter: "unresolved" (open, acknowledged or muted) by default, or one status, or all.
-INCIDENT_STATUSES = ("unresolved", "open", "acknowledged", "muted", "resolved", "all")
+# Pending incidents (not confirmed yet) and transient ones (resolved before they were confirmed)
+# page nobody, so they are a tab away rather than in the default list.
+INCIDENT_STATUSES = ("unresolved", "open", "acknowledged", "muted", "resolved", "pending", "transient", "all")
 INCIDENT_SINCE: dict[str, tuple[str, timedelta]] = {
     "1h": ("last hour", timedelta(hours=1)),
     "24h": ("last 24 hours", timedelta(hours=24)),
@@ -169,7 +172,7 @@ def incident_list(request: HttpRequest, project_id: int) -> HttpResponse:
     page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
     counts: dict[str, int] = dict(selectors.incident_status_counts(project_id=project.pk))
     counts["unresolved"] = sum(counts[s] for s in ("open", "acknowledged", "muted"))
-    counts["all"] = counts["unresolved"] + counts["resolved"]
+    counts["all"] = sum(counts[s] for s in ("unresolved", "resolved", "pending", "transient"))
     filters = {"status": status, "severity": severity, "agent": agent, "since": since}
     ctx = _page(
         request,
@@ -241,6 +244,8 @@ def incident_detail(request: HttpRequest, project_id: int, incident_id: int) -> 
         deliveries=selectors.incident_deliveries(incident=incident) if membership.at_least("admin") else [],
         figure=figure,
         incident_extensions=[ext.template for ext in extensions],
+        # Where a partial's "Run triage" button posts: this page's own transition.
+        incident_triage_url=reverse("alerts:incident_transition", args=[project.pk, incident.pk, "triage"]),
     )
     for ext in extensions:
         if ext.context is not None:

@@ -26,6 +26,12 @@ channel (default limit: 20 messages an hour) is configured; no worker runs, so d
 pending: each Delivery row is dated by the simulated minute that created it, and the channel's
 hourly limit is applied to those dates by a model of `_rate_claim` / `held_release`.
 
+An incident pages only once it is confirmed (a critical alert, alerts from 2 sessions, alerts on 3
+turns of a session, or alert activity lasting 15 minutes: the defaults of IncidentPolicy); until
+then it is pending and silent, and one that goes quiet first resolves as transient. The bench counts
+confirmed incidents against the plants (the target: at most 1.5x, every plant found in a confirmed
+incident) and reports the pending and transient ones apart.
+
 Grouping cost: `incidents_group` and `incidents_touch` are wrapped, in this process only, by a
 timer (wall, this process's CPU, the PostgreSQL backend's CPU from /proc); the same three are
 taken around every `alerts_evaluate` and every `snapshot_batch_ingest` call, so grouping is
@@ -523,6 +529,7 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
         holding = sorted(iid for iid, c in per_inc.items() if c[p.label])
         majority = [iid for iid in holding if per_inc[iid][p.label] * 2 > sum(per_inc[iid].values())]
         main = max(holding, key=lambda iid: per_inc[iid][p.label], default=None)
+        confirmed_majority = [iid for iid in majority if incs[iid].confirmed_at is not None]
         plants[p.label] = {
             "agent": p.agent,
             "what": p.what,
@@ -532,6 +539,8 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
             "rule_kinds": dict(Counter(a["rule_kind"] for a in mine)),
             "incidents_holding_its_alerts": len(holding),
             "found": bool(majority),
+            # Found and paged: the incident holding most of its alerts was confirmed.
+            "found_confirmed": bool(confirmed_majority),
             "elsewhere": [
                 f"{a['session_id']} {a['rule_kind']} in incident {a['incident_id']} "
                 f"({incs[a['incident_id']].title if a['incident_id'] else 'none'})"
@@ -557,6 +566,7 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
                     min(a["ts"] for a in mine), max(a["ts"] for a in mine)
                 ),
                 "opened_count": incs[main].opened_count,
+                "confirmed": incs[main].confirmed_at is not None,
                 "status": incs[main].status,
                 "resolution": incs[main].resolution,
             },
@@ -573,21 +583,25 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
             "sessions": len(kind_sids),
             "alerted": len(kind_sids & noise_alerted),
             "incidents": len(
-                {
+                kind_incs := {
                     a["incident_id"]
                     for a in alerts
-                    if a["session_id"] in kind_sids and label[a["id"]] == "noise"
+                    if a["session_id"] in kind_sids and label[a["id"]] == "noise" and a["incident_id"]
                 }
             ),
+            "confirmed": sum(1 for iid in kind_incs if incs[iid].confirmed_at is not None),
         }
     counts = Counter(label.values())
     n_inc = len(incs)
+    confirmed = {iid for iid, i in incs.items() if i.confirmed_at is not None}
+    transient = {iid for iid, i in incs.items() if i.resolution == Incident.Resolution.TRANSIENT}
     # What a channel got per hour when each alert was its own message (before incidents).
     alerts_h = Counter(int((a["ts"] - DAY0) / timedelta(hours=1)) for a in alerts)
     return {
         "plants": plants,
         "planted": len(PLANTS),
         "all_found": all(v["found"] for v in plants.values()),
+        "all_found_confirmed": all(v["found_confirmed"] for v in plants.values()),
         "alerts": len(alerts),
         "alerts_by_label": dict(sorted(counts.items())),
         "alerts_ungrouped": sum(ungrouped.values()),
@@ -596,6 +610,15 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
         "incidents": n_inc,
         "incidents_with_planted_alerts": len(with_planted),
         "incidents_without_planted_alerts": len(without_planted),
+        "incidents_confirmed": len(confirmed),
+        "incidents_confirmed_with_planted_alerts": len(confirmed & set(with_planted)),
+        "incidents_confirmed_without_planted_alerts": len(confirmed - set(with_planted)),
+        "incidents_transient": len(transient),
+        "incidents_pending_at_end": sum(1 for i in incs.values() if i.status == Incident.Status.PENDING),
+        "confirmed_background_only": [
+            f"{incs[iid].title} ({dict(per_inc[iid])})" for iid in sorted(confirmed - set(with_planted))
+        ],
+        "ratio_confirmed_incidents_to_planted": round(len(confirmed) / len(PLANTS), 2),
         "incidents_touching_healthy_sessions": sum(1 for c in per_inc.values() if c["healthy"]),
         "background_in_planted_incidents": {
             k: sum(per_inc[iid][k] for iid in with_planted) for k in ("noise", "stray", "healthy")
@@ -614,6 +637,7 @@ def judge(project: Project, sessions: list[Session], n_noise: int) -> dict[str, 
         "alerts_per_incident": round(len(alerts) / max(n_inc, 1), 2),
         "incidents_reopened": sum(1 for i in incs.values() if i.opened_count > 1),
         "incidents_auto_resolved": sum(1 for i in incs.values() if i.resolution == Incident.Resolution.AUTO),
+        "incidents_reopened_confirmed": sum(1 for iid in confirmed if incs[iid].opened_count > 1),
         "incidents_unresolved_at_end": sum(1 for i in incs.values() if i.status != Incident.Status.RESOLVED),
     }
 
@@ -750,6 +774,7 @@ def main() -> None:
         if v["elsewhere"]:
             print(f"   {p} alerts outside its main incident: {v['elsewhere']}", flush=True)
     print(f"noise by kind: {json.dumps(verdict['noise_by_kind'])}", flush=True)
+    print(f"confirmed incidents without planted alerts: {verdict['confirmed_background_only']}", flush=True)
     print(
         f"stray alerts (before a session's hit, or in healthy sessions): {verdict['stray_alerts']}",
         flush=True,
@@ -766,6 +791,7 @@ def main() -> None:
                 "enabled_rule_kinds": sorted(set(rules)),
                 "planted": verdict["planted"],
                 "all_planted_found": verdict["all_found"],
+                "all_planted_found_confirmed": verdict["all_found_confirmed"],
                 "found": {p: v["found"] for p, v in verdict["plants"].items()},
                 "incidents_holding_each_plant": {
                     p: v["incidents_holding_its_alerts"] for p, v in verdict["plants"].items()
@@ -779,6 +805,14 @@ def main() -> None:
                 "alerts_max_per_hour": verdict["alerts_max_per_hour"],
                 "alerts_ungrouped": verdict["alerts_ungrouped"],
                 "incidents": verdict["incidents"],
+                "incidents_confirmed": verdict["incidents_confirmed"],
+                "incidents_confirmed_with_planted_alerts": verdict["incidents_confirmed_with_planted_alerts"],
+                "incidents_confirmed_without_planted_alerts": verdict[
+                    "incidents_confirmed_without_planted_alerts"
+                ],
+                "incidents_transient": verdict["incidents_transient"],
+                "incidents_pending_at_end": verdict["incidents_pending_at_end"],
+                "ratio_confirmed_incidents_to_planted": verdict["ratio_confirmed_incidents_to_planted"],
                 "incidents_with_planted_alerts": verdict["incidents_with_planted_alerts"],
                 "incidents_without_planted_alerts": verdict["incidents_without_planted_alerts"],
                 "incidents_touching_healthy_sessions": verdict["incidents_touching_healthy_sessions"],
@@ -791,6 +825,8 @@ def main() -> None:
                     "ratio_background_incidents_to_noise_events"
                 ],
                 "target_ratio": 1.5,
+                "target_met": verdict["all_found_confirmed"]
+                and verdict["ratio_confirmed_incidents_to_planted"] <= 1.5,
                 "alerts_per_incident": verdict["alerts_per_incident"],
                 "incidents_reopened": verdict["incidents_reopened"],
                 "incidents_auto_resolved": verdict["incidents_auto_resolved"],

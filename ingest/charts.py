@@ -16,6 +16,7 @@ import html
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -138,28 +139,10 @@ def figure_json(fig: go.Figure) -> dict[str, Any]:
 DENSE_TURNS = 300
 
 
-def timeline_figure(
-    *,
-    rows: Sequence[TurnChartRow],
-    thresholds: tuple[float, float, float, float],
-    alerts: Sequence[AlertMarker] = (),
-    findings: Sequence[AlertMarker] = (),
-    overlays: Sequence[TimelineOverlay] = (),
-) -> go.Figure:
-    """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
-    the tier bands; markers for compression events, validation failures and alerts; the lines
-    other apps registered (core.registry.timeline_overlays) on the token axis.
-
-    ROWS are timeline rows (turn, watermark, kind_tokens, n_compression, n_validation_failed);
-    ALERTS are markers with turn, severity, title; FINDINGS (lint findings) the same.
-    """
-    turn_list = [int(r["turn"]) for r in rows]
-    wm_list = [round(float(r["watermark"]) * 100, 2) for r in rows]
-    turns, wm = typed_array(turn_list), typed_array(wm_list)
+def _kind_traces(rows: Sequence[TurnChartRow], turns: dict[str, str]) -> list[dict[str, Any]]:
+    """The tokens of each block kind per turn, stacked: bars, or step areas for a dense timeline."""
     kinds = ordered_kinds(k for r in rows for k in (r["kind_tokens"] or {}))
     dense = len(rows) > DENSE_TURNS
-    # Traces as dicts, validated once when the figure is built: adding traces and updating the
-    # layout one at a time re-validates the figure on every step (5x slower for 2,000 turns).
     traces: list[dict[str, Any]] = []
     for kind in kinds:
         ys = typed_array([int((r["kind_tokens"] or {}).get(kind, 0)) for r in rows])
@@ -191,98 +174,120 @@ def timeline_figure(
                 "hovertemplate": "%{y:,} tokens<extra>" + kind + "</extra>",
             }
         )
-    traces.append(
-        {
-            "type": "scatter",
-            "x": turns,
-            "y": wm,
-            "name": "watermark %",
-            "yaxis": "y2",
-            "mode": "lines",
-            "line": {"color": EVENT_COLOURS["watermark"], "width": 1.6},
-            "hovertemplate": "watermark %{y:.1f}%<extra></extra>",
-        }
-    )
+    return traces
 
-    def markers(pick: Sequence[int], name: str, symbol: str, colour: str, texts: Sequence[str]) -> None:
-        if not pick:
-            return
-        traces.append(
-            {
-                "type": "scatter",
-                "x": [turn_list[i] for i in pick],
-                "y": [wm_list[i] for i in pick],
-                "name": name,
-                "yaxis": "y2",
-                "mode": "markers",
-                "marker": {
-                    "symbol": symbol,
-                    "size": 10,
-                    "color": colour,
-                    "line": {"width": 1, "color": "#ffffff"},
-                },
-                "text": list(texts),
-                "hovertemplate": "%{text}<extra>" + name + "</extra>",
-            }
-        )
 
+def _watermark_trace(turns: dict[str, str], wm: dict[str, str]) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": turns,
+        "y": wm,
+        "name": "watermark %",
+        "yaxis": "y2",
+        "mode": "lines",
+        "line": {"color": EVENT_COLOURS["watermark"], "width": 1.6},
+        "hovertemplate": "watermark %{y:.1f}%<extra></extra>",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Markers of one kind on the watermark line: the indexes of the turns marked and a hover
+    text for each."""
+
+    name: str
+    symbol: str
+    colour: str
+    pick: list[int]
+    texts: list[str]
+
+
+def _marker_trace(marks: _Marks, turn_list: Sequence[int], wm_list: Sequence[float]) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": [turn_list[i] for i in marks.pick],
+        "y": [wm_list[i] for i in marks.pick],
+        "name": marks.name,
+        "yaxis": "y2",
+        "mode": "markers",
+        "marker": {
+            "symbol": marks.symbol,
+            "size": 10,
+            "color": marks.colour,
+            "line": {"width": 1, "color": "#ffffff"},
+        },
+        "text": marks.texts,
+        "hovertemplate": "%{text}<extra>" + marks.name + "</extra>",
+    }
+
+
+def _event_marks(rows: Sequence[TurnChartRow]) -> list[_Marks]:
+    """Turns with compression events, provider edits and failed validation checks."""
     # Edits the provider made on its side get their own marker: the client's log does not show them.
     comp = [i for i, r in enumerate(rows) if r["n_compression"] > r.get("n_provider_edits", 0)]
-    markers(
-        comp,
-        "compression",
-        "diamond",
-        EVENT_COLOURS["compression"],
-        [f"{rows[i]['n_compression'] - rows[i].get('n_provider_edits', 0)} compression event(s)"
-         for i in comp],
-    )
     edits = [i for i, r in enumerate(rows) if r.get("n_provider_edits", 0)]
-    markers(
-        edits,
-        "provider edit",
-        "diamond-open",
-        EVENT_COLOURS["compression"],
-        [f"{rows[i].get('n_provider_edits', 0)} edit(s) made by the provider" for i in edits],
-    )
     fail = [i for i, r in enumerate(rows) if r["n_validation_failed"]]
-    markers(
-        fail,
-        "validation failed",
-        "x",
-        EVENT_COLOURS["validation"],
-        [f"{rows[i]['n_validation_failed']} failed check(s)" for i in fail],
-    )
-    for name, symbol, colour, pinned in (
-        ("alert", "triangle-up", EVENT_COLOURS["alert"], alerts),
-        ("lint finding", "star", EVENT_COLOURS["finding"], findings),
-    ):
-        if not pinned:
-            continue
-        index = {r["turn"]: i for i, r in enumerate(rows)}
-        by_turn: dict[int, list[str]] = {}
-        for a in pinned:
-            if a.get("turn") in index:
-                by_turn.setdefault(a["turn"], []).append(
-                    f"{_text(a.get('severity', ''))}: {_text(a.get('title', ''))}"
-                )
-        pick = [index[t] for t in sorted(by_turn)]
-        markers(pick, name, symbol, colour, ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)])
-    for ov in overlays:
-        traces.append(
-            {
-                "type": "scatter",
-                "x": typed_array([int(t) for t in ov.turns]),
-                "y": typed_array([float(v) for v in ov.values]),
-                "name": ov.name,
-                "mode": "lines",
-                "line": {"color": ov.colour, "width": 1.6, "dash": ov.dash, "shape": "hv"},
-                "text": [_text(t) for t in ov.texts] if ov.texts else None,
-                "hovertemplate": ("%{text}" if ov.texts else "%{y:,}")
-                + "<extra>" + _text(ov.name) + "</extra>",
-            }
-        )
+    return [
+        _Marks(
+            "compression",
+            "diamond",
+            EVENT_COLOURS["compression"],
+            comp,
+            [f"{rows[i]['n_compression'] - rows[i].get('n_provider_edits', 0)} compression event(s)"
+             for i in comp],
+        ),
+        _Marks(
+            "provider edit",
+            "diamond-open",
+            EVENT_COLOURS["compression"],
+            edits,
+            [f"{rows[i].get('n_provider_edits', 0)} edit(s) made by the provider" for i in edits],
+        ),
+        _Marks(
+            "validation failed",
+            "x",
+            EVENT_COLOURS["validation"],
+            fail,
+            [f"{rows[i]['n_validation_failed']} failed check(s)" for i in fail],
+        ),
+    ]
 
-    top = max(100.0, max(wm_list) + 5 if wm_list else 100.0)
+
+def _pinned_marks(
+    rows: Sequence[TurnChartRow], name: str, symbol: str, colour: str, pinned: Sequence[AlertMarker]
+) -> _Marks:
+    """Turns with PINNED markers (alerts, lint findings), each with the first five titles."""
+    index = {r["turn"]: i for i, r in enumerate(rows)}
+    by_turn: dict[int, list[str]] = {}
+    for a in pinned:
+        if a.get("turn") in index:
+            by_turn.setdefault(a["turn"], []).append(
+                f"{_text(a.get('severity', ''))}: {_text(a.get('title', ''))}"
+            )
+    return _Marks(
+        name,
+        symbol,
+        colour,
+        [index[t] for t in sorted(by_turn)],
+        ["<br>".join(by_turn[t][:5]) for t in sorted(by_turn)],
+    )
+
+
+def _overlay_trace(ov: TimelineOverlay) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": typed_array([int(t) for t in ov.turns]),
+        "y": typed_array([float(v) for v in ov.values]),
+        "name": ov.name,
+        "mode": "lines",
+        "line": {"color": ov.colour, "width": 1.6, "dash": ov.dash, "shape": "hv"},
+        "text": [_text(t) for t in ov.texts] if ov.texts else None,
+        "hovertemplate": ("%{text}" if ov.texts else "%{y:,}") + "<extra>" + _text(ov.name) + "</extra>",
+    }
+
+
+def _tier_bands(thresholds: tuple[float, float, float, float], top: float) -> list[dict[str, Any]]:
+    """A band behind the watermark axis for each tier above "ok", up to TOP."""
     bounds = [0.0, *[t * 100 for t in thresholds], top]
     shapes = []
     for tier, lo, hi in zip(TIERS, bounds, bounds[1:], strict=False):
@@ -303,32 +308,70 @@ def timeline_figure(
                 "layer": "below",
             }
         )
-    return go.Figure(
-        data=traces,
-        layout=_layout(
-            barmode="stack",
-            bargap=0.15 if len(rows) < 200 else 0.0,
-            hovermode="x unified",
-            xaxis={"title": {"text": "turn"}, "showgrid": False, "zeroline": False},
-            yaxis={"title": {"text": "tokens"}, "rangemode": "tozero", "gridcolor": "#eef0f3"},
-            yaxis2={
-                "title": {"text": "watermark %"},
-                "overlaying": "y",
-                "side": "right",
-                "range": [0, top],
-                "showgrid": False,
-                "ticksuffix": "%",
-                # Ticks at the tier thresholds: the bands read as the project's tiers.
-                "tickvals": [0, *[round(t * 100, 1) for t in thresholds]],
-            },
-            shapes=shapes,
-            # The page draws the legend (same palette as the tables); plotly's would repeat it.
-            showlegend=False,
-            margin={"l": 56, "r": 56, "t": 10, "b": 40},
-            height=360,
-            uirevision="timeline",
-        ),
+    return shapes
+
+
+def _timeline_layout(
+    n_rows: int, thresholds: tuple[float, float, float, float], top: float
+) -> dict[str, Any]:
+    return _layout(
+        barmode="stack",
+        bargap=0.15 if n_rows < 200 else 0.0,
+        hovermode="x unified",
+        xaxis={"title": {"text": "turn"}, "showgrid": False, "zeroline": False},
+        yaxis={"title": {"text": "tokens"}, "rangemode": "tozero", "gridcolor": "#eef0f3"},
+        yaxis2={
+            "title": {"text": "watermark %"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, top],
+            "showgrid": False,
+            "ticksuffix": "%",
+            # Ticks at the tier thresholds: the bands read as the project's tiers.
+            "tickvals": [0, *[round(t * 100, 1) for t in thresholds]],
+        },
+        shapes=_tier_bands(thresholds, top),
+        # The page draws the legend (same palette as the tables); plotly's would repeat it.
+        showlegend=False,
+        margin={"l": 56, "r": 56, "t": 10, "b": 40},
+        height=360,
+        uirevision="timeline",
     )
+
+
+def timeline_figure(
+    *,
+    rows: Sequence[TurnChartRow],
+    thresholds: tuple[float, float, float, float],
+    alerts: Sequence[AlertMarker] = (),
+    findings: Sequence[AlertMarker] = (),
+    overlays: Sequence[TimelineOverlay] = (),
+) -> go.Figure:
+    """One column per turn: tokens stacked by block kind; the watermark (%) on a second axis over
+    the tier bands; markers for compression events, validation failures and alerts; the lines
+    other apps registered (core.registry.timeline_overlays) on the token axis.
+
+    ROWS are timeline rows (turn, watermark, kind_tokens, n_compression, n_validation_failed);
+    ALERTS are markers with turn, severity, title; FINDINGS (lint findings) the same.
+    """
+    turn_list = [int(r["turn"]) for r in rows]
+    wm_list = [round(float(r["watermark"]) * 100, 2) for r in rows]
+    turns = typed_array(turn_list)
+    marks = _event_marks(rows)
+    if alerts:
+        marks.append(_pinned_marks(rows, "alert", "triangle-up", EVENT_COLOURS["alert"], alerts))
+    if findings:
+        marks.append(_pinned_marks(rows, "lint finding", "star", EVENT_COLOURS["finding"], findings))
+    # Traces as dicts, validated once when the figure is built: adding traces and updating the
+    # layout one at a time re-validates the figure on every step (5x slower for 2,000 turns).
+    traces = [
+        *_kind_traces(rows, turns),
+        _watermark_trace(turns, typed_array(wm_list)),
+        *(_marker_trace(m, turn_list, wm_list) for m in marks if m.pick),
+        *(_overlay_trace(ov) for ov in overlays),
+    ]
+    top = max(100.0, max(wm_list) + 5 if wm_list else 100.0)
+    return go.Figure(data=traces, layout=_timeline_layout(len(rows), thresholds, top))
 
 
 # --- sessions list sparkline ------------------------------------------------------

@@ -12,12 +12,11 @@ project and session lookups and the redirect of legacy session links defined her
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import plotly
 import redis
@@ -34,17 +33,17 @@ from django.utils.functional import cached_property
 from django.utils.http import http_date
 from django.views.decorators.http import require_GET
 
-from core import pgtext, registry, signin
+from core import registry, signin
 from core.access import is_htmx, page_context, project_access, user_projects
 from core.models import Membership, Project
 from core.redis_client import redis_client
-from ctxobs.tokens import get_counter, template_overhead
-from ctxobs.wire import COUNT_DRIFT_WARN, usable_window
-from ingest import charts, dashboard, selectors, tools_view
+from ctxobs.wire import usable_window
+from ingest import charts, dashboard, selectors
 from ingest.forms import SessionFilterForm
 from ingest.models import AgentSession, Snapshot
 from ingest.routing import legacy_session_paths
-from ingest.types import Message, ShownBlock, ShownMessage, TurnTableRow, ValidationOutcomeRow
+from ingest.turn_page import drift_view, present_messages, turn_page
+from ingest.types import TurnTableRow
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +76,6 @@ class AheadPaginator(Paginator):  # type: ignore[type-arg]  # pages of any rows
     def capped(self) -> bool:
         return self.count > self.limit
 TURNS_PER_PAGE = 100
-PREVIEW_CHARS = 1500
-PREVIEW_MESSAGES = 12
 
 
 class SignInView(auth_views.LoginView):
@@ -341,21 +338,6 @@ def sessions(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 # --- the session timeline -------------------------------------------------------------------
-def _drift_view(raw: float | None, calibrated: registry.CountDrift | None) -> tuple[float | None, bool, str]:
-    """The drift a page shows, whether it is flagged, and a title saying what it is measured
-    against: the model's usual ratio when an app calibrates counts (core.registry), else zero."""
-    if calibrated is None:
-        flag = raw is not None and abs(raw) > COUNT_DRIFT_WARN
-        return raw, flag, "our prompt tokens vs the provider's"
-    if calibrated.usual_drift is None:
-        basis = "no usual ratio for this model yet: measured against zero"
-    else:
-        basis = (f"against this model's usual drift of {calibrated.usual_drift * 100:+.1f}% "
-                 f"(median of {calibrated.usual_n} turns)")
-    raw_text = f"; raw {raw * 100:+.1f}%" if raw is not None else ""
-    return calibrated.drift, calibrated.flagged, f"{calibrated.drift * 100:+.1f}% {basis}{raw_text}"
-
-
 def _decorate_turn(
     row: TurnTableRow, alerts_by_turn: dict[int, int], drifts: Mapping[int, registry.CountDrift] | None = None
 ) -> TurnTableRow:
@@ -370,7 +352,7 @@ def _decorate_turn(
     ]
     row["segments_title"] = " · ".join(f"{k} {kinds[k]:,}" for k in order)
     row["alerts"] = alerts_by_turn.get(row["turn"], 0)
-    row["drift_shown"], row["drift_flag"], row["drift_title"] = _drift_view(
+    row["drift_shown"], row["drift_flag"], row["drift_title"] = drift_view(
         row.get("count_drift"), (drifts or {}).get(row.get("id", -1)))
     return row
 
@@ -437,40 +419,6 @@ def chart_data(request: HttpRequest, project_id: int, session_id: str) -> HttpRe
 
 
 # --- one turn ---------------------------------------------------------------------------
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return json.dumps(content, ensure_ascii=False, indent=1)
-
-
-def _present_messages(msgs: list[Message], *, full: bool) -> tuple[list[ShownMessage], bool]:
-    """Messages ready for the template; cut (unless FULL) to PREVIEW_* with a flag saying so."""
-    cut = False
-    shown = msgs if full else msgs[:PREVIEW_MESSAGES]
-    if len(shown) < len(msgs):
-        cut = True
-    out: list[ShownMessage] = []
-    for m in shown:
-        m = pgtext.shown(m)
-        text = _content_text(m.get("content"))
-        if not full and len(text) > PREVIEW_CHARS:
-            text, cut = text[:PREVIEW_CHARS], True
-        calls = json.dumps(m["tool_calls"], ensure_ascii=False, indent=1) if m.get("tool_calls") else ""
-        out.append(
-            {
-                "role": m.get("role", "?"),
-                "name": m.get("name") or "",
-                "tool_call_id": m.get("tool_call_id") or "",
-                "text": text,
-                "tool_calls": calls,
-                "calls": tools_view.message_calls(m),
-            }
-        )
-    return out, cut
-
-
 def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot:
     snap = selectors.snapshot_by_turn(project=project, session=session, turn=turn)
     if snap is None:
@@ -485,115 +433,22 @@ def _turn_or_404(project: Project, session: AgentSession, turn: int) -> Snapshot
 @login_required
 @legacy_links
 def turn_detail(request: HttpRequest, project_id: int, session_id: str, turn: int) -> HttpResponse:
+    """One turn (ingest.turn_page reads it), with the partials other apps add to its page."""
     project, membership = project_access(request, project_id)
     session = _session_or_404(project, session_id, turn)
     snapshot = _turn_or_404(project, session, turn)
-    prev_turn, next_turn = selectors.snapshot_neighbours(project=project, session=session, snapshot=snapshot)
-
-    compare_arg = request.GET.get("compare", "").strip()
-    compare_error = ""
-    other: Snapshot | None = None
-    if compare_arg:
-        n = _int(compare_arg, -1)
-        if n < 0 or n == snapshot.turn:
-            compare_error = f"pick another turn of this session than {snapshot.turn}"
-        else:
-            other = selectors.snapshot_by_turn(project=project, session=session, turn=n)
-            if other is None:
-                compare_error = f"this session has no turn {n}"
-    elif snapshot.prev_turn is not None:
-        other = selectors.snapshot_by_turn(project=project, session=session, turn=snapshot.prev_turn)
-
-    blocks, change = dashboard.turn_comparison(project_id=project.pk, snapshot=snapshot, other=other)
-    blocks = pgtext.shown(blocks)
-    events = pgtext.shown(selectors.snapshot_events(project_id=project.pk, snapshot_ref=snapshot.id))
-    total = snapshot.total_tokens or 0
-    usable = usable_window(snapshot.context_window, snapshot.reserve_tokens)
-    shown: list[ShownBlock] = []
-    for b in blocks:
-        msgs, cut = _present_messages(b["messages"], full=False)
-        shown.append(
-            cast(ShownBlock, {
-                **b,
-                "shown": msgs,
-                "cut": cut,
-                "n_messages": len(b["messages"]),
-                "share": (b["tokens"] / total * 100) if total else 0.0,
-                "window_share": b["tokens"] / usable * 100,
-            })
-        )
-    layers: dict[str, list[ValidationOutcomeRow]] = {}
-    for v in events["validation"]:
-        layers.setdefault(v["layer"], []).append(v)
-    markers = [
-        m
-        for m in dashboard.session_alerts(project_id=project.pk, session_ref=session.id)
-        if m["turn"] == snapshot.turn
-    ]
-    out = pgtext.shown(snapshot.output or {})
-    calibrated = registry.count_drifts(project_id=project.pk, snapshot_refs=[snapshot.id]).get(snapshot.id)
-    drift_shown, drift_flag, drift_title = _drift_view(snapshot.count_drift, calibrated)
-    n_messages = sum(len(b["messages"]) for b in blocks)
-    n_names = sum(1 for b in blocks for m in b["messages"] if m.get("name"))
-    overhead = template_overhead(snapshot.model_name)
-    # The definitions travel in params.tools and ingest counts them on the first message-less tools
-    # block; the page lists them there, counted by the same rule, with the same encoding.
-    tool_defs = tools_view.definitions_of(snapshot.params)
-    tools = (
-        tools_view.describe_tools(tool_defs, get_counter(snapshot.encoding or None, snapshot.model_name))
-        if tool_defs else None
+    page = turn_page(
+        project=project, session=session, snapshot=snapshot, compare=request.GET.get("compare", "")
     )
-    tools_position = next((b["position"] for b in blocks if b["kind"] == "tools" and not b["messages"]), None)
     # Partials other apps add to this page (replay's buttons), rendered with this page's context.
     extensions = registry.turn_page_extensions()
     extension_context: dict[str, Any] = {}
     for ext in extensions:
         if ext.context is not None:
             extension_context.update(ext.context(request=request, project=project, membership=membership,
-                                                 snapshot=snapshot, blocks=blocks))
-    ctx = _page(
-        request,
-        project,
-        membership,
-        turn_extensions=[ext.template for ext in extensions],
-        session=session,
-        snapshot=snapshot,
-        blocks=blocks,
-        shown_blocks=shown,
-        prev_turn=prev_turn,
-        next_turn=next_turn,
-        change=change,
-        compare_error=compare_error,
-        compare_arg=compare_arg,
-        events=events,
-        layers=layers,
-        alerts=markers,
-        # Set by senders that know content is missing (OTLP ingest: truncated, redacted, not captured).
-        content_incomplete=(snapshot.tags or {}).get("ctxobs.content.reason", "")
-        if (snapshot.tags or {}).get("ctxobs.content") == "incomplete" else None,
-        output=out,
-        output_calls=tools_view.output_calls(out.get("tool_calls")),
-        tools=tools,
-        tools_position=tools_position,
-        usable=usable,
-        drift_flag=drift_flag,
-        drift_title=drift_title,
-        drift_warn_pct=round(COUNT_DRIFT_WARN * 100),
-        drift_pct=(drift_shown * 100) if drift_shown is not None else None,
-        overhead=overhead,
-        count_calibrated=calibrated,
-        overhead_messages=n_messages,
-        overhead_names=n_names,
-        overhead_total=overhead.total(n_messages, n_names),
-        kinds=[
-            {
-                "kind": k,
-                "tokens": (snapshot.kind_tokens or {})[k],
-                "width": (snapshot.kind_tokens or {})[k] / usable * 100,
-            }
-            for k in charts.ordered_kinds(snapshot.kind_tokens or {})
-        ],
-    )
+                                                 snapshot=snapshot, blocks=page.blocks))
+    ctx = _page(request, project, membership, turn_extensions=[ext.template for ext in extensions],
+                **page.context())
     for name, value in extension_context.items():
         ctx.setdefault(name, value)  # the page's own names win
     if is_htmx(request) and request.GET.get("part") == "diff":
@@ -614,7 +469,7 @@ def block_content(
     block = next((b for b in blocks if b["position"] == position), None)
     if block is None:
         raise Http404("no such block")
-    msgs, _ = _present_messages(block["messages"], full=True)
+    msgs, _ = present_messages(block["messages"], full=True)
     ctx = _page(request, project, membership, session=session, snapshot=snapshot, block=block, shown=msgs)
     template = "ingest/_block_messages.html" if is_htmx(request) else "ingest/block.html"
     return render(request, template, ctx)

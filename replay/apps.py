@@ -21,6 +21,7 @@ class ReplayConfig(AppConfig):
         registry.alert_page_extension_add(extensions.ALERT_TRIAGE)
         registry.incident_page_extension_add(extensions.INCIDENT_TRIAGE)
         registry.settings_section_add(extensions.SETTINGS_TRIAGE)
+        registry.settings_section_add(extensions.SETTINGS_ENDPOINTS)
         registry.alert_payload_extras_add("replay.triage", triage.alert_payload_triage)
         registry.incident_culprit_provider_set(extensions.incident_culprit)
         registry.expiring_table_add(registry.ExpiringTable(table="replay_triage", time_column="received_at"))

@@ -120,6 +120,10 @@ SETTINGS_TRIAGE = PagePanel(
 )
 
 
+# The model endpoints part of the project settings page: a link to replay's endpoints page.
+SETTINGS_ENDPOINTS = PagePanel(name="replay.endpoints", template="replay/_settings_endpoints.html")
+
+
 def incident_culprit(*, project_id: int, snapshot_refs: Sequence[int]) -> str | None:
     """The verdict of the latest finished triage on one of SNAPSHOT_REFS, for an incident of
     alerts (core.registry.incident_culprit); None when none finished."""

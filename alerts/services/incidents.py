@@ -3,9 +3,12 @@
 Grouping runs where alerts are created (the evaluation on the worker, inside its transaction):
 an alert joins the incident of an alert of its session within the session window, else an
 incident of its agent and cause seen within the group window, else reopens one of them resolved
-within the reopen window, else opens a new one. Each state change sent out (opened, escalated,
-reopened, resolved, triaged) takes the incident's next sequence number and one delivery per
-channel, unique per (incident, channel, event, sequence): running a task twice sends nothing twice.
+within the reopen window, else opens a new one. A new incident is pending: it sends nothing until
+it is confirmed (a critical alert, several sessions, or a condition that persists), and one that
+goes quiet first resolves as transient, unannounced, so that an isolated blip never pages. Each
+state change sent out (opened, escalated, reopened, resolved, triaged) takes the incident's next
+sequence number and one delivery per channel, unique per (incident, channel, event, sequence):
+running a task twice sends nothing twice.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from alerts import channels as ch
@@ -30,7 +33,12 @@ from alerts.models import SEVERITY_RANK, TITLE_MAX_CHARS, Alert, Channel, Delive
 
 logger = logging.getLogger(__name__)
 
-UNRESOLVED = (Incident.Status.OPEN, Incident.Status.ACKNOWLEDGED, Incident.Status.MUTED)
+UNRESOLVED = (
+    Incident.Status.PENDING,
+    Incident.Status.OPEN,
+    Incident.Status.ACKNOWLEDGED,
+    Incident.Status.MUTED,
+)
 MAX_MUTE_MINUTES = 30 * 24 * 60
 SWEEP_LIMIT = 500
 
@@ -150,6 +158,8 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         for turn, last_turn, ts, last_ts, iid in neighbours[a.session_ref]:
             if iid in locked and in_session_window(a, turn, last_turn, ts, last_ts):
                 hits.append(locked[iid])
+        # One resolved before it was confirmed stays closed: nobody heard of it to hear it reopen.
+        hits = [i for i in hits if i.status != Incident.Status.RESOLVED or i.confirmed_at is not None]
         if not hits:
             return None
         # An unresolved incident first, then the one seen last.
@@ -171,19 +181,35 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         if open_:
             return max(open_, key=lambda i: (i.last_seen, i.pk))
         reopen = timedelta(seconds=w.reopen_window_seconds)
+        # A cause without a block key is the rule family alone ("validation_failure_rate"): any
+        # later failure of the agent would match it, so it reopens only in the same session.
         back = [
             i
             for i in mine
             if i.status == Incident.Status.RESOLVED
             and i.resolved_at is not None
+            and i.confirmed_at is not None
             and a.ts <= i.resolved_at + reopen
+            and (project_level or ":" in i.cause or a.session_ref in known_sessions[i.pk])
         ]
         if back:
             return max(back, key=lambda i: (i.resolved_at or i.last_seen, i.pk))
         return None
 
+    def pick(a: Alert) -> Incident | None:
+        """The session's incident (one event is one incident), unless it is about another rule
+        family and the alert's own cause has an incident, or the alert names a block and the
+        session's incident names none: a validation blip early in a session does not swallow its
+        later window overflow."""
+        by_session, by_cause = pick_session(a), pick_cause(a)
+        if by_session is None or _family(by_session.cause) == _family(cause_of[a.pk]):
+            return by_session or by_cause
+        if by_cause is not None or (":" in cause_of[a.pk] and ":" not in by_session.cause):
+            return by_cause
+        return by_session
+
     for a in sorted(alerts, key=lambda x: (x.session_ref, x.turn, x.pk)):
-        inc = pick_session(a) or pick_cause(a)
+        inc = pick(a)
         if inc is None:
             top = a.contributors[0] if a.contributors else {}
             inc = Incident.objects.create(
@@ -192,7 +218,7 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
                 cause=cause_of[a.pk],
                 title=cause_of[a.pk][:TITLE_MAX_CHARS],
                 severity=a.severity,
-                status=Incident.Status.OPEN,
+                status=Incident.Status.PENDING,
                 first_seen=a.ts,
                 last_seen=a.last_ts,
             )
@@ -230,8 +256,10 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         inc.digest_more += len(added) - min(room, len(added))
         inc.title = _title(inc, t.block_kind or _block_kind(t.alerts, inc.cause), project_level=project_level)
         Alert.objects.filter(pk__in=added).update(incident_id=iid)
-        if t.created:
-            event = "opened"
+        if inc.confirmed_at is None:
+            # Pending: the alerts wait in the digest for the "opened" that confirmation sends.
+            reason = "project" if project_level else _confirm_reason(inc, w)
+            event = _confirm(inc, now=now, reason=reason) if reason else ""
         elif t.reopened:
             event = "reopened"
         elif inc.status != Incident.Status.MUTED and _rank(inc.severity) > _rank(inc.notified_severity):
@@ -242,13 +270,52 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
             delivery_ids += _event_record(inc, event)
         inc.save()
         logger.info(
-            "alerts.incident_grouped project_id=%s incident_id=%s alerts=%d event=%s",
+            "alerts.incident_grouped project_id=%s incident_id=%s alerts=%d event=%s status=%s",
             project_id,
             iid,
             len(t.alerts),
             event or "-",
+            inc.status,
         )
     return delivery_ids
+
+
+def _family(cause: str) -> str:
+    return cause.partition(":")[0]
+
+
+def _confirm_reason(inc: Incident, w: K.IncidentWindows) -> str:
+    """Why the pending INC is confirmed now ("" while it is not): a critical alert, alerts from
+    several sessions, alert activity lasting long enough, or alerts raised on several turns of
+    one session (the turn query only when the cheaper tests fail)."""
+    if _rank(inc.severity) >= _rank("critical"):
+        return "critical"
+    if inc.session_count >= w.confirm_sessions:
+        return "sessions"
+    if (inc.last_seen - inc.first_seen).total_seconds() >= w.confirm_seconds:
+        return "lasted"
+    turns = (
+        Alert.objects.filter(incident_id=inc.pk)
+        .order_by()
+        .values("session_ref")
+        .annotate(n=Count("turn", distinct=True))
+        .values_list("n", flat=True)
+    )
+    if max(turns, default=0) >= w.confirm_turns:
+        return "turns"
+    return ""
+
+
+def _confirm(inc: Incident, *, now: datetime, reason: str) -> str:
+    """Confirm the pending INC (locked by the caller): the event it owes, "opened" (recorded by
+    the caller), or "" while it is muted (the unmute sends it)."""
+    inc.confirmed_at = now
+    if inc.status == Incident.Status.PENDING:
+        inc.status = Incident.Status.OPEN
+    logger.info(
+        "alerts.incident_confirmed project_id=%s incident_id=%s reason=%s", inc.project_id, inc.pk, reason
+    )
+    return "" if inc.status == Incident.Status.MUTED else "opened"
 
 
 def _block_kind(alerts: Sequence[Alert], cause: str) -> str:
@@ -357,13 +424,34 @@ def _enqueue_after_commit(ids: list[int]) -> None:
 
 def incidents_touch(*, alerts: Sequence[Alert]) -> None:
     """Alerts of incidents whose episode went on (a later turn extended them): their incidents
-    were seen then, which keeps them from resolving while the condition lasts."""
+    were seen then, which keeps them from resolving while the condition lasts, and a pending one
+    whose condition has now lasted the confirmation period is confirmed (its "opened" is queued
+    after the caller's commit)."""
     latest: dict[int, datetime] = {}
     for a in alerts:
         if a.incident_id is not None:
             latest[a.incident_id] = max(latest.get(a.incident_id, a.last_ts), a.last_ts)
     for iid in sorted(latest):
         Incident.objects.filter(pk=iid, last_seen__lt=latest[iid]).update(last_seen=latest[iid])
+    pending = list(
+        Incident.objects.select_for_update()
+        .filter(pk__in=sorted(latest), confirmed_at__isnull=True)
+        .exclude(status=Incident.Status.RESOLVED)
+        .order_by("id")
+    )
+    windows: dict[int, K.IncidentWindows] = {}
+    ids: list[int] = []
+    now = timezone.now()
+    for inc in pending:
+        w = windows.get(inc.project_id) or windows.setdefault(
+            inc.project_id, selectors.incident_windows(project_id=inc.project_id)
+        )
+        if (inc.last_seen - inc.first_seen).total_seconds() < w.confirm_seconds:
+            continue
+        if _confirm(inc, now=now, reason="lasted"):
+            ids += _event_record(inc, "opened")
+        inc.save()
+    _enqueue_after_commit(ids)
 
 
 # --- the sweep: unmute, auto-resolve, release held messages --------------------------------------
@@ -390,11 +478,20 @@ def incidents_sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) ->
             inc = Incident.objects.select_for_update().filter(pk=iid).first()
             if inc is None or inc.status != Incident.Status.MUTED or (inc.muted_until or now) > now:
                 continue
-            inc.status = Incident.Status.ACKNOWLEDGED if inc.acknowledged_at else Incident.Status.OPEN
+            if inc.acknowledged_at:
+                inc.status = Incident.Status.ACKNOWLEDGED
+            else:
+                inc.status = Incident.Status.OPEN if inc.confirmed_at else Incident.Status.PENDING
             inc.muted_until = None
-            ids = (
-                _event_record(inc, "escalated") if _rank(inc.severity) > _rank(inc.notified_severity) else []
-            )
+            if inc.confirmed_at is None:
+                ids = []
+            elif inc.event_sequence == 0:
+                # Confirmed while muted: its "opened" was held until now.
+                ids = _event_record(inc, "opened")
+            elif _rank(inc.severity) > _rank(inc.notified_severity):
+                ids = _event_record(inc, "escalated")
+            else:
+                ids = []
             inc.save()
             _enqueue_after_commit(ids)
             unmuted += 1
@@ -436,6 +533,11 @@ def _resolve(inc: Incident, *, now: datetime, user: Any) -> list[int]:
     inc.resolved_by = user if getattr(user, "pk", None) else None
     inc.resolution = Incident.Resolution.USER if inc.resolved_by else Incident.Resolution.AUTO
     inc.muted_until = None
+    if inc.confirmed_at is None:
+        # Never confirmed, never announced: it ends as silently as it lived.
+        if not inc.resolved_by:
+            inc.resolution = Incident.Resolution.TRANSIENT
+        return []
     if was_muted:
         # Silenced to the end: nothing was announced while muted, and nothing is now.
         return []
@@ -487,13 +589,15 @@ def _enqueue_now(ids: list[int]) -> None:
 
 # --- what people do to an incident ------------------------------------------------------------
 def incident_acknowledge(*, incident: Incident, user: Any) -> Incident:
-    """open -> acknowledged (no message; an acknowledged incident still resolves when quiet)."""
+    """open (or pending) -> acknowledged (no message; an acknowledged incident still resolves when
+    quiet, and a pending one still announces itself when it is confirmed)."""
     with transaction.atomic():
         inc = Incident.objects.select_for_update().get(pk=incident.pk)
-        if inc.status in (Incident.Status.OPEN, Incident.Status.MUTED) and inc.acknowledged_at is None:
+        live = (Incident.Status.PENDING, Incident.Status.OPEN, Incident.Status.MUTED)
+        if inc.status in live and inc.acknowledged_at is None:
             inc.acknowledged_at = timezone.now()
             inc.acknowledged_by = user if getattr(user, "pk", None) else None
-            if inc.status == Incident.Status.OPEN:
+            if inc.status != Incident.Status.MUTED:
                 inc.status = Incident.Status.ACKNOWLEDGED
             inc.save(update_fields=["status", "acknowledged_at", "acknowledged_by", "updated_at"])
             logger.info("alerts.incident_acknowledged project_id=%s incident_id=%s", inc.project_id, inc.pk)

@@ -15,7 +15,7 @@ Content is read from the first convention that carries it:
    `gen_ai.choice`).
 
 One module, over the usual size, for one mapping: the readers of the four conventions all
-fill one `_Content`, and `span_to_snapshot` tries them in the order above, so the precedence
+fill one `_Content`, and `_span_content` tries them in the order above, so the precedence
 between conventions is decided in one place.
 """
 
@@ -304,6 +304,68 @@ def _tool_response(p: dict[str, Any], problems: list[str] | None) -> str:
     return ""
 
 
+def _genai_parts(m: dict[str, Any]) -> list[Any]:
+    """The parts of GenAI message M; a message with `content` and no `parts` is one text part."""
+    parts = m.get("parts")
+    if parts is None and "content" in m:
+        content = m.get("content")
+        if isinstance(content, list) and content and all(isinstance(p, dict) for p in content):
+            # Provider content blocks as the message's content (Anthropic's text / tool_use).
+            parts = content
+        else:
+            parts = [{"type": "text", "content": content}]
+    return parts if isinstance(parts, list) else []
+
+
+@dataclass
+class _Parts:
+    """A GenAI message's parts by what each becomes."""
+
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # summary messages, first
+    texts: list[str] = field(default_factory=list)
+    others: list[dict[str, Any]] = field(default_factory=list)  # kept as content parts, as sent
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)  # tool messages
+
+
+def _sorted_parts(
+    parts: list[Any], role: str, compactions: list[dict[str, Any]] | None, problems: list[str] | None
+) -> _Parts:
+    out = _Parts()
+    for p in parts:
+        if not isinstance(p, dict):
+            continue
+        ptype = p.get("type")
+        if ptype == "text":
+            out.texts.append(_text(p.get("content") if "content" in p else p.get("text")))
+        elif ptype == "tool_call":
+            out.calls.append(
+                {
+                    "id": str(p.get("id") or ""),
+                    "type": "function",
+                    "function": {
+                        "name": str(p.get("name") or ""),
+                        "arguments": _genai_arguments(p.get("arguments")),
+                    },
+                }
+            )
+        elif ptype == "tool_use":
+            out.calls.append(_tool_use_call(p))
+        elif ptype == "tool_call_response":
+            out.results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(p.get("id") or ""),
+                    "content": _tool_response(p, problems),
+                }
+            )
+        elif ptype == COMPACTION:
+            out.summaries.append(_compaction_message(p, role, compactions))
+        else:
+            out.others.append(p)
+    return out
+
+
 def _genai_message(
     m: Any, compactions: list[dict[str, Any]] | None = None, problems: list[str] | None = None
 ) -> list[dict[str, Any]]:
@@ -315,70 +377,28 @@ def _genai_message(
     if m.get("type") == COMPACTION and "parts" not in m:
         return [_compaction_message(m, str(m.get("role") or "user"), compactions)]
     role = str(m.get("role") or "user")
-    summaries: list[dict[str, Any]] = []
-    texts: list[str] = []
-    others: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    parts = m.get("parts")
-    if parts is None and "content" in m:
-        content = m.get("content")
-        if isinstance(content, list) and content and all(isinstance(p, dict) for p in content):
-            # Provider content blocks as the message's content (Anthropic's text / tool_use).
-            parts = content
-        else:
-            parts = [{"type": "text", "content": content}]
-    for p in parts if isinstance(parts, list) else []:
-        if not isinstance(p, dict):
-            continue
-        ptype = p.get("type")
-        if ptype == "text":
-            texts.append(_text(p.get("content") if "content" in p else p.get("text")))
-        elif ptype == "tool_call":
-            calls.append(
-                {
-                    "id": str(p.get("id") or ""),
-                    "type": "function",
-                    "function": {
-                        "name": str(p.get("name") or ""),
-                        "arguments": _genai_arguments(p.get("arguments")),
-                    },
-                }
-            )
-        elif ptype == "tool_use":
-            calls.append(_tool_use_call(p))
-        elif ptype == "tool_call_response":
-            results.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": str(p.get("id") or ""),
-                    "content": _tool_response(p, problems),
-                }
-            )
-        elif ptype == COMPACTION:
-            summaries.append(_compaction_message(p, role, compactions))
-        else:
-            others.append(p)
+    parts = _sorted_parts(_genai_parts(m), role, compactions, problems)
+    calls = parts.calls
     if isinstance(m.get("tool_calls"), list):
         # The OpenAI chat shape beside the parts (LiteLLM writes its messages so); a call that
         # is also a `tool_use` part is the same call.
         have = {c["id"] for c in calls}
         calls += [c for c in _event_calls(m["tool_calls"]) if not have or (c["id"] and c["id"] not in have)]
-    if role == "tool" and results:
-        return summaries + results
+    if role == "tool" and parts.results:
+        return parts.summaries + parts.results
     msg: dict[str, Any] = {
         "role": role if role in ("system", "user", "assistant", "tool", "developer") else "user"
     }
-    if others:
-        msg["content"] = [{"type": "text", "text": t} for t in texts] + others
+    if parts.others:
+        msg["content"] = [{"type": "text", "text": t} for t in parts.texts] + parts.others
     else:
-        msg["content"] = "\n".join(texts) if texts else None
+        msg["content"] = "\n".join(parts.texts) if parts.texts else None
     if calls:
         msg["tool_calls"] = calls
     if role == "tool" and (m.get("tool_call_id") or m.get("id")):
         msg["tool_call_id"] = str(m.get("tool_call_id") or m.get("id"))
     out = [msg] if (msg.get("content") is not None or calls) else []
-    return summaries + out + results
+    return parts.summaries + out + parts.results
 
 
 def _genai_tool(t: Any) -> dict[str, Any] | None:
@@ -899,6 +919,144 @@ def _iso(ns: int) -> str:
 # --- the mapping ------------------------------------------------------------------------
 
 
+def _genai_attributes(span: Span, details: list[LogRecord]) -> dict[str, Any]:
+    """The GenAI content attributes of SPAN's call, gathered from wherever they were sent."""
+    # The GenAI content may sit on the span, its details event or a details log record; each
+    # of the four attributes is taken from the first that has it.
+    genai: dict[str, Any] = {}
+    for source in (
+        *(
+            r.attributes | (r.body if isinstance(r.body, dict) else {})
+            for r in details
+            if r.event_name == DETAILS_EVENT
+        ),
+        *(e.attributes for e in span.events if e.name == DETAILS_EVENT),
+        span.attributes,
+    ):
+        genai.update({k: v for k, v in source.items() if k in _GENAI_CONTENT and v is not None})
+    return genai
+
+
+def _span_content(span: Span, details: list[LogRecord]) -> _Content:
+    """The messages, tools and output of SPAN's call from the first convention that carries
+    them (the module's docstring gives the order), with the problems found in them."""
+    attrs = span.attributes
+    content = _Content()
+    (
+        _genai_content(_genai_attributes(span, details), content)
+        or _oi_content(attrs, content)
+        or _ollm_content(attrs, content)
+        or _event_content([*span.events, *details], content)
+    )
+    # GenAI messages with OpenLLMetry's tool attributes beside them (LiteLLM sends so).
+    if not content.tools:
+        content.tools = _ollm_tools(attrs, content.problems)
+    if content.output is not None and not content.output["tool_calls"]:
+        completions = _indexed(attrs, "gen_ai.completion")
+        if completions:
+            reply = _ollm_message(completions[min(completions)])
+            content.output["tool_calls"] = reply.get("tool_calls") or []
+    content.problems.extend(_tool_result_problems(content.messages))
+    if _redacted(content.messages, content.output):
+        content.problems.append("content was redacted (__REDACTED__)")
+    return content
+
+
+def _model_name(attrs: dict[str, Any]) -> str:
+    return str(
+        _first(attrs, "gen_ai.request.model", "llm.model_name", "gen_ai.response.model", "llm.request.model")
+        or _invocation_model(attrs)
+        or "unknown"
+    )
+
+
+def _span_tags(span: Span, convention: str) -> dict[str, str]:
+    """The tags naming where the snapshot came from: source, convention and the span's ids."""
+    tags: dict[str, str] = {
+        TAG_SOURCE: "otlp",
+        TAG_CONVENTION: convention,
+        TAG_TRACE: span.trace_id,
+        TAG_SPAN: span.span_id,
+    }
+    if span.parent_span_id:
+        tags[TAG_PARENT] = span.parent_span_id
+    return tags
+
+
+def _context_window(
+    span: Span, model: str, model_windows: Mapping[str, int] | None, tags: dict[str, str]
+) -> int:
+    """The window the span names, else MODEL's (MODEL_WINDOWS first), else the default, which
+    TAGS then mark as assumed."""
+    key = "ctxobs.context.window_size"
+    sent = _int(_first(span.attributes, key) or span.resource.get(key))
+    window = sent or context_window_for(model, overrides=model_windows)
+    if not window:
+        window = DEFAULT_CONTEXT_WINDOW
+        tags[TAG_WINDOW] = "assumed"
+    return int(window)
+
+
+def _with_tools_block(raw_blocks: list[dict[str, Any]], has_tools: bool) -> list[dict[str, Any]]:
+    """RAW_BLOCKS as wire blocks, with the message-less block the tool definitions are counted on
+    (when the call sent tools) after the leading system blocks."""
+    blocks: list[dict[str, Any]] = []
+    tools_at = -1
+    if has_tools:
+        tools_at = next((i for i, b in enumerate(raw_blocks) if b.get("kind") != "system"), len(raw_blocks))
+    for i, b in enumerate(raw_blocks):
+        if i == tools_at:
+            blocks.append({"key": "tools", "kind": "tools", "messages": []})
+        wb: dict[str, Any] = {"key": b["key"], "kind": b["kind"], "messages": b["messages"]}
+        if b.get("pinned"):
+            wb["pinned"] = True
+        blocks.append(wb)
+    if has_tools and tools_at == len(raw_blocks):
+        blocks.append({"key": "tools", "kind": "tools", "messages": []})
+    return blocks
+
+
+def _span_blocks(
+    span: Span, details: list[LogRecord], content: _Content, model: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The wire blocks of the call's messages (as a `ctxobs.blocks` attribute names them, else as
+    the SDK partitions them) and its compression events."""
+    messages = content.messages
+    blocks_spec = span.attributes.get("ctxobs.blocks")
+    raw_blocks = _named_blocks(blocks_spec, messages, content.problems) if blocks_spec is not None else None
+    if raw_blocks is None:
+        raw_blocks = default_partitioner(messages) if messages else []
+    compression = _compression_events(raw_blocks, content, model) if content.compactions else []
+    compression += _compacted_events([*span.events, *details])
+    return _with_tools_block(raw_blocks, bool(content.tools)), compression
+
+
+def _span_output(span: Span, content: _Content, usage: dict[str, int]) -> dict[str, Any]:
+    """The wire output: the reply read, its finish reason, USAGE and the call's latency."""
+    output = dict(content.output) if content.output is not None else {"text": None, "tool_calls": []}
+    if not output.get("finish_reason"):
+        reasons = span.attributes.get("gen_ai.response.finish_reasons")
+        if isinstance(reasons, list) and reasons:
+            output["finish_reason"] = str(reasons[0])
+    output["usage"] = usage
+    if span.end_ns > span.start_ns > 0:
+        output["latency_ms"] = round((span.end_ns - span.start_ns) / 1e6, 3)
+    return output
+
+
+def _agent(span: Span, ancestors: list[Span]) -> str:
+    """The agent named on the span, else on its nearest ancestor naming one, else the service."""
+    agent = _first(span.attributes, "gen_ai.agent.name")
+    if agent is None:
+        agent = next(
+            (a.attributes["gen_ai.agent.name"] for a in ancestors if a.attributes.get("gen_ai.agent.name")),
+            None,
+        )
+    if agent is None:
+        agent = span.resource.get("service.name") or ""
+    return str(agent)[: LIMITS.max_id_chars]
+
+
 def span_to_snapshot(
     span: Span,
     *,
@@ -911,83 +1069,15 @@ def span_to_snapshot(
     identity attributes (conversation, agent); DETAILS are log records joined on the span's ids;
     MODEL_WINDOWS (the project's) override the model registry's context windows."""
     attrs = span.attributes
+    ancestors = ancestors or []
+    details = details or []
     convention = convention_of(attrs) or "genai"
-    chain = [attrs, *(a.attributes for a in ancestors or [])]
-    content = _Content()
-    # The GenAI content may sit on the span, its details event or a details log record; each
-    # of the four attributes is taken from the first that has it.
-    genai: dict[str, Any] = {}
-    for source in (
-        *(
-            r.attributes | (r.body if isinstance(r.body, dict) else {})
-            for r in details or []
-            if r.event_name == DETAILS_EVENT
-        ),
-        *(e.attributes for e in span.events if e.name == DETAILS_EVENT),
-        attrs,
-    ):
-        genai.update({k: v for k, v in source.items() if k in _GENAI_CONTENT and v is not None})
-    (
-        _genai_content(genai, content)
-        or _oi_content(attrs, content)
-        or _ollm_content(attrs, content)
-        or _event_content([*span.events, *(details or [])], content)
-    )
-    # GenAI messages with OpenLLMetry's tool attributes beside them (LiteLLM sends so).
-    if not content.tools:
-        content.tools = _ollm_tools(attrs, content.problems)
-    if content.output is not None and not content.output["tool_calls"]:
-        completions = _indexed(attrs, "gen_ai.completion")
-        if completions:
-            reply = _ollm_message(completions[min(completions)])
-            content.output["tool_calls"] = reply.get("tool_calls") or []
+    content = _span_content(span, details)
     problems = content.problems
-    problems.extend(_tool_result_problems(content.messages))
-    if _redacted(content.messages, content.output):
-        problems.append("content was redacted (__REDACTED__)")
-
-    model = str(
-        _first(attrs, "gen_ai.request.model", "llm.model_name", "gen_ai.response.model", "llm.request.model")
-        or _invocation_model(attrs)
-        or "unknown"
-    )
-    window_attr = _int(
-        _first(attrs, "ctxobs.context.window_size") or span.resource.get("ctxobs.context.window_size")
-    )
-    tags: dict[str, str] = {
-        TAG_SOURCE: "otlp",
-        TAG_CONVENTION: convention,
-        TAG_TRACE: span.trace_id,
-        TAG_SPAN: span.span_id,
-    }
-    if span.parent_span_id:
-        tags[TAG_PARENT] = span.parent_span_id
-    window = window_attr or context_window_for(model, overrides=model_windows)
-    if not window:
-        window = DEFAULT_CONTEXT_WINDOW
-        tags[TAG_WINDOW] = "assumed"
-
-    messages = content.messages
-    blocks_spec = attrs.get("ctxobs.blocks")
-    raw_blocks = _named_blocks(blocks_spec, messages, problems) if blocks_spec is not None else None
-    if raw_blocks is None:
-        raw_blocks = default_partitioner(messages) if messages else []
-    compression = _compression_events(raw_blocks, content, model) if content.compactions else []
-    compression += _compacted_events([*span.events, *(details or [])])
-    blocks: list[dict[str, Any]] = []
-    tools_at = -1
-    if content.tools:
-        tools_at = next((i for i, b in enumerate(raw_blocks) if b.get("kind") != "system"), len(raw_blocks))
-    for i, b in enumerate(raw_blocks):
-        if i == tools_at:
-            blocks.append({"key": "tools", "kind": "tools", "messages": []})
-        wb: dict[str, Any] = {"key": b["key"], "kind": b["kind"], "messages": b["messages"]}
-        if b.get("pinned"):
-            wb["pinned"] = True
-        blocks.append(wb)
-    if content.tools and tools_at == len(raw_blocks):
-        blocks.append({"key": "tools", "kind": "tools", "messages": []})
-
+    model = _model_name(attrs)
+    tags = _span_tags(span, convention)
+    window = _context_window(span, model, model_windows, tags)
+    blocks, compression = _span_blocks(span, details, content, model)
     usage, usage_tags = _usage(attrs, convention)
     tags.update(usage_tags)
     if not content.found:
@@ -1011,38 +1101,19 @@ def span_to_snapshot(
     params = _params(attrs)
     if content.tools:
         params["tools"] = content.tools
-    output = dict(content.output) if content.output is not None else {"text": None, "tool_calls": []}
-    if not output.get("finish_reason"):
-        reasons = attrs.get("gen_ai.response.finish_reasons")
-        if isinstance(reasons, list) and reasons:
-            output["finish_reason"] = str(reasons[0])
-    output["usage"] = usage
-    if span.end_ns > span.start_ns > 0:
-        output["latency_ms"] = round((span.end_ns - span.start_ns) / 1e6, 3)
+    output = _span_output(span, content, usage)
     if span.status_code == 2:
         tags["error"] = (span.status_message or "error")[:200]
-
-    agent = _first(attrs, "gen_ai.agent.name")
-    if agent is None:
-        agent = next(
-            (
-                a.attributes["gen_ai.agent.name"]
-                for a in ancestors or []
-                if a.attributes.get("gen_ai.agent.name")
-            ),
-            None,
-        )
-    if agent is None:
-        agent = span.resource.get("service.name") or ""
+    chain = [attrs, *(a.attributes for a in ancestors)]
     snapshot: dict[str, Any] = {
         "snapshot_id": snapshot_id_for(span.trace_id, span.span_id),
         # Never cut: two long ids sharing a prefix would merge two conversations. An id over the
         # limit is refused by validation and reported in the export's partial_success.
         "session_id": _session_id(chain, span.resource, span.trace_id),
         "turn": turn,
-        "agent": str(agent)[: LIMITS.max_id_chars],
+        "agent": _agent(span, ancestors),
         "ts": _iso(span.start_ns),
-        "model": {"name": model[: LIMITS.max_id_chars], "context_window": int(window)},
+        "model": {"name": model[: LIMITS.max_id_chars], "context_window": window},
         "params": params,
         "blocks": blocks,
         "output": output,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from alerts.models import IncidentPolicy
 from alerts.services import evaluation as alert_evaluation
 from ingest.models import Snapshot
 from insights import pipeline
@@ -33,6 +34,14 @@ def sized_snapshot(
         block("history", "history", f"history up to turn {turn}", tokens=max(0, rest)),
     ]
     return snapshot(session_id=session_id, turn=turn, blocks=blocks, context_window=window, **kw)
+
+
+def confirm_at_once(project: Any) -> None:
+    """Incidents of PROJECT are confirmed (and announced) by their first alert. By default a lone
+    alert's incident stays pending and silent until a second session, more turns or a critical
+    alert confirm it (alerts.services.incidents): tests about what channels get, with one alert,
+    use this."""
+    IncidentPolicy.objects.update_or_create(project=project, defaults={"confirm_sessions": 1})
 
 
 class Poster:

@@ -20,7 +20,7 @@ from alerts.services import channels as alert_channels
 from alerts.services import delivery as alert_delivery
 from alerts.services import evaluation as alert_evaluation
 from core.models import Membership
-from tests.alerts.conftest import sized_snapshot
+from tests.alerts.conftest import confirm_at_once, sized_snapshot
 from tests.alerts.receiver import Receiver
 from tests.alerts.smtp_server import SmtpServer
 
@@ -41,9 +41,11 @@ def webhook(project, url: str, **data) -> tuple[Channel, str]:
 
 
 def raise_one_alert(poster, session_id: str = "s-1") -> Alert:
+    """One warning alert, whose incident is announced at once (confirm_at_once)."""
     AlertRule.objects.filter(project=poster.project).exclude(
         kind="tier_crossing", params__tier="force"
     ).delete()
+    confirm_at_once(poster.project)
     poster.post(
         [
             sized_snapshot(turn=0, fill=0.3, session_id=session_id),

@@ -19,7 +19,7 @@ from alerts.models import Alert, AlertRule, Delivery, PendingEvaluation
 from alerts.services import channels as alert_channels
 from alerts.services import delivery as alert_delivery
 from ingest.models import Snapshot
-from tests.alerts.conftest import sized_snapshot
+from tests.alerts.conftest import confirm_at_once, sized_snapshot
 from tests.alerts.processes import Stack
 from tests.alerts.receiver import Receiver
 from tests.processes import keep_logs_on_failure
@@ -115,6 +115,7 @@ def test_a_webhook_in_flight_holds_no_lock_and_a_killed_worker_is_redelivered_af
     project.allow_private_endpoints = True
     project.save()
     force_rule_only(project)
+    confirm_at_once(project)  # the session's one alert is announced, not left pending
     with Receiver(slow_first=1, slow_seconds=60) as rx:
         channel, rx.secret = alert_channels.channel_create(
             project=project,

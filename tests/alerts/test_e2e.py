@@ -8,7 +8,7 @@ import pytest
 from alerts.models import Alert, Delivery
 from alerts.tasks import alerts_deliver_task, alerts_evaluate_task
 from ingest.models import AgentSession
-from tests.alerts.conftest import sized_snapshot
+from tests.alerts.conftest import confirm_at_once, sized_snapshot
 from tests.alerts.receiver import Receiver
 from tests.waiting import wait_until
 
@@ -20,6 +20,7 @@ def test_ingest_to_alert_to_webhook_through_the_worker(celery_worker_process, ap
 
     project.allow_private_endpoints = True
     project.save()
+    confirm_at_once(project)  # one session's alerts: announced at once, not left pending
     with Receiver(fail_first=1) as rx:
         channel, secret = alert_channels.channel_create(
             project=project, kind="webhook", data={"name": "hook", "url": rx.url, "timeout_seconds": 3}

@@ -41,9 +41,17 @@ def with_incidents(poster: Poster, project: Project) -> dict[str, Incident]:
     _jump(poster, "s-1", agent="travel-bot", minutes_ago=20)
     _jump(poster, "s-2", agent="travel-bot", minutes_ago=15)
     _jump(poster, "s-9", agent="billing-bot", minutes_ago=90)
+    # One session of search-bot, one turn: pending, not confirmed (nothing paged).
+    _jump(poster, "s-5", agent="search-bot", minutes_ago=5)
     billing = Incident.objects.get(project=project, agent="billing-bot")
     incident_resolve(incident=billing, user=user)
-    return {"travel": Incident.objects.get(project=project, agent="travel-bot"), "billing": billing}
+    pending = Incident.objects.get(project=project, agent="search-bot")
+    assert pending.status == "pending"
+    return {
+        "travel": Incident.objects.get(project=project, agent="travel-bot"),
+        "billing": billing,
+        "pending": pending,
+    }
 
 
 def test_a_person_triages_an_incident_from_the_alerts_entry(
@@ -62,7 +70,7 @@ def test_a_person_triages_an_incident_from_the_alerts_entry(
 
 
 def _triage_an_incident(page: Any, live_server: Any, incidents: dict[str, Incident]) -> None:
-    travel, billing = incidents["travel"], incidents["billing"]
+    travel, billing, pending = incidents["travel"], incidents["billing"], incidents["pending"]
     pid = travel.project_id
     base = live_server.url.replace("127.0.0.1", "localhost")
     _login(page, base)
@@ -79,9 +87,19 @@ def _triage_an_incident(page: Any, live_server: Any, incidents: dict[str, Incide
     page.wait_for_url("**status=resolved")
     assert [rows.nth(i).get_attribute("id") for i in range(rows.count())] == [f"incident-{billing.pk}"]
     assert "resolved" in rows.first.locator("td.state").inner_text()
+    # Pending incidents are one tab away, counted in the tab's label.
+    tab = page.locator("nav.status-tabs a[data-status=pending]")
+    assert " ".join(tab.inner_text().split()) == "pending 1"
+    assert " ".join(page.locator("nav.status-tabs a[data-status=transient]").inner_text().split()) == (
+        "transient 0"
+    )
+    tab.click()
+    page.wait_for_url("**status=pending")
+    assert [rows.nth(i).get_attribute("id") for i in range(rows.count())] == [f"incident-{pending.pk}"]
+    assert rows.first.locator("td.state").inner_text().strip() == "pending"
     page.click("nav.status-tabs a[data-status=all]")
     page.wait_for_url("**status=all")
-    assert rows.count() == 2
+    assert rows.count() == 3
     # The agent filter swaps the table in place (htmx) and keeps the status.
     page.select_option("form.filters select[name=agent]", "travel-bot")
     page.wait_for_function("() => document.querySelectorAll('#incidents-table tr.incident-row').length === 1")

@@ -16,6 +16,7 @@ from alerts.tasks import alerts_deliver_task
 from core import registry
 from core.services import project_triage_set
 from replay.models import Triage
+from tests.alerts.conftest import confirm_at_once
 from tests.alerts.receiver import Receiver
 from tests.alerts.test_delivery import run_delivery, webhook
 from tests.alerts.test_incidents import jump
@@ -25,8 +26,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def private_ok(project):
+    """The messages of each state change: incidents announced by their first alert (the pending
+    stage has tests of its own, below)."""
     project.allow_private_endpoints = True
     project.save()
+    confirm_at_once(project)
     return project
 
 
@@ -221,6 +225,7 @@ def test_email_channel_gets_the_incident_digest(poster, project, mailoutbox):
     alert_channels.channel_create(
         project=project, kind="email", data={"name": "oncall", "recipients": "a@example.com"}
     )
+    confirm_at_once(project)
     jump(poster, "s-0")
     for did in Delivery.objects.values_list("id", flat=True):
         assert alert_delivery.delivery_attempt(delivery_id=did) is None

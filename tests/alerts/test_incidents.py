@@ -14,7 +14,7 @@ from alerts import kinds as K
 from alerts.models import Alert, Incident, IncidentPolicy
 from alerts.services.incidents import incidents_sweep
 from alerts.tasks import alerts_incidents_sweep_task
-from tests.alerts.conftest import sized_snapshot
+from tests.alerts.conftest import confirm_at_once, sized_snapshot
 from tests.alerts.test_api import csrf, editor_client
 from tests.factories import block
 
@@ -50,7 +50,9 @@ def test_three_rules_firing_on_one_turn_make_one_incident(poster, project):
     assert inc.severity == "warning", "the highest of its alerts (compress is info)"
     assert inc.cause == "context_pressure:history" and inc.agent == "travel-bot"
     assert inc.title == "The history overflowed the window in 1 session of agent travel-bot since 08:00 UTC"
-    assert inc.first_seen == T0 + timedelta(seconds=10) and inc.status == "open"
+    assert inc.first_seen == T0 + timedelta(seconds=10)
+    # One turn of one session, no critical alert: pending until confirmed (test_incident_pending).
+    assert inc.status == "pending" and inc.confirmed_at is None
 
 
 def test_a_later_alert_of_another_rule_within_the_session_window_joins_the_incident(poster, project):
@@ -111,6 +113,7 @@ def test_a_project_policy_narrows_the_cross_session_window(poster, project):
 
 
 def test_a_quiet_incident_resolves_itself_and_the_cause_returning_reopens_it(poster, project):
+    confirm_at_once(project)  # only a confirmed incident reopens
     start = timezone.now().replace(microsecond=0) - timedelta(hours=5)
     jump(poster, "s-1", at=start)
     (inc,) = Incident.objects.filter(project=project)
@@ -160,6 +163,8 @@ def test_an_episode_that_goes_on_keeps_its_incident_from_resolving(poster, proje
     (inc,) = Incident.objects.filter(project=project)
     assert inc.alert_count == Alert.objects.filter(project=project).count() == 3
     assert inc.last_seen == start + timedelta(minutes=36)
+    # One session, but its condition lasted past the confirmation period (15 minutes).
+    assert inc.status == "open" and inc.confirmed_at is not None
     assert incidents_sweep(now=start + timedelta(minutes=36 + 29)).resolved == 0
     assert incidents_sweep(now=start + timedelta(minutes=36 + 31)).resolved == 1
 

@@ -84,11 +84,15 @@ def _finished(project: Any, ref: int) -> Triage | None:
 def test_an_alert_on_a_planted_fact_turn_is_triaged_by_itself_and_named_everywhere(
     celery_worker_process: Any, api: Any, counted_local_endpoint: Any
 ) -> None:
+    from alerts.models import IncidentPolicy
     from alerts.services import channels as alert_channels
 
     ep, proxy = counted_local_endpoint
     project = ep.project
     project_triage_set(project=project, enabled=True, daily_calls=50)
+    # One alert's incident is announced at once (by default it waits, pending, for a second
+    # session, more turns or a critical alert: alerts.services.incidents).
+    IncidentPolicy.objects.update_or_create(project=project, defaults={"confirm_sessions": 1})
     with Receiver() as rx:
         _, secret = alert_channels.channel_create(
             project=project, kind="webhook", data={"name": "hook", "url": rx.url, "timeout_seconds": 3}

@@ -521,12 +521,15 @@ def channel_list(request: HttpRequest, project_id: int) -> HttpResponse:
         "min_severity": "info",
         "timeout_seconds": 5,
         "max_attempts": 5,
+        "max_per_hour": K.DEFAULT_CHANNEL_MAX_PER_HOUR,
     }
     status = 200
     if request.method == "POST":
         data = {
             k: request.POST.get(k, "")
-            for k in ("name", "url", "recipients", "min_severity", "timeout_seconds", "max_attempts")
+            for k in (
+                "name", "url", "recipients", "min_severity", "timeout_seconds", "max_attempts", "max_per_hour"
+            )
         }
         try:
             channel, secret = channel_services.channel_create(project=project, kind=kind, data=data)
@@ -624,6 +627,15 @@ def channel_action(request: HttpRequest, project_id: int, channel_id: int, actio
     elif action == "toggle":
         channel_services.channel_update(channel=channel, data={"enabled": not channel.enabled})
         messages.success(request, f"Channel {'enabled' if channel.enabled else 'disabled'}.")
+    elif action == "limit":
+        try:
+            channel_services.channel_update(
+                channel=channel, data={"max_per_hour": request.POST.get("max_per_hour", "")}
+            )
+        except InvalidChannel as exc:
+            messages.error(request, "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+        else:
+            messages.success(request, f"At most {channel.max_per_hour} messages an hour.")
     elif action == "delete":
         channel_services.channel_delete(channel=channel)
         messages.success(request, "Channel deleted.")

@@ -412,9 +412,15 @@ class _Instrumentation:
             call.chunks = chunks
             if error is not None:
                 call.error = type(error).__name__
-            self.obs.transport.enqueue(call, digest=call.digest)
+            item = self._queued(call)
+            self.obs.transport.enqueue(item, digest=item.digest)
         except Exception:  # noqa: BLE001
             log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
+
+    def _queued(self, call: _Call) -> Any:
+        """What goes on the transport's queue for the finished CALL: an item with `digest()` (read
+        the reply on the reader thread) and `snapshot_id`."""
+        return call
 
     def _turn(self, call: _Call) -> Turn:
         turn = self._new_turn(call, _NOT_PARAMS)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 from typing import Any
 
 from ctxobs import tokens
@@ -446,27 +445,9 @@ class _AnthropicInstrumentation(_Instrumentation):
             log.exception("ctxobs.instrument.begin_failed")
             return clean, None
 
-    def finish(
-        self,
-        call: _Call | None,
-        response: Any = None,
-        error: BaseException | None = None,
-        *,
-        chunks: list[Any] | None = None,
-    ) -> None:
-        """Queue the finished call; its reply is read on the transport's threads."""
-        if call is None:
-            return
-        try:
-            call.latency_ms = (time.perf_counter() - call.t0) * 1000
-            call.response = response
-            call.chunks = chunks
-            if error is not None:
-                call.error = type(error).__name__
-            record = _Record(self, call)
-            self.obs.transport.enqueue(record, digest=record.digest)
-        except Exception:  # noqa: BLE001
-            log.exception("ctxobs.instrument.record_failed session_id=%s", call.session_id)
+    def _queued(self, call: _Call) -> _Record:
+        # Anthropic's reply is read into a snapshot of its own shape, on the transport's threads.
+        return _Record(self, call)
 
     def _anthropic_turn(self, call: _Call) -> tuple[Turn, list[Message], list[str]]:
         """The call's Turn, its messages in the chat shape and the keys of its conversation

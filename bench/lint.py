@@ -2,6 +2,7 @@
 running it costs ingest.
 
     python bench/lint.py [--per-check 50] [--clean 100] [--batches 30] [--rounds 2] [--scores-only]
+                         [--holdout MODULE ...]
 
 1. Precision/recall, per check, printed as a table. Two labelled sets: bench/lint_cases.py
    generates two-turn sessions, for every check PER_CHECK with the fault planted (in several
@@ -13,7 +14,9 @@ running it costs ingest.
    another check's session is a false positive. Computed twice: in process (insights.lint on the
    wire form) and end to end, from the findings the worker stored after both sets went through
    the HTTP API. --scores-only stops after the in-process table; --rounds 0 after the
-   end-to-end one.
+   end-to-end one. Then prompt_injection, in process, on each --holdout set: single calls in the
+   format of bench/lint_injection_dev2.py (written apart from the check; the check was tuned on it
+   after it had served as the holdout) -- point it at the blind set to measure the check.
 2. Ingest-rate cost. gunicorn (2 workers) and one Celery worker (the default/alerts queues,
    concurrency 2) on this machine, realistic snapshots (bench/ingest_rate.py: 12 blocks, ~6k
    tokens) POSTed in batches of 100 from 4 threads, with the lint on (CTXOBS_LINT=1) and off
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
 import json
 import os
 import statistics
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +64,10 @@ from core.tasking import worker_argv  # noqa: E402
 from ingest.models import Snapshot  # noqa: E402
 from insights import lint  # noqa: E402
 from insights.models import Finding, PendingAnalysis  # noqa: E402
+
+# The prompt_injection set written apart from the check, which served as its holdout until the
+# check was tuned on it (development data since); the blind set replaces it as the measure.
+DEV2 = "bench.lint_injection_dev2"
 
 
 def scores(cases: list[Case], found: dict[str, set[str]]) -> dict[str, dict[str, float]]:
@@ -102,15 +111,15 @@ def in_process(cases: list[Case]) -> dict[str, set[str]]:
     return found
 
 
-def holdout_scores() -> dict[str, Any]:
-    """prompt_injection on bench/lint_injection_holdout.py, a set written without reference to the
-    check (one call each: the text in a retrieved document, tool result, memory or history), in
-    process: precision, recall and the cases it got wrong."""
-    from bench.lint_injection_holdout import CASES
-
+def holdout_scores(source: str | Sequence[Mapping[str, Any]] = DEV2) -> dict[str, Any]:
+    """prompt_injection on a set of single calls in the holdout format (a case: id, label and the
+    blocks of one call, the text in a retrieved document, tool result, memory or history), in
+    process: precision, recall and the cases it got wrong. SOURCE: a module holding such a set as
+    CASES (bench.lint_injection_dev2, or the blind set bench.lint_injection_blind), or the cases."""
+    cases = importlib.import_module(source).CASES if isinstance(source, str) else source
     tp = fp = fn = 0
     wrong: list[str] = []
-    for case in CASES:
+    for case in cases:
         blocks = [
             {**b, "tokens": b.get("tokens") or max(1, len(json.dumps(b["messages"])) // 4)}
             for b in case["blocks"]
@@ -123,7 +132,7 @@ def holdout_scores() -> dict[str, Any]:
         if got != case["label"]:
             wrong.append(case["id"])
     return {"precision": round(tp / (tp + fp), 3) if tp + fp else 1.0, "recall": round(tp / (tp + fn), 3),
-            "tp": tp, "fp": fp, "fn": fn, "cases": len(CASES), "wrong": wrong}
+            "tp": tp, "fp": fp, "fn": fn, "cases": len(cases), "wrong": wrong}
 
 
 def start_worker(lint_on: bool, log: Path) -> subprocess.Popen[bytes]:
@@ -226,9 +235,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs with the lint and without, alternating (0: no ingest-rate part)")
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--holdout", action="append", metavar="MODULE",
+                    help="a module holding a prompt_injection set in the holdout format as CASES, scored"
+                         f" in process (repeatable; default {DEV2})")
     ap.add_argument("--scores-only", action="store_true",
                     help="the in-process table only: no server, no worker")
     args = ap.parse_args()
+    args.holdout = args.holdout or [DEV2]
     started = time.perf_counter()
     from django.core.management import call_command
 
@@ -244,13 +257,15 @@ def main() -> None:
     local = local_sets[2]
     print_table(f"{len(generated)} generated + {len(injection)} injection-set sessions; in process"
                 f" ({lint_ms:.2f} ms per turn linted):", *local_sets)
-    holdout = holdout_scores()
-    print(f"prompt_injection on the independent holdout set ({holdout['cases']} cases): precision"
-          f" {holdout['precision']:.3f}, recall {holdout['recall']:.3f} (tp {holdout['tp']},"
-          f" fp {holdout['fp']}, fn {holdout['fn']}); wrong: {', '.join(holdout['wrong'])}", flush=True)
-    holdout_pr = [holdout["precision"], holdout["recall"]]
+    holdout_pr = {}
+    for module in args.holdout:
+        holdout = holdout_scores(module)
+        print(f"prompt_injection on {module} ({holdout['cases']} cases): precision"
+              f" {holdout['precision']:.3f}, recall {holdout['recall']:.3f} (tp {holdout['tp']},"
+              f" fp {holdout['fp']}, fn {holdout['fn']}); wrong: {', '.join(holdout['wrong'])}", flush=True)
+        holdout_pr[module] = [holdout["precision"], holdout["recall"]]
     if args.scores_only:
-        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_set": holdout_pr,
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_sets": holdout_pr,
                           "per_check": {c: [s["precision"], s["recall"]] for c, s in local.items()},
                           "injection_set": [local_sets[1][lint.PROMPT_INJECTION]["precision"],
                                             local_sets[1][lint.PROMPT_INJECTION]["recall"]],
@@ -262,7 +277,7 @@ def main() -> None:
     print_table("end to end (API + worker, stored findings):", *stored_sets)
 
     if args.rounds == 0:
-        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_set": holdout_pr,
+        print(json.dumps({"bench": "lint", "labelled_sessions": len(cases), "holdout_sets": holdout_pr,
                           "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
                           "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
                                             stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
@@ -292,7 +307,7 @@ def main() -> None:
         "per_check": {c: [s["precision"], s["recall"]] for c, s in stored.items()},
         "injection_set": [stored_sets[1][lint.PROMPT_INJECTION]["precision"],
                           stored_sets[1][lint.PROMPT_INJECTION]["recall"]],
-        "holdout_set": holdout_pr,
+        "holdout_sets": holdout_pr,
         "in_process_matches_stored": local == stored,
         "lint_ms_per_turn_in_process": round(lint_ms, 3),
         "snapshots_per_run": args.batches * IR.BATCH,

@@ -46,9 +46,9 @@ SEVERITY: dict[str, str] = {
     PROMPT_INJECTION: "critical",
 }
 EVIDENCE_CHARS = 300
-# The block kinds whose messages the checks read; of the others (system, tools, memory, summary)
-# only the size, flags and place count.
-MESSAGE_KINDS = ("constraints", "history", "tool_results", "retrieval", "user", "other")
+# The block kinds whose messages the checks read (memory and summary for prompt_injection alone);
+# of the others (system, tools) only the size, flags and place count.
+MESSAGE_KINDS = ("constraints", "history", "tool_results", "retrieval", "user", "other", "memory", "summary")
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,6 +482,9 @@ def tool_output_bloat(turn: LintTurn, prev: LintTurn | None, s: LintSettings) ->
 
 # --- 8. prompt-injection hint ---------------------------------------------------------------
 INJECTION_KINDS = ("tool_results", "retrieval")
+# Text the agent carries from turn to turn, which may hold what a tool or a page once said; it
+# addresses the model by design, so only the attack signals count in it.
+CARRIED_KINDS = ("memory", "summary")
 
 
 def _last_user_text(turn: LintTurn) -> str:
@@ -495,21 +498,22 @@ def _last_user_text(turn: LintTurn) -> str:
 
 def prompt_injection(turn: LintTurn, prev: LintTurn | None, s: LintSettings) -> Issue | None:
     """Instructions addressed to the model inside tool output or retrieved documents (tool
-    messages anywhere, every message of `tool_results` and `retrieval` blocks), told apart from
-    quotation, discussion and documentation of attacks by `insights.lint_injection`. User and
-    system text is never searched; the user's last message only says whether they asked about
-    the topic."""
+    messages anywhere, every message of `tool_results` and `retrieval` blocks) or carried in
+    memory and summaries, told apart from quotation, discussion and documentation of attacks by
+    `insights.lint_injection`. User and system text is never searched; the user's last message
+    only says whether they asked about the topic."""
     topic: bool | None = None
     hits: list[tuple[str, str, str]] = []
     for b, _i, m in _messages(turn):
-        if m.get("role") != "tool" and b.kind not in INJECTION_KINDS:
+        carried = b.kind in CARRIED_KINDS and m.get("role") != "tool"
+        if m.get("role") != "tool" and b.kind not in INJECTION_KINDS and not carried:
             continue
         text = message_text(m)
         if not text.strip():
             continue
         if topic is None:
             topic = asked_about_injection(_last_user_text(turn))
-        hint = injection_hint(text, topic=topic)
+        hint = injection_hint(text, topic=topic, carried=carried)
         if hint is not None:
             hits.append((b.key, *hint))
     if not hits:

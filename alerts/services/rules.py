@@ -45,7 +45,7 @@ DEFAULT_RULES: tuple[DefaultRule, ...] = (
     DefaultRule("Recall misses", K.RECALL_MISS_RATE, "info"),
     DefaultRule("Count drift", K.COUNT_DRIFT, "info"),
     DefaultRule("Red line lost", K.LINT_FINDING, "critical", {"checks": ["pinned_compressed"]}),
-    # Off by default: on an independent labelled set (bench/lint_injection_holdout.py) its precision
+    # Off by default: on an independent labelled set (bench/lint_injection_blind.py) its precision
     # is below 0.95 (BENCHMARKS.md), and a check below that does not page by default.
     DefaultRule("Possible prompt injection", K.LINT_FINDING, "warning", {"checks": ["prompt_injection"]},
                 enabled=False),

@@ -1,6 +1,8 @@
-"""The independent prompt-injection set (bench/lint_injection_holdout.py, written without reference
-to the check) decides whether `prompt_injection` may page by default: a check below 0.95 precision
-on it feeds no enabled default rule."""
+"""The prompt-injection set written blind, without reference to the check or the other sets
+(bench/lint_injection_blind.py), keeps `prompt_injection` off the default paging rules while the
+check is below 0.95 precision on it: a check below the bar feeds no enabled default rule. The
+check was tuned on bench/lint_injection_cases.py and bench/lint_injection_dev2.py (the earlier
+holdout), which are therefore no measure of it."""
 
 from __future__ import annotations
 
@@ -9,22 +11,24 @@ import pytest
 from alerts import kinds as K
 from alerts.services.rules import DEFAULT_RULES, default_rules_create
 from bench.lint import holdout_scores
-from bench.lint_injection_holdout import CASES
+from bench.lint_injection_blind import CASES as BLIND
+from bench.lint_injection_dev2 import CASES
 from core.models import Project
 from insights import lint
 
 PAGING_PRECISION = 0.95
 
 
-def test_the_holdout_set_has_enough_planted_and_near_miss_cases() -> None:
-    planted = sum(1 for c in CASES if c["label"])
-    assert planted >= 40 and len(CASES) - planted >= 40
+def test_the_independent_sets_have_enough_planted_and_near_miss_cases() -> None:
+    for cases in (BLIND, CASES):
+        planted = sum(1 for c in cases if c["label"])
+        assert planted >= 40 and len(cases) - planted >= 40
 
 
-def test_a_check_below_the_bar_on_the_holdout_set_feeds_no_enabled_default_rule() -> None:
-    scores = holdout_scores()
-    assert scores["cases"] == len(CASES)
-    assert scores["tp"] + scores["fn"] == sum(1 for c in CASES if c["label"])
+def test_a_check_below_the_bar_on_the_blind_set_feeds_no_enabled_default_rule() -> None:
+    scores = holdout_scores("bench.lint_injection_blind")
+    assert scores["cases"] == len(BLIND)
+    assert scores["tp"] + scores["fn"] == sum(1 for c in BLIND if c["label"])
     paging = {
         check
         for rule in DEFAULT_RULES
@@ -51,3 +55,12 @@ def test_a_new_project_gets_the_injection_rule_switched_off(project: Project) ->
         and red_line.severity == "critical"
         and red_line.params["checks"] == ["pinned_compressed"]
     )
+
+
+def test_the_scores_take_a_set_by_module_name_or_as_its_cases() -> None:
+    assert holdout_scores("bench.lint_injection_dev2") == holdout_scores(CASES)
+    planted = next(c for c in CASES if c["label"])
+    near = next(c for c in CASES if not c["label"])
+    two = holdout_scores([planted, near])
+    assert two["cases"] == 2 and two["tp"] + two["fn"] == 1
+    assert len(two["wrong"]) == two["fp"] + two["fn"]

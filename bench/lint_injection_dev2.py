@@ -22,7 +22,9 @@ Borderline cases are labelled by asking whether a reasonable security reviewer w
 is trying to get the model (not a human reader) to do something it was not asked to do.
 
 This set was written independently, WITHOUT reference to the detector's implementation or to its
-own test/bench cases, so it can be used as a hold-out measure of precision and recall.
+own test/bench cases, and served as the hold-out measure of precision and recall (as
+bench/lint_injection_holdout.py) until the check was tuned on it: it is development data now, and
+the independent measure is bench/lint_injection_blind.py.
 """
 
 import textwrap

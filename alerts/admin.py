@@ -4,20 +4,20 @@ from alerts.models import Alert, AlertRule, Channel, Delivery, Incident, Inciden
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
     list_display = ("id", "project", "name", "kind", "severity", "enabled", "agent", "model")
     list_filter = ("kind", "severity", "enabled")
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(admin.ModelAdmin[Alert]):
     list_display = ("id", "project", "rule", "severity", "title", "session_id", "turn", "state", "created_at")
     list_filter = ("state", "severity", "rule_kind")
     raw_id_fields = ("rule", "incident", "acknowledged_by", "resolved_by")
 
 
 @admin.register(Incident)
-class IncidentAdmin(admin.ModelAdmin):
+class IncidentAdmin(admin.ModelAdmin[Incident]):
     list_display = ("id", "project", "agent", "cause", "severity", "status", "alert_count", "session_count",
                     "last_seen")
     list_filter = ("status", "severity")
@@ -25,19 +25,19 @@ class IncidentAdmin(admin.ModelAdmin):
 
 
 @admin.register(IncidentPolicy)
-class IncidentPolicyAdmin(admin.ModelAdmin):
+class IncidentPolicyAdmin(admin.ModelAdmin[IncidentPolicy]):
     list_display = ("project", "session_window_turns", "session_window_seconds", "group_window_seconds",
                     "quiet_seconds", "reopen_window_seconds")
 
 
 @admin.register(Channel)
-class ChannelAdmin(admin.ModelAdmin):
+class ChannelAdmin(admin.ModelAdmin[Channel]):
     list_display = ("id", "project", "name", "kind", "enabled", "min_severity")
     exclude = ("secret_encrypted",)
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(admin.ModelAdmin[Delivery]):
     list_display = (
         "id",
         "channel",

@@ -6,6 +6,7 @@ import ipaddress
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
@@ -35,6 +36,9 @@ ALLOWED_HOSTS = env_list("CTXOBS_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::
 CSRF_TRUSTED_ORIGINS = env_list("CTXOBS_CSRF_TRUSTED_ORIGINS", [])
 # Field encryption for provider keys; derived from SECRET_KEY unless set explicitly.
 CTXOBS_ENCRYPTION_KEY = env_str("CTXOBS_ENCRYPTION_KEY")
+
+# ModelAdmin[Model] and the other generic classes, subscriptable as the type stubs write them.
+django_stubs_ext.monkeypatch()
 
 INSTALLED_APPS = [
     "django.contrib.admin",

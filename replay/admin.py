@@ -4,7 +4,7 @@ from replay.models import ModelEndpoint, ReplayJob, ReplayRun
 
 
 @admin.register(ModelEndpoint)
-class ModelEndpointAdmin(admin.ModelAdmin):
+class ModelEndpointAdmin(admin.ModelAdmin[ModelEndpoint]):
     list_display = ("name", "project", "base_url", "model", "mode", "is_default", "last_test_ok")
     list_filter = ("mode", "is_default")
     # The encrypted key is never shown or edited here; use the endpoints page.
@@ -13,13 +13,13 @@ class ModelEndpointAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReplayJob)
-class ReplayJobAdmin(admin.ModelAdmin):
+class ReplayJobAdmin(admin.ModelAdmin[ReplayJob]):
     list_display = ("id", "project", "kind", "status", "n_runs", "n_done", "n_failed", "created_at")
     list_filter = ("kind", "status")
 
 
 @admin.register(ReplayRun)
-class ReplayRunAdmin(admin.ModelAdmin):
+class ReplayRunAdmin(admin.ModelAdmin[ReplayRun]):
     list_display = ("id", "job", "variant", "sample", "status", "attempts", "latency_ms")
     list_filter = ("status",)
     exclude = ("embedding",)

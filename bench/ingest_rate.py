@@ -1,13 +1,19 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
+                                [--step-batches 50]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
 port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
 previous turn of their 50-turn session) in batches of 100, gzip-compressed as the SDK sends
 them and built before the clock starts, then COPYs the same rows straight into the same tables.
 Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
-generator. The last line printed is one JSON object with the headline figures.
+generator. Then stores --step-batches more batches in process, one at a time, and reports what
+each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
+its PostgreSQL backend spent, and how long the batch holds its sessions' row locks (concurrent
+batches of the same sessions wait for each other through them). The last line printed is one
+JSON object with the headline figures. BENCH_SERVER_LOG_LEVEL=DEBUG lets the web server log the
+same steps for each batch it stores (`ingest.store_steps`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import gzip
 import http.client
 import json
+import logging
 import os
 import random
 import re
@@ -45,6 +52,7 @@ from django.db import connection  # noqa: E402
 from core.models import Project  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ctxobs.hashing import block_hashes  # noqa: E402
+from ingest.services import snapshot_batch_ingest  # noqa: E402
 
 # A few thousand distinct pseudo-words, so that text compresses about as well as real prose.
 _SYL = ["ka", "ro", "mi", "te", "su", "lan", "dor", "vi", "ne", "sha", "quo", "bri", "el", "tum", "xa", "po"]
@@ -165,7 +173,7 @@ def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:
         DATABASE_URL=settings.DATABASE_URL,
         REDIS_URL=settings.REDIS_URL,
         CTXOBS_INGEST_RATE_LIMIT="0",
-        CTXOBS_LOG_LEVEL="WARNING",
+        CTXOBS_LOG_LEVEL=os.environ.get("BENCH_SERVER_LOG_LEVEL", "WARNING"),
     )
     proc = subprocess.Popen(
         [
@@ -407,6 +415,59 @@ def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
     return n / elapsed
 
 
+class _StepLog(logging.Handler):
+    """Collects the store's own timing of each step of a batch (ingest.store logs it at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.batches: list[dict[str, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("ingest.store_steps"):
+            self.batches.append({k: float(v) for k, v in (part.split("=") for part in msg.split()[3:])})
+
+
+def store_steps(project: Project, batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Store BATCHES in process, one after the other: the mean milliseconds per batch of each step of
+    the store, of the whole batch call (validation and preparation included), and the CPU of this
+    connection's PostgreSQL backend per batch (from /proc: the database's own work, without the
+    network and the client)."""
+    log = logging.getLogger("ingest.store")
+    handler, level, propagate = _StepLog(), log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        backend = int(cur.fetchone()[0])
+    calls, backend_cpu = [], []
+    try:
+        for batch in batches:
+            cpu0, t0 = _proc_cpu_s(backend), time.perf_counter()
+            snapshot_batch_ingest(project=project, batch=batch)
+            calls.append(time.perf_counter() - t0)
+            backend_cpu.append(_proc_cpu_s(backend) - cpu0)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+    n = len(handler.batches)
+    steps = {k: round(sum(b.get(k, 0.0) for b in handler.batches) / n, 1) for k in handler.batches[0]}
+    # The steps are logged in the order they run: from the sessions' upsert to the commit, the
+    # batch holds its sessions' row locks.
+    names = list(steps)
+    locked = names[names.index("sessions"):]
+    return {
+        "batches": n,
+        "steps_ms": steps,
+        "store_ms": round(sum(steps.values()), 1),
+        "sessions_locked_ms": round(sum(steps[k] for k in locked), 1),
+        "batch_ms": round(1000 * statistics.mean(calls), 1),
+        "postgres_cpu_ms": round(1000 * statistics.mean(backend_cpu), 1),
+    }
+
+
 def stored_bytes(project: Project) -> tuple[float, float, float]:
     """Bytes per snapshot: as stored, and if every block's text were stored on every turn
     (raw JSON text, and as PostgreSQL would store it, compressed)."""
@@ -457,8 +518,11 @@ def main() -> None:
     ap.add_argument("--web-workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
+    ap.add_argument("--step-batches", type=int, default=50,
+                    help="batches stored in process for the per-step breakdown (0: none)")
     args = ap.parse_args()
     started = time.perf_counter()
+    load_at_start = os.getloadavg()
 
     from django.core.management import call_command
 
@@ -466,6 +530,7 @@ def main() -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
     http_project, key = project_create(name=f"bench-http-{stamp}")
     copy_project, _ = project_create(name=f"bench-copy-{stamp}")
+    steps_project, _ = project_create(name=f"bench-steps-{stamp}")
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
     batches = make_batches(args.batches, args.seed)
@@ -498,6 +563,10 @@ def main() -> None:
 
     copy_rate = raw_copy(copy_project, batches)
     print(f"raw COPY: {copy_rate:.0f} snapshots/s", flush=True)
+    steps = None
+    if args.step_batches:
+        steps = store_steps(steps_project, make_batches(args.step_batches, args.seed + 2))
+    print(f"store steps: {steps}", flush=True)
     actual, naive, naive_compressed = stored_bytes(http_project)
     result = {
         "bench": "ingest",
@@ -524,6 +593,9 @@ def main() -> None:
         "stored_vs_naive": round(actual / naive, 3),
         "naive_compressed_bytes_per_snapshot": round(naive_compressed),
         "stored_vs_naive_compressed": round(actual / naive_compressed, 3),
+        "store_steps": steps,
+        "load_average": {"start": [round(x, 2) for x in load_at_start],
+                         "end": [round(x, 2) for x in os.getloadavg()]},
         "seconds": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(result))

@@ -312,7 +312,12 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str,
 def _store_steps(
     project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps
 ) -> dict[str, int]:
+    """One batch's transaction, step by step, each step's time marked on STEPS: the duplicates
+    and the new ids, the sessions (whose row locks order concurrent batches of a session from
+    here to the commit), the turn-to-turn changes, the snapshots, the block and message texts,
+    the child rows, the stored turns a late turn changed, and the signal to the other apps."""
     pid = project.pk
+    today = now.astimezone(UTC).date()
     # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
     with transaction.atomic(), connection.wrap_database_errors:
         raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
@@ -320,232 +325,34 @@ def _store_steps(
         # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.
         cur = psycopg.Cursor(raw.connection)
 
-        # 1. Duplicates already stored (a resend) are never stored twice; ids for the rest, in the
-        #    same round trip (a few may go unused, as sequences allow). A resend belongs to a session
-        #    already stored, so the lookup visits only the day partitions from the earliest
-        #    `first_received` of the batch's stored sessions on, and always today's (the partition
-        #    the batch writes to, where a clashing id would fail the COPY): at a steady rate the
-        #    cost stays flat however many days are kept.
-        session_ids = sorted({p.snap["session_id"] for p in prepared})
-        cur.execute(
-            """
-            SELECT LEAST(%s::timestamptz,
-                         (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
-                          WHERE project_id = %s AND session_id = ANY(%s::text[])))
-            """,
-            [partitions.day_start(now), RECEIVED_EVER, pid, session_ids],
-        )
-        (since,) = _row(cur)
-        cur.execute(
-            """
-            SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
-                         WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[]) AND received_at >= %s),
-                   ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
-            """,
-            [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
-        )
-        existing_ids, new_ids = _row(cur)
-        existing = set(existing_ids)
-        fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
+        fresh = _fresh_numbered(cur, pid, prepared, now)
         if not fresh:
             return {}
         steps.mark("duplicates")
-        for p, ref in zip(fresh, new_ids, strict=False):
-            p.ref = ref
-
-        # 2. Sessions: upsert with their aggregates (commutative, so arrival order does not matter),
-        #    and when their first turn was stored (`first_received`, kept NULL for a session stored
-        #    before the column existed: its turns may lie in any partition).
-        #    The upsert locks each session row; that serialises concurrent batches of one session so
-        #    the turn-to-turn diffs see a stable order, and sorted ids avoid deadlocks between them.
-        by_session: dict[str, list[PreparedSnapshot]] = defaultdict(list)
-        for p in fresh:
-            by_session[p.snap["session_id"]].append(p)
-        # Columns: session id, agent, model, first seen, last seen, max tier; then turns, max turn,
-        # max watermark, failed validations, compression events.
-        text_cols: tuple[list[str], ...] = ([], [], [], [], [], [])
-        num_cols: tuple[list[Any], ...] = ([], [], [], [], [])
-        for sid in sorted(by_session):
-            ps = by_session[sid]
-            latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
-            for col, text in zip(text_cols, (
-                sid, latest.snap["agent"], latest.snap["model"]["name"],
-                min(p.snap["ts"] for p in ps).isoformat(), latest.snap["ts"].isoformat(),
-                TIERS[max(TIERS.index(p.tier) for p in ps)],
-            ), strict=True):
-                col.append(text)
-            for num_col, num in zip(num_cols, (
-                len(ps), max(p.snap["turn"] for p in ps), max(p.watermark for p in ps),
-                sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
-                sum(len(p.snap["compression"]) for p in ps),
-            ), strict=True):
-                num_col.append(num)
-        cur.execute(
-            """
-            INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
-                first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
-                alert_count, first_received)
-            SELECT %s, x.session_id, x.agent, x.model, x.n, x.max_turn, x.first_seen, x.last_seen,
-                x.max_watermark, x.max_tier, x.failed, x.compressions, 0, %s::timestamptz
-            FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
-                %s::int[], %s::int[], %s::float8[], %s::int[], %s::int[])
-                AS x(session_id, agent, model, first_seen, last_seen, max_tier, n, max_turn, max_watermark,
-                     failed, compressions)
-            ORDER BY x.session_id
-            ON CONFLICT (project_id, session_id) DO UPDATE SET
-                turn_count = s.turn_count + EXCLUDED.turn_count,
-                max_turn = GREATEST(s.max_turn, EXCLUDED.max_turn),
-                first_seen = LEAST(s.first_seen, EXCLUDED.first_seen),
-                agent = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.agent = ''
-                             THEN EXCLUDED.agent ELSE s.agent END,
-                model = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.model = ''
-                             THEN EXCLUDED.model ELSE s.model END,
-                last_seen = GREATEST(s.last_seen, EXCLUDED.last_seen),
-                max_watermark = GREATEST(s.max_watermark, EXCLUDED.max_watermark),
-                max_tier = CASE
-                    WHEN array_position(ARRAY['ok','warn','compress','force','break'], EXCLUDED.max_tier)
-                         > array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier)
-                    THEN EXCLUDED.max_tier ELSE s.max_tier END,
-                failed_validations = s.failed_validations + EXCLUDED.failed_validations,
-                compression_events = s.compression_events + EXCLUDED.compression_events,
-                first_received = CASE WHEN s.first_received IS NULL THEN NULL
-                                      ELSE LEAST(s.first_received, EXCLUDED.first_received) END
-            RETURNING id, session_id, first_received
-            """,
-            [pid, now, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
-        )
-        session_rows = cur.fetchall()
-        session_refs = {sid: ref for ref, sid, _ in session_rows}
-        # No stored turn of these sessions was received before this (the upsert's answer, so a
-        # session another batch created meanwhile counts too).
-        since = min(first or RECEIVED_EVER for _, _, first in session_rows)
-        for p in fresh:
-            p.session_ref = session_refs[p.snap["session_id"]]
+        since = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
-
-        # 3. Turn-to-turn change, correct for late and repeated turns.
         updates = _derive_changes(cur, pid, fresh, since)
         steps.mark("changes")
-
-        # 4. Snapshots, by COPY. Their ids are new; a snapshot_id stored meanwhile fails the COPY
-        #    (see snapshots_store).
-        with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
-            for p in fresh:
-                copy.write_row(_snapshot_row(pid, now, p))
+        _snapshots_copy(raw, pid, now, fresh)
         steps.mark("snapshots")
-
-        # 5. Block contents and their messages, each stored once per project under its hash, with the
-        #    last day a turn referred to them (retention keeps a text while a kept turn refers to it).
-        #    Hashes this process saw committed today skip the database. For the rest, one upsert
-        #    stores the new blocks and moves `last_seen` of the others to today; the messages of
-        #    every block it returned (new, or first seen today) are upserted the same way, so a
-        #    message is never last seen before a block that holds it.
-        contents: dict[str, tuple[PreparedBlock, str]] = {}
-        for p in fresh:
-            for b in p.blocks:
-                if b.hash not in contents:
-                    contents[b.hash] = (b, p.encoding)
-        today = now.astimezone(UTC).date()
-        maybe_new = sorted(_known_blocks.unknown(pid, contents, today))
-        touched_blocks: list[str] = []
-        if maybe_new:
-            rows = [contents[h] for h in maybe_new]
-            cur.execute(
-                """
-                INSERT INTO ingest_blockcontent AS c (project_id, hash, message_hashes, chars, tokens,
-                    encoding, created_at, last_seen)
-                SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s, %s
-                FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
-                    AS x(hash, mh, chars, tokens, encoding)
-                ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
-                    WHERE c.last_seen < EXCLUDED.last_seen
-                RETURNING hash
-                """,
-                [pid, now, today, _plain_array(maybe_new),
-                 _text_array([",".join(b.message_hashes) for b, _ in rows]),
-                 _plain_array([b.block["chars"] for b, _ in rows]), _plain_array([b.tokens for b, _ in rows]),
-                 _text_array([enc for _, enc in rows])],
-            )
-            touched_blocks = [r[0] for r in cur.fetchall()]
+        contents = _contents(fresh)
+        touched_blocks = _blocks_upsert(cur, pid, contents, now, today)
         steps.mark("blocks")
-        messages: dict[str, Message] = {}
-        for h in touched_blocks:
-            pb = contents[h][0]
-            # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
-            # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
-            verbatim = pb.block["verbatim"]
-            # The messages are stored as the agent sent them: JSON objects, whatever their fields.
-            for mh, m in zip(pb.message_hashes, cast(list[Message], pb.block["messages"]), strict=True):
-                if mh not in messages:
-                    messages[mh] = m if verbatim else pgtext.escape_message(m)
-        new_messages = sorted(_known_messages.unknown(pid, messages, today))
-        if new_messages:
-            cur.execute(
-                """
-                INSERT INTO ingest_messagecontent AS c (project_id, hash, message, last_seen)
-                SELECT %s, x.hash, x.message, %s
-                FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
-                ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
-                    WHERE c.last_seen < EXCLUDED.last_seen
-                """,
-                [pid, today, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
-                                               checked=True)],
-            )
-
+        messages = _messages_upsert(cur, pid, contents, touched_blocks, today)
         steps.mark("messages")
-
-        # 6. Child rows by COPY: the snapshot ids are new, so nothing can conflict.
-        if any(p.snap["compression"] for p in fresh):
-            with raw.copy(_COPY_SQL["ingest_compressionevent"]) as copy:
-                for p in fresh:
-                    for pos, c in enumerate(p.snap["compression"]):
-                        copy.write_row(CompressionRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
-                            ts=p.snap["ts"],
-                            strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
-                            tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
-                            ref=pgtext.escape_text(c["ref"]), source=c["source"], opaque=c["opaque"]))
-        if any(p.snap["recall"] for p in fresh):
-            with raw.copy(_COPY_SQL["ingest_recallitem"]) as copy:
-                for p in fresh:
-                    for pos, r in enumerate(p.snap["recall"]):
-                        copy.write_row(RecallRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
-                            memory_id=r["memory_id"],
-                            channel=r["channel"], score=r["score"], rank=r["rank"], injected=r["injected"],
-                            stale=r["stale"], conflicting=r["conflicting"], block=r["block"],
-                            preview=pgtext.escape_text(r["preview"])))
-        if any(p.snap["validation"] for p in fresh):
-            with raw.copy(_COPY_SQL["ingest_validationoutcome"]) as copy:
-                for p in fresh:
-                    for pos, v in enumerate(p.snap["validation"]):
-                        copy.write_row(ValidationRow(
-                            project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
-                            layer=v["layer"],
-                            check=v["check"], passed=v["passed"], code=v["code"],
-                            message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
-
+        _children_copy(raw, pid, now, fresh)
         steps.mark("children")
-
-        # 7. Existing turns whose predecessor changed because an earlier turn arrived late.
-        if updates:
-            cur.execute(
-                """
-                UPDATE ingest_snapshot s SET prev_turn = x.prev_turn, change = x.change
-                FROM jsonb_to_recordset(%s::jsonb) AS x(id bigint, prev_turn int, change jsonb)
-                WHERE s.project_id = %s AND s.id = x.id AND s.received_at >= %s
-                """,
-                [_j(updates), pid, since],
-            )
+        _late_turns_update(cur, pid, updates, since)
+        steps.mark("late")
 
         refs = [p.ref for p in fresh]
-        block_keys, message_keys = list(contents), list(messages)
         failed = [p.ref for p in fresh if any(not v["passed"] for v in p.snap["validation"])]
-        steps.mark("late")
         snapshots_stored.send(
             sender=Project, project_id=pid, snapshot_refs=refs, validation_failed_refs=failed
         )
         steps.mark("signals")
+
+        block_keys, message_keys = list(contents), list(messages)
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys, today)
@@ -553,6 +360,276 @@ def _store_steps(
 
         transaction.on_commit(_committed)
     return {p.snap["snapshot_id"]: p.ref for p in fresh}
+
+
+def _fresh_numbered(
+    cur: Any, pid: int, prepared: list[PreparedSnapshot], now: datetime
+) -> list[PreparedSnapshot]:
+    """The snapshots of PREPARED not stored yet, each given its new id (`ref`).
+
+    Duplicates already stored (a resend) are never stored twice; ids for the rest come in the same
+    round trip (a few may go unused, as sequences allow). A resend belongs to a session already
+    stored, so the lookup visits only the day partitions from the earliest `first_received` of the
+    batch's stored sessions on, and always today's (the partition the batch writes to, where a
+    clashing id would fail the COPY): at a steady rate the cost stays flat however many days are
+    kept."""
+    session_ids = sorted({p.snap["session_id"] for p in prepared})
+    cur.execute(
+        """
+        SELECT LEAST(%s::timestamptz,
+                     (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
+                      WHERE project_id = %s AND session_id = ANY(%s::text[])))
+        """,
+        [partitions.day_start(now), RECEIVED_EVER, pid, session_ids],
+    )
+    (since,) = _row(cur)
+    cur.execute(
+        """
+        SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
+                     WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[]) AND received_at >= %s),
+               ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
+        """,
+        [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
+    )
+    existing_ids, new_ids = _row(cur)
+    existing = set(existing_ids)
+    fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
+    for p, ref in zip(fresh, new_ids, strict=False):
+        p.ref = ref
+    return fresh
+
+
+def _contents(fresh: list[PreparedSnapshot]) -> dict[str, tuple[PreparedBlock, str]]:
+    """The distinct block contents of FRESH by hash, each with the encoding of its first turn."""
+    contents: dict[str, tuple[PreparedBlock, str]] = {}
+    for p in fresh:
+        for b in p.blocks:
+            if b.hash not in contents:
+                contents[b.hash] = (b, p.encoding)
+    return contents
+
+
+def _blocks_upsert(
+    cur: Any, pid: int, contents: dict[str, tuple[PreparedBlock, str]], now: datetime, today: date
+) -> list[str]:
+    """Store the block contents CONTENTS not stored yet and mark the others seen TODAY; the hashes
+    of those inserted or first seen today (whose messages must be stored or marked in turn).
+
+    Block contents and their messages are each stored once per project under their hash, with
+    the last day a turn referred to them (retention keeps a text while a kept turn refers to it).
+    Hashes this process saw committed today skip the database. For the rest, one upsert stores
+    the new blocks and moves `last_seen` of the others to today."""
+    maybe_new = sorted(_known_blocks.unknown(pid, contents, today))
+    if not maybe_new:
+        return []
+    rows = [contents[h] for h in maybe_new]
+    cur.execute(
+        """
+        INSERT INTO ingest_blockcontent AS c (project_id, hash, message_hashes, chars, tokens,
+            encoding, created_at, last_seen)
+        SELECT %s, x.hash, string_to_array(x.mh, ','), x.chars, x.tokens, x.encoding, %s, %s
+        FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::text[])
+            AS x(hash, mh, chars, tokens, encoding)
+        ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
+            WHERE c.last_seen < EXCLUDED.last_seen
+        RETURNING hash
+        """,
+        [pid, now, today, _plain_array(maybe_new),
+         _text_array([",".join(b.message_hashes) for b, _ in rows]),
+         _plain_array([b.block["chars"] for b, _ in rows]), _plain_array([b.tokens for b, _ in rows]),
+         _text_array([enc for _, enc in rows])],
+    )
+    return [r[0] for r in cur.fetchall()]
+
+
+def _messages_upsert(
+    cur: Any, pid: int, contents: dict[str, tuple[PreparedBlock, str]], touched_blocks: list[str],
+    today: date
+) -> dict[str, Message]:
+    """Upsert the messages of every block TOUCHED_BLOCKS names (new, or first seen today) the way
+    `_blocks_upsert` upserts the blocks, so a message is never last seen before a block that holds
+    it; those messages by hash."""
+    messages: dict[str, Message] = {}
+    for h in touched_blocks:
+        pb = contents[h][0]
+        # Searching a batch's JSON for an escaped NUL costs more than encoding it: validation
+        # already knows the blocks whose text needs no escaping (see ctxobs.wire.STORE_ESCAPE).
+        verbatim = pb.block["verbatim"]
+        # The messages are stored as the agent sent them: JSON objects, whatever their fields.
+        for mh, m in zip(pb.message_hashes, cast(list[Message], pb.block["messages"]), strict=True):
+            if mh not in messages:
+                messages[mh] = m if verbatim else pgtext.escape_message(m)
+    new_messages = sorted(_known_messages.unknown(pid, messages, today))
+    if new_messages:
+        cur.execute(
+            """
+            INSERT INTO ingest_messagecontent AS c (project_id, hash, message, last_seen)
+            SELECT %s, x.hash, x.message, %s
+            FROM jsonb_to_recordset(%s::jsonb) AS x(hash text, message jsonb)
+            ON CONFLICT (project_id, hash) DO UPDATE SET last_seen = EXCLUDED.last_seen
+                WHERE c.last_seen < EXCLUDED.last_seen
+            """,
+            [pid, today, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
+                                           checked=True)],
+        )
+    return messages
+
+
+def _sessions_upsert(cur: Any, pid: int, fresh: list[PreparedSnapshot], now: datetime) -> datetime:
+    """Upsert the sessions of FRESH with their aggregates and set each snapshot's `session_ref`;
+    the moment before which no stored turn of these sessions was received.
+
+    The aggregates are commutative, so arrival order does not matter; `first_received` is when the
+    session's first turn was stored (kept NULL for a session stored before the column existed: its
+    turns may lie in any partition). The upsert locks each session row; that serialises concurrent
+    batches of one session so the turn-to-turn diffs see a stable order, and sorted ids avoid
+    deadlocks between them."""
+    by_session: dict[str, list[PreparedSnapshot]] = defaultdict(list)
+    for p in fresh:
+        by_session[p.snap["session_id"]].append(p)
+    # Columns: session id, agent, model, first seen, last seen, max tier; then turns, max turn,
+    # max watermark, failed validations, compression events.
+    text_cols: tuple[list[str], ...] = ([], [], [], [], [], [])
+    num_cols: tuple[list[Any], ...] = ([], [], [], [], [])
+    for sid in sorted(by_session):
+        ps = by_session[sid]
+        latest = max(ps, key=lambda p: (p.snap["ts"], p.snap["turn"]))
+        for col, text in zip(text_cols, (
+            sid, latest.snap["agent"], latest.snap["model"]["name"],
+            min(p.snap["ts"] for p in ps).isoformat(), latest.snap["ts"].isoformat(),
+            TIERS[max(TIERS.index(p.tier) for p in ps)],
+        ), strict=True):
+            col.append(text)
+        for num_col, num in zip(num_cols, (
+            len(ps), max(p.snap["turn"] for p in ps), max(p.watermark for p in ps),
+            sum(1 for p in ps for v in p.snap["validation"] if not v["passed"]),
+            sum(len(p.snap["compression"]) for p in ps),
+        ), strict=True):
+            num_col.append(num)
+    cur.execute(
+        """
+        INSERT INTO ingest_session AS s (project_id, session_id, agent, model, turn_count, max_turn,
+            first_seen, last_seen, max_watermark, max_tier, failed_validations, compression_events,
+            alert_count, first_received)
+        SELECT %s, x.session_id, x.agent, x.model, x.n, x.max_turn, x.first_seen, x.last_seen,
+            x.max_watermark, x.max_tier, x.failed, x.compressions, 0, %s::timestamptz
+        FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+            %s::int[], %s::int[], %s::float8[], %s::int[], %s::int[])
+            AS x(session_id, agent, model, first_seen, last_seen, max_tier, n, max_turn, max_watermark,
+                 failed, compressions)
+        ORDER BY x.session_id
+        ON CONFLICT (project_id, session_id) DO UPDATE SET
+            turn_count = s.turn_count + EXCLUDED.turn_count,
+            max_turn = GREATEST(s.max_turn, EXCLUDED.max_turn),
+            first_seen = LEAST(s.first_seen, EXCLUDED.first_seen),
+            agent = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.agent = ''
+                         THEN EXCLUDED.agent ELSE s.agent END,
+            model = CASE WHEN EXCLUDED.last_seen >= s.last_seen OR s.model = ''
+                         THEN EXCLUDED.model ELSE s.model END,
+            last_seen = GREATEST(s.last_seen, EXCLUDED.last_seen),
+            max_watermark = GREATEST(s.max_watermark, EXCLUDED.max_watermark),
+            max_tier = CASE
+                WHEN array_position(ARRAY['ok','warn','compress','force','break'], EXCLUDED.max_tier)
+                     > array_position(ARRAY['ok','warn','compress','force','break'], s.max_tier)
+                THEN EXCLUDED.max_tier ELSE s.max_tier END,
+            failed_validations = s.failed_validations + EXCLUDED.failed_validations,
+            compression_events = s.compression_events + EXCLUDED.compression_events,
+            first_received = CASE WHEN s.first_received IS NULL THEN NULL
+                                  ELSE LEAST(s.first_received, EXCLUDED.first_received) END
+        RETURNING id, session_id, first_received
+        """,
+        [pid, now, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
+    )
+    session_rows = cur.fetchall()
+    session_refs = {sid: ref for ref, sid, _ in session_rows}
+    for p in fresh:
+        p.session_ref = session_refs[p.snap["session_id"]]
+    # The upsert's answer, so a session another batch created meanwhile counts too.
+    since: datetime = min(first or RECEIVED_EVER for _, _, first in session_rows)
+    return since
+
+
+def _snapshots_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:
+    """COPY the rows of FRESH. Their ids are new; a snapshot_id stored meanwhile fails the COPY
+    (see snapshots_store)."""
+    with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
+        for p in fresh:
+            copy.write_row(_snapshot_row(pid, now, p))
+
+
+def _children_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:
+    """COPY the compression events, recall items and validation outcomes of FRESH: the snapshot
+    ids are new, so nothing can conflict."""
+    if any(p.snap["compression"] for p in fresh):
+        with raw.copy(_COPY_SQL["ingest_compressionevent"]) as copy:
+            for p in fresh:
+                for pos, c in enumerate(p.snap["compression"]):
+                    copy.write_row(CompressionRow(
+                        project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                        ts=p.snap["ts"],
+                        strategy=c["strategy"], block=c["block"], tokens_before=c["tokens_before"],
+                        tokens_after=c["tokens_after"], watermark=c["watermark"], items=_j(c["items"]),
+                        ref=pgtext.escape_text(c["ref"]), source=c["source"], opaque=c["opaque"]))
+    if any(p.snap["recall"] for p in fresh):
+        with raw.copy(_COPY_SQL["ingest_recallitem"]) as copy:
+            for p in fresh:
+                for pos, r in enumerate(p.snap["recall"]):
+                    copy.write_row(RecallRow(
+                        project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                        memory_id=r["memory_id"],
+                        channel=r["channel"], score=r["score"], rank=r["rank"], injected=r["injected"],
+                        stale=r["stale"], conflicting=r["conflicting"], block=r["block"],
+                        preview=pgtext.escape_text(r["preview"])))
+    if any(p.snap["validation"] for p in fresh):
+        with raw.copy(_COPY_SQL["ingest_validationoutcome"]) as copy:
+            for p in fresh:
+                for pos, v in enumerate(p.snap["validation"]):
+                    copy.write_row(ValidationRow(
+                        project_id=pid, snapshot_ref=p.ref, position=pos, received_at=now,
+                        layer=v["layer"],
+                        check=v["check"], passed=v["passed"], code=v["code"],
+                        message=pgtext.escape_text(v["message"]), attempt=v["attempt"]))
+
+
+def _late_turns_update(cur: Any, pid: int, updates: list[_ChangeUpdate], since: datetime) -> None:
+    """Rewrite the change of stored turns whose predecessor changed because an earlier turn
+    arrived late (UPDATES, from `_derive_changes`)."""
+    if not updates:
+        return
+    cur.execute(
+        """
+        UPDATE ingest_snapshot s SET prev_turn = x.prev_turn, change = x.change
+        FROM jsonb_to_recordset(%s::jsonb) AS x(id bigint, prev_turn int, change jsonb)
+        WHERE s.project_id = %s AND s.id = x.id AND s.received_at >= %s
+        """,
+        [_j(updates), pid, since],
+    )
+
+
+# The stored neighbourhood of the new turns of each session (`session_ref`, earliest new turn,
+# latest new turn), with their blocks: from the last stored turn before the earliest new one to the
+# first stored turn after the latest new one. `OFFSET 0` keeps the lateral subquery a per-session
+# index range scan: pulled up into the join, the planner read every turn the project stored since
+# the lower bound and ran both bounds' lookups for each of them, so that a batch's cost grew with
+# the day's turns (268 ms instead of 8 ms under EXPLAIN ANALYZE with 5,000 turns stored that day;
+# BENCHMARKS.md).
+_NEIGHBOURS_SQL = """
+    WITH b(session_ref, lo, hi) AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]))
+    SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
+           s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens FROM b
+    JOIN LATERAL (
+        SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
+        FROM ingest_snapshot s
+        WHERE s.project_id = %s AND s.session_ref = b.session_ref AND s.received_at >= %s
+          AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
+                                  AND x.session_ref = b.session_ref AND x.received_at >= %s
+                                  AND x.turn < b.lo), b.lo)
+          AND s.turn <= COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
+                                  AND x.session_ref = b.session_ref AND x.received_at >= %s
+                                  AND x.turn > b.hi), b.hi)
+        OFFSET 0
+    ) s ON true
+    """
 
 
 class _ChangeUpdate(TypedDict):
@@ -575,25 +652,8 @@ def _derive_changes(
         refs.append(ref)
         los.append(min(p.snap["turn"] for p in ps))
         his.append(max(p.snap["turn"] for p in ps))
-    # The stored neighbourhood of the new turns, with their blocks: from the last stored turn before
-    # the earliest new one to the first stored turn after the latest new one.
     cur.execute(
-        """
-        WITH b(session_ref, lo, hi) AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]))
-        SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
-               s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens FROM b
-        JOIN LATERAL (
-            SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
-            FROM ingest_snapshot s
-            WHERE s.project_id = %s AND s.session_ref = b.session_ref AND s.received_at >= %s
-              AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
-                                      AND x.session_ref = b.session_ref AND x.received_at >= %s
-                                      AND x.turn < b.lo), b.lo)
-              AND s.turn <= COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
-                                      AND x.session_ref = b.session_ref AND x.received_at >= %s
-                                      AND x.turn > b.hi), b.hi)
-        ) s ON true
-        """,
+        _NEIGHBOURS_SQL,
         [refs, los, his, pid, since, pid, since, pid, since],
     )
     # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks

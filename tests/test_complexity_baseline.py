@@ -11,8 +11,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The baseline's size when the rule came on (2026-12-04); lower it as files leave.
-BASELINE_MAX = 19
+# The baseline's size: 19 when the rule came on (2026-12-04), 14 after the long functions of
+# rules, runs, ablation, the OTLP mapping and the store were cut. Lower it as files leave.
+BASELINE_MAX = 14
 
 
 def _baseline() -> list[str]:

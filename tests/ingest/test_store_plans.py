@@ -1,0 +1,58 @@
+"""The store's lookups read what their batch needs, however many turns the day already holds."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from core.models import Project
+from ingest import partitions, store
+from ingest.models import AgentSession
+from ingest.services import snapshot_batch_ingest
+from tests.factories import snapshot
+
+SESSIONS = 40
+TURNS = 25
+
+
+def _rows_read(plan: dict[str, Any], table: str) -> int:
+    """Rows the scans of TABLE (its partitions) read in PLAN, outside its sub- and init-plans
+    (the bounds' lookups, which read one row per session at most)."""
+    read = 0
+    if plan.get("Relation Name", "").startswith(table):
+        loops = plan["Actual Loops"]
+        read += loops * (plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0))
+    for child in plan.get("Plans", []):
+        if child.get("Parent Relationship") not in ("SubPlan", "InitPlan"):
+            read += _rows_read(child, table)
+    return read
+
+
+@pytest.mark.django_db
+def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(project: Project) -> None:
+    for turn in range(TURNS):
+        snapshot_batch_ingest(
+            project=project, batch=[snapshot(session_id=f"s{i}", turn=turn) for i in range(SESSIONS)]
+        )
+    refs = list(
+        AgentSession.objects.filter(project=project, session_id__in=["s0", "s1", "s2"])
+        .order_by("id").values_list("id", flat=True)
+    )
+    since = partitions.day_start(datetime.now(tz=UTC))
+    pid = project.pk
+    # The next turn of three sessions: each one's neighbourhood is its last stored turn.
+    params = [refs, [TURNS] * 3, [TURNS] * 3, pid, since, pid, since, pid, since]
+    # Today's partition not analyzed yet, as for the first hours of every day: the plan must not
+    # hang on the planner's guesses.
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._NEIGHBOURS_SQL, params)
+        (explained,) = cur.fetchone()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+
+    assert plan["Actual Rows"] == 3
+    # Three rows read, not the day's SESSIONS * TURNS turns (nor the three sessions' turns).
+    assert _rows_read(plan, "ingest_snapshot") == 3

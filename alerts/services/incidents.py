@@ -17,7 +17,7 @@ import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,45 +72,89 @@ class _Touched:
     block_kind: str = ""
 
 
+# An earlier alert of a session that belongs to an incident: (turn, last_turn, ts, last_ts, incident id).
+_Neighbour = tuple[int, int, datetime, datetime, int]
+
+
 def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: bool = False) -> list[int]:
     """Group ALERTS (just created, in the caller's transaction) into incidents; the ids of the
     deliveries their state changes owe, to queue after the commit. PROJECT_LEVEL: alerts about
-    the project as a whole (the cache rules), grouped per cause with no agent or session window."""
+    the project as a whole (the cache rules), grouped per cause with no agent or session window.
+    Step by step: the (agent, cause) locks, the session neighbours, the candidate incidents
+    (row-locked), the sessions they already hold, each alert joined in session and turn order,
+    then each touched incident written in id order."""
     alerts = [a for a in alerts if a.pk is not None]
     if not alerts:
         return []
     now = timezone.now()
     w = selectors.incident_windows(project_id=project_id)
     cause_of = {a.pk: K.incident_cause(a.rule_kind, a.contributors) for a in alerts}
-
-    def agent_of(a: Alert) -> str:
-        return "" if project_level else a.agent
-
-    keys = sorted({(agent_of(a), cause_of[a.pk]) for a in alerts})
+    keys = sorted({(_agent_of(a, project_level), cause_of[a.pk]) for a in alerts})
     cause_locks_take(project_id=project_id, keys=keys)
 
     new_ids = [a.pk for a in alerts]
-    # Incidents of neighbouring alerts in the same sessions (bounded by each session's span).
-    neighbours: dict[int, list[tuple[int, int, datetime, datetime, int]]] = defaultdict(list)
+    neighbours: defaultdict[int, list[_Neighbour]] = defaultdict(list)
     if not project_level:
-        wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
-        span: dict[int, list[Alert]] = defaultdict(list)
-        for a in alerts:
-            span[a.session_ref].append(a)
-        q = Q()
-        for sref, mine in span.items():
-            lo_t, hi_t = min(a.turn for a in mine), max(a.turn for a in mine)
-            lo_ts, hi_ts = min(a.ts for a in mine), max(a.ts for a in mine)
-            q |= Q(session_ref=sref, turn__lte=hi_t + wt, last_turn__gte=lo_t - wt)
-            q |= Q(session_ref=sref, ts__lte=hi_ts + ws, last_ts__gte=lo_ts - ws)
-        rows = (
-            Alert.objects.filter(q, project_id=project_id, incident__isnull=False)
-            .exclude(pk__in=new_ids)
-            .values_list("session_ref", "turn", "last_turn", "ts", "last_ts", "incident_id")
-        )
-        for sref, turn, last_turn, ts, last_ts, iid in rows:
-            neighbours[sref].append((turn, last_turn, ts, last_ts, iid))
+        neighbours = _session_neighbours(project_id, alerts, new_ids, w)
+    locked = _candidates_lock(project_id, alerts, keys, w, neighbours)
+    grouping = _Grouping(
+        project_id=project_id,
+        project_level=project_level,
+        now=now,
+        w=w,
+        cause_of=cause_of,
+        neighbours=neighbours,
+        locked=locked,
+        known_sessions=_known_sessions(locked, alerts, new_ids),
+    )
+    for a in sorted(alerts, key=lambda x: (x.session_ref, x.turn, x.pk)):
+        grouping.join(a)
+    delivery_ids: list[int] = []
+    for iid in sorted(grouping.touched):
+        delivery_ids += grouping.settle(iid)
+    return delivery_ids
 
+
+def _agent_of(a: Alert, project_level: bool) -> str:
+    return "" if project_level else a.agent
+
+
+def _session_neighbours(
+    project_id: int, alerts: Sequence[Alert], new_ids: Sequence[int], w: K.IncidentWindows
+) -> defaultdict[int, list[_Neighbour]]:
+    """Session ref -> the incidents of neighbouring alerts in the same sessions: the earlier
+    alerts with an incident near the batch's alerts of that session (bounded by each session's
+    span of turns and of time, widened by the session window)."""
+    wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
+    span: dict[int, list[Alert]] = defaultdict(list)
+    for a in alerts:
+        span[a.session_ref].append(a)
+    q = Q()
+    for sref, mine in span.items():
+        lo_t, hi_t = min(a.turn for a in mine), max(a.turn for a in mine)
+        lo_ts, hi_ts = min(a.ts for a in mine), max(a.ts for a in mine)
+        q |= Q(session_ref=sref, turn__lte=hi_t + wt, last_turn__gte=lo_t - wt)
+        q |= Q(session_ref=sref, ts__lte=hi_ts + ws, last_ts__gte=lo_ts - ws)
+    rows = (
+        Alert.objects.filter(q, project_id=project_id, incident__isnull=False)
+        .exclude(pk__in=new_ids)
+        .values_list("session_ref", "turn", "last_turn", "ts", "last_ts", "incident_id")
+    )
+    neighbours: defaultdict[int, list[_Neighbour]] = defaultdict(list)
+    for sref, turn, last_turn, ts, last_ts, iid in rows:
+        neighbours[sref].append((turn, last_turn, ts, last_ts, iid))
+    return neighbours
+
+
+def _candidates_lock(
+    project_id: int,
+    alerts: Sequence[Alert],
+    keys: Sequence[tuple[str, str]],
+    w: K.IncidentWindows,
+    neighbours: defaultdict[int, list[_Neighbour]],
+) -> dict[int, Incident]:
+    """The incidents the alerts may join, row-locked: those of their (agent, cause) KEYS seen
+    within the group window or resolved within the reopen window, and their session NEIGHBOURS'."""
     lo = min(a.ts for a in alerts)
     by_cause = Q()
     for agent, cause in keys:
@@ -124,10 +168,17 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
     cand_ids |= {n[4] for ns in neighbours.values() for n in ns}
     # Locked in id order (two evaluations touching the same incidents never deadlock); the
     # locked rows are the fresh ones: a sweep may have resolved one since it was found.
-    locked: dict[int, Incident] = {
+    return {
         i.pk: i for i in Incident.objects.select_for_update().filter(pk__in=sorted(cand_ids)).order_by("id")
     }
-    known_sessions: dict[int, set[int]] = defaultdict(set)
+
+
+def _known_sessions(
+    locked: dict[int, Incident], alerts: Sequence[Alert], new_ids: Sequence[int]
+) -> defaultdict[int, set[int]]:
+    """Incident id -> the alerts' sessions the LOCKED incident already held before them: what
+    its session count already includes, and where a cause-less family may reopen."""
+    known: defaultdict[int, set[int]] = defaultdict(set)
     if locked:
         pairs = (
             Alert.objects.filter(
@@ -139,25 +190,45 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
             .distinct()
         )
         for iid, sref in pairs:
-            known_sessions[iid].add(sref)
+            known[iid].add(sref)
+    return known
 
-    touched: dict[int, _Touched] = {}
-    batch_in_session: dict[int, list[tuple[Alert, int]]] = defaultdict(list)
-    wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
 
-    def in_session_window(a: Alert, turn: int, last_turn: int, ts: datetime, last_ts: datetime) -> bool:
+@dataclass
+class _Grouping:
+    """One call of incidents_group: what it found (the windows, each alert's cause, the session
+    neighbours, the locked candidates and the sessions they hold) and what its alerts have
+    touched so far (the incidents, and the batch's alerts per session with their incident)."""
+
+    project_id: int
+    project_level: bool
+    now: datetime
+    w: K.IncidentWindows
+    cause_of: dict[int, str]
+    neighbours: defaultdict[int, list[_Neighbour]]
+    locked: dict[int, Incident]
+    known_sessions: defaultdict[int, set[int]]
+    touched: dict[int, _Touched] = field(default_factory=dict)
+    batch_in_session: defaultdict[int, list[tuple[Alert, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    def in_session_window(self, a: Alert, turn: int, last_turn: int, ts: datetime, last_ts: datetime) -> bool:
+        wt, ws = self.w.session_window_turns, timedelta(seconds=self.w.session_window_seconds)
         return (turn - wt <= a.turn <= last_turn + wt) or (ts - ws <= a.ts <= last_ts + ws)
 
-    def pick_session(a: Alert) -> Incident | None:
-        if project_level:
+    def pick_session(self, a: Alert) -> Incident | None:
+        """The incident of an alert of A's session within the session window, one of the batch's
+        or an earlier one."""
+        if self.project_level:
             return None
         hits: list[Incident] = []
-        for other, iid in batch_in_session[a.session_ref]:
-            if in_session_window(a, other.turn, other.last_turn, other.ts, other.last_ts):
-                hits.append(touched[iid].incident)
-        for turn, last_turn, ts, last_ts, iid in neighbours[a.session_ref]:
-            if iid in locked and in_session_window(a, turn, last_turn, ts, last_ts):
-                hits.append(locked[iid])
+        for other, iid in self.batch_in_session[a.session_ref]:
+            if self.in_session_window(a, other.turn, other.last_turn, other.ts, other.last_ts):
+                hits.append(self.touched[iid].incident)
+        for turn, last_turn, ts, last_ts, iid in self.neighbours[a.session_ref]:
+            if iid in self.locked and self.in_session_window(a, turn, last_turn, ts, last_ts):
+                hits.append(self.locked[iid])
         # One resolved before it was confirmed stays closed: nobody heard of it to hear it reopen.
         hits = [i for i in hits if i.status != Incident.Status.RESOLVED or i.confirmed_at is not None]
         if not hits:
@@ -165,14 +236,16 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         # An unresolved incident first, then the one seen last.
         return max(hits, key=lambda i: (i.status != Incident.Status.RESOLVED, i.last_seen, i.pk))
 
-    def pick_cause(a: Alert) -> Incident | None:
-        agent, cause = agent_of(a), cause_of[a.pk]
+    def pick_cause(self, a: Alert) -> Incident | None:
+        """An unresolved incident of A's agent and cause within the group window (the one seen
+        last), else a confirmed one resolved within the reopen window (the one resolved last)."""
+        agent, cause = _agent_of(a, self.project_level), self.cause_of[a.pk]
         mine = [
             i
-            for i in [*locked.values(), *(t.incident for t in touched.values() if t.created)]
+            for i in [*self.locked.values(), *(t.incident for t in self.touched.values() if t.created)]
             if i.agent == agent and i.cause == cause
         ]
-        group = timedelta(seconds=w.group_window_seconds)
+        group = timedelta(seconds=self.w.group_window_seconds)
         open_ = [
             i
             for i in mine
@@ -180,7 +253,7 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         ]
         if open_:
             return max(open_, key=lambda i: (i.last_seen, i.pk))
-        reopen = timedelta(seconds=w.reopen_window_seconds)
+        reopen = timedelta(seconds=self.w.reopen_window_seconds)
         # A cause without a block key is the rule family alone ("validation_failure_rate"): any
         # later failure of the agent would match it, so it reopens only in the same session.
         back = [
@@ -190,46 +263,39 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
             and i.resolved_at is not None
             and i.confirmed_at is not None
             and a.ts <= i.resolved_at + reopen
-            and (project_level or ":" in i.cause or a.session_ref in known_sessions[i.pk])
+            and (self.project_level or ":" in i.cause or a.session_ref in self.known_sessions[i.pk])
         ]
         if back:
             return max(back, key=lambda i: (i.resolved_at or i.last_seen, i.pk))
         return None
 
-    def pick(a: Alert) -> Incident | None:
+    def pick(self, a: Alert) -> Incident | None:
         """The session's incident (one event is one incident), unless it is about another rule
         family and the alert's own cause has an incident, or the alert names a block and the
         session's incident names none: a validation blip early in a session does not swallow its
         later window overflow."""
-        by_session, by_cause = pick_session(a), pick_cause(a)
-        if by_session is None or _family(by_session.cause) == _family(cause_of[a.pk]):
+        by_session, by_cause = self.pick_session(a), self.pick_cause(a)
+        cause = self.cause_of[a.pk]
+        if by_session is None or _family(by_session.cause) == _family(cause):
             return by_session or by_cause
-        if by_cause is not None or (":" in cause_of[a.pk] and ":" not in by_session.cause):
+        if by_cause is not None or (":" in cause and ":" not in by_session.cause):
             return by_cause
         return by_session
 
-    for a in sorted(alerts, key=lambda x: (x.session_ref, x.turn, x.pk)):
-        inc = pick(a)
+    def join(self, a: Alert) -> None:
+        """A joins the incident it picks, or a new pending one; a resolved incident it joins
+        reopens. The incident's span and severity follow A at once (the batch's later alerts
+        pick by them); its counts, digest and event wait for settle()."""
+        inc = self.pick(a)
         if inc is None:
-            top = a.contributors[0] if a.contributors else {}
-            inc = Incident.objects.create(
-                project_id=project_id,
-                agent=agent_of(a),
-                cause=cause_of[a.pk],
-                title=cause_of[a.pk][:TITLE_MAX_CHARS],
-                severity=a.severity,
-                status=Incident.Status.PENDING,
-                first_seen=a.ts,
-                last_seen=a.last_ts,
-            )
-            touched[inc.pk] = _Touched(inc, [], set(), created=True, block_kind=str(top.get("kind") or ""))
-        t = touched.get(inc.pk)
+            inc = self.open(a)
+        t = self.touched.get(inc.pk)
         if t is None:
-            t = touched[inc.pk] = _Touched(inc, [], set(known_sessions[inc.pk]))
+            t = self.touched[inc.pk] = _Touched(inc, [], set(self.known_sessions[inc.pk]))
         if inc.status == Incident.Status.RESOLVED:
             inc.status = Incident.Status.OPEN
             inc.opened_count += 1
-            inc.reopened_at = now
+            inc.reopened_at = self.now
             inc.resolved_at, inc.resolved_by, inc.resolution = None, None, Incident.Resolution.NONE
             inc.acknowledged_at, inc.acknowledged_by = None, None
             t.reopened = True
@@ -240,44 +306,68 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
         if _rank(a.severity) > _rank(inc.severity):
             inc.severity = a.severity
         a.incident_id = inc.pk
-        batch_in_session[a.session_ref].append((a, inc.pk))
+        self.batch_in_session[a.session_ref].append((a, inc.pk))
 
-    delivery_ids: list[int] = []
-    for iid in sorted(touched):
-        t = touched[iid]
+    def open(self, a: Alert) -> Incident:
+        """A new pending incident of A's agent and cause, created now (the batch's later alerts
+        may join it); the kind of A's biggest block is kept for its title."""
+        top = a.contributors[0] if a.contributors else {}
+        inc = Incident.objects.create(
+            project_id=self.project_id,
+            agent=_agent_of(a, self.project_level),
+            cause=self.cause_of[a.pk],
+            title=self.cause_of[a.pk][:TITLE_MAX_CHARS],
+            severity=a.severity,
+            status=Incident.Status.PENDING,
+            first_seen=a.ts,
+            last_seen=a.last_ts,
+        )
+        self.touched[inc.pk] = _Touched(inc, [], set(), created=True, block_kind=str(top.get("kind") or ""))
+        return inc
+
+    def settle(self, iid: int) -> list[int]:
+        """Write what the batch did to touched incident IID: its counts, digest and title, its new
+        alerts' incident, the event it owes (recorded), then its row; the deliveries' ids."""
+        t = self.touched[iid]
         inc = t.incident
         inc.alert_count += len(t.alerts)
         inc.session_count = (
-            len(t.sessions) if t.created else inc.session_count + len(t.sessions - known_sessions[iid])
+            len(t.sessions) if t.created else inc.session_count + len(t.sessions - self.known_sessions[iid])
         )
         added = [a.pk for a in t.alerts]
         room = max(0, K.DIGEST_ALERTS - len(inc.digest_alert_ids))
         inc.digest_alert_ids = [*inc.digest_alert_ids, *added[:room]]
         inc.digest_more += len(added) - min(room, len(added))
-        inc.title = _title(inc, t.block_kind or _block_kind(t.alerts, inc.cause), project_level=project_level)
+        block_kind = t.block_kind or _block_kind(t.alerts, inc.cause)
+        inc.title = _title(inc, block_kind, project_level=self.project_level)
         Alert.objects.filter(pk__in=added).update(incident_id=iid)
-        if inc.confirmed_at is None:
-            # Pending: the alerts wait in the digest for the "opened" that confirmation sends.
-            reason = "project" if project_level else _confirm_reason(inc, w)
-            event = _confirm(inc, now=now, reason=reason) if reason else ""
-        elif t.reopened:
-            event = "reopened"
-        elif inc.status != Incident.Status.MUTED and _rank(inc.severity) > _rank(inc.notified_severity):
-            event = "escalated"
-        else:
-            event = ""
-        if event:
-            delivery_ids += _event_record(inc, event)
+        event = self.event(t)
+        delivery_ids = _event_record(inc, event) if event else []
         inc.save()
         logger.info(
             "alerts.incident_grouped project_id=%s incident_id=%s alerts=%d event=%s status=%s",
-            project_id,
+            self.project_id,
             iid,
             len(t.alerts),
             event or "-",
             inc.status,
         )
-    return delivery_ids
+        return delivery_ids
+
+    def event(self, t: _Touched) -> str:
+        """The event the batch makes T's incident send ("" for none): "opened" when a pending one
+        is confirmed now (unless muted), "reopened", or "escalated" when its severity rose above
+        the one last notified (unless muted)."""
+        inc = t.incident
+        if inc.confirmed_at is None:
+            # Pending: the alerts wait in the digest for the "opened" that confirmation sends.
+            reason = "project" if self.project_level else _confirm_reason(inc, self.w)
+            return _confirm(inc, now=self.now, reason=reason) if reason else ""
+        if t.reopened:
+            return "reopened"
+        if inc.status != Incident.Status.MUTED and _rank(inc.severity) > _rank(inc.notified_severity):
+            return "escalated"
+        return ""
 
 
 def _family(cause: str) -> str:

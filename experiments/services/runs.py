@@ -561,13 +561,40 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
         .select_related("item", "item__context")
         .order_by("item__position")
     )
-    arm_of: dict[int, tuple[ExperimentItem, str]] = {}
-    for ei in eitems:
-        if ei.control_variant_id:
-            arm_of[ei.control_variant_id] = (ei, CheckResult.Arm.CONTROL)
-        if ei.strategy_variant_id:
-            arm_of[ei.strategy_variant_id] = (ei, CheckResult.Arm.STRATEGY)
-    runs = list(
+    runs = _job_runs(job)
+    by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
+    for r in runs:
+        by_variant[r.variant_id].append(r)
+    done_ids = {
+        (c[0], c[1], c[2], c[3])
+        for c in CheckResult.objects.filter(experiment=exp).values_list(
+            "item_id", "arm", "sample", "check_id"
+        )
+    }
+    ref_embeddings = _reference_embeddings(exp, eitems, set_checks)
+    new_rows = [
+        row
+        for ei in eitems
+        for row in _item_check_rows(
+            exp, ei, set_checks, by_variant, ref_embeddings.get(ei.item_id), done_ids
+        )
+    ]
+    CheckResult.objects.bulk_create(new_rows, batch_size=2000, ignore_conflicts=True)
+    exp.summary = _summary(exp, eitems, by_variant)
+    # Comparisons made from the summary it replaces are stale.
+    Comparison.objects.filter(Q(a=exp) | Q(b=exp)).delete()
+    _outcome_set(exp, job, runs)
+    exp.finished_at = exp.finished_at or timezone.now()
+    exp.save(update_fields=["summary", "status", "reason", "finished_at"])
+    logger.info(
+        "experiments.finalized experiment_id=%s status=%s results=%s", exp.pk, exp.status, len(new_rows)
+    )
+    return exp.status
+
+
+def _job_runs(job: ReplayJob) -> list[ReplayRun]:
+    """JOB's runs by variant and sample, with only what the checks and the figures read."""
+    return list(
         ReplayRun.objects.filter(job_id=job.pk)
         .only(
             "id",
@@ -582,75 +609,98 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
         )
         .order_by("variant_id", "sample")
     )
-    by_variant: dict[int, list[ReplayRun]] = defaultdict(list)
-    for r in runs:
-        by_variant[r.variant_id].append(r)
-    done_ids = {
-        (c[0], c[1], c[2], c[3])
-        for c in CheckResult.objects.filter(experiment=exp).values_list(
-            "item_id", "arm", "sample", "check_id"
-        )
-    }
-    new_rows: list[CheckResult] = []
-    ref_embeddings = _reference_embeddings(exp, eitems, set_checks)
-    for ei in eitems:
-        ref_text, ref_calls = _reference(ei.item.context.snapshot)
-        all_checks = set_checks + list(ei.item.checks or [])
-        if not all_checks:
+
+
+def _item_check_rows(
+    exp: Experiment,
+    ei: ExperimentItem,
+    set_checks: list[Any],
+    by_variant: dict[int, list[ReplayRun]],
+    ref_embedding: list[float] | None,
+    done_ids: set[tuple[int, str, int, str]],
+) -> list[CheckResult]:
+    """The results still to store for item EI: every check (the set's, then the item's own) on
+    every answer of each arm, judged against the item's reference answer and the control's
+    spread around it; a result already stored (DONE_IDS) is not made again."""
+    ref_text, ref_calls = _reference(ei.item.context.snapshot)
+    all_checks = set_checks + list(ei.item.checks or [])
+    if not all_checks:
+        return []
+    control_runs = [
+        r for r in by_variant.get(ei.control_variant_id or -1, []) if r.status == ReplayRun.Status.DONE
+    ]
+    threshold, semantic_threshold = _control_spread(all_checks, ref_text, ref_embedding, control_runs)
+    rows: list[CheckResult] = []
+    for vid, arm in (
+        (ei.control_variant_id, CheckResult.Arm.CONTROL),
+        (ei.strategy_variant_id, CheckResult.Arm.STRATEGY),
+    ):
+        if not vid:
             continue
-        control_runs = [
-            r for r in by_variant.get(ei.control_variant_id or -1, []) if r.status == ReplayRun.Status.DONE
-        ]
-        # The model's own spread around the reference: a consistent answer is no farther from it
-        # than the control's answers are. Only a `consistent` check reads it, and an edit distance
-        # per control answer is the costliest step here.
-        threshold = semantic_threshold = None
-        if any(c.get("type") == "consistent" for c in all_checks if isinstance(c, dict)):
-            threshold = max(
-                (measures.edit_distance(ref_text, r.output_text) for r in control_runs), default=None
-            )
-        ref_embedding = ref_embeddings.get(ei.item_id)
-        if ref_embedding is not None:
-            spread = [measures.semantic_distance(ref_embedding, r.embedding) for r in control_runs]
-            semantic_threshold = max((d for d in spread if d is not None), default=None)
-        for vid, arm in (
-            (ei.control_variant_id, CheckResult.Arm.CONTROL),
-            (ei.strategy_variant_id, CheckResult.Arm.STRATEGY),
-        ):
-            if not vid:
+        for r in by_variant.get(vid, []):
+            if r.status != ReplayRun.Status.DONE:
                 continue
-            for r in by_variant.get(vid, []):
-                if r.status != ReplayRun.Status.DONE:
-                    continue
-                answer = checks_mod.Answer(text=r.output_text or "", tool_calls=list(r.tool_calls or []))
-                ctx = checks_mod.CheckContext(
-                    reference_text=ref_text,
-                    reference_tool_calls=ref_calls,
-                    threshold=threshold,
-                    semantic_threshold=semantic_threshold,
-                    answer_embedding=r.embedding,
-                    reference_embedding=ref_embedding,
-                )
-                for res in checks_mod.evaluate_all(all_checks, answer, ctx):
-                    if (ei.item_id, arm, r.sample, res.check_id) in done_ids:
-                        continue
-                    new_rows.append(
-                        CheckResult(
-                            experiment=exp,
-                            item_id=ei.item_id,
-                            arm=arm,
-                            sample=r.sample,
-                            run_id=r.pk,
-                            check_id=res.check_id[:64],
-                            kind=res.kind[:24],
-                            passed=res.passed,
-                            evidence=res.evidence[:500],
-                        )
-                    )
-    CheckResult.objects.bulk_create(new_rows, batch_size=2000, ignore_conflicts=True)
-    exp.summary = _summary(exp, eitems, by_variant)
-    # Comparisons made from the summary it replaces are stale.
-    Comparison.objects.filter(Q(a=exp) | Q(b=exp)).delete()
+            ctx = checks_mod.CheckContext(
+                reference_text=ref_text,
+                reference_tool_calls=ref_calls,
+                threshold=threshold,
+                semantic_threshold=semantic_threshold,
+                answer_embedding=r.embedding,
+                reference_embedding=ref_embedding,
+            )
+            rows += _answer_check_rows(exp, ei.item_id, arm, r, all_checks, ctx, done_ids)
+    return rows
+
+
+def _control_spread(
+    all_checks: list[Any], ref_text: str, ref_embedding: list[float] | None, control_runs: list[ReplayRun]
+) -> tuple[float | None, float | None]:
+    """The model's own spread around the reference, as an edit distance and as a semantic one:
+    a consistent answer is no farther from it than the control's answers are. Only a
+    `consistent` check reads it, and an edit distance per control answer is the costliest step
+    here. None where nothing measures it."""
+    threshold = semantic_threshold = None
+    if any(c.get("type") == "consistent" for c in all_checks if isinstance(c, dict)):
+        threshold = max(
+            (measures.edit_distance(ref_text, r.output_text) for r in control_runs), default=None
+        )
+    if ref_embedding is not None:
+        spread = [measures.semantic_distance(ref_embedding, r.embedding) for r in control_runs]
+        semantic_threshold = max((d for d in spread if d is not None), default=None)
+    return threshold, semantic_threshold
+
+
+def _answer_check_rows(
+    exp: Experiment,
+    item_id: int,
+    arm: str,
+    r: ReplayRun,
+    all_checks: list[Any],
+    ctx: checks_mod.CheckContext,
+    done_ids: set[tuple[int, str, int, str]],
+) -> list[CheckResult]:
+    """Each check's result on run R's answer (in ARM of the item), unless already stored."""
+    answer = checks_mod.Answer(text=r.output_text or "", tool_calls=list(r.tool_calls or []))
+    return [
+        CheckResult(
+            experiment=exp,
+            item_id=item_id,
+            arm=arm,
+            sample=r.sample,
+            run_id=r.pk,
+            check_id=res.check_id[:64],
+            kind=res.kind[:24],
+            passed=res.passed,
+            evidence=res.evidence[:500],
+        )
+        for res in checks_mod.evaluate_all(all_checks, answer, ctx)
+        if (item_id, arm, r.sample, res.check_id) not in done_ids
+    ]
+
+
+def _outcome_set(exp: Experiment, job: ReplayJob, runs: list[ReplayRun]) -> None:
+    """EXP's status (and its reason) from how its job went: cancelled when it or the job was,
+    failed when every model call failed, partial when some calls or items failed, else done."""
     failed_runs = sum(1 for r in runs if r.status == ReplayRun.Status.FAILED)
     cancelled = exp.status == Experiment.Status.CANCELLED or job.status == JobStatus.CANCELLED
     done_runs = sum(1 for r in runs if r.status == ReplayRun.Status.DONE)
@@ -664,12 +714,6 @@ def experiment_finalize(*, experiment_id: int, force: bool = False) -> str:
         exp.reason = f"{failed_runs} model calls failed, {exp.n_failed_items} items could not be prepared"
     else:
         exp.status = Experiment.Status.DONE
-    exp.finished_at = exp.finished_at or timezone.now()
-    exp.save(update_fields=["summary", "status", "reason", "finished_at"])
-    logger.info(
-        "experiments.finalized experiment_id=%s status=%s results=%s", exp.pk, exp.status, len(new_rows)
-    )
-    return exp.status
 
 
 def _summary(

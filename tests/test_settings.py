@@ -1,4 +1,4 @@
-"""Every knob is read from the environment by config/settings.py (through config/env.py) and
+"""Every knob is read from the environment by config/settings.py (through core/env.py) and
 documented in the README's table; nothing reads an optional setting with a silent default."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_a_malformed_base_url_stops_the_process_naming_the_variable() -> None:
 
 def _env_names_read() -> set[str]:
     names: set[str] = set()
-    for path in (ROOT / "config" / "settings.py", ROOT / "config" / "env.py"):
+    for path in (ROOT / "config" / "settings.py", ROOT / "core" / "env.py"):
         text = path.read_text()
         names |= set(re.findall(r"env_\w+\(\s*\"([A-Z][A-Z0-9_]+)\"", text))
         names |= set(re.findall(r"os\.environ(?:\.get)?[\[(]\s*\"([A-Z][A-Z0-9_]+)\"", text))
@@ -90,7 +90,7 @@ def test_settings_are_read_only_through_the_settings_module() -> None:
             text = path.read_text()
             if re.search(r"getattr\(\s*settings\s*,", text):
                 offenders.append(f"{rel}: getattr(settings, ...) hides a setting the env reader never sets")
-            if package != "ctxobs" and rel not in ("config/env.py", "config/embedded.py") and re.search(
+            if package != "ctxobs" and rel not in ("core/env.py", "config/embedded.py") and re.search(
                 r"os\.(?:environ\b(?!\))|getenv)\s*(?:\.get\s*)?[\[(]\s*\"CTXOBS_", text
             ):
                 offenders.append(f"{rel}: reads a CTXOBS_ variable itself")

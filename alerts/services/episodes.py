@@ -38,6 +38,9 @@ _UPDATE_COLUMNS = (
     "dedup_key",
     "contributors",
 )
+# Sent as float8[]: a rule's figures may be ints (a count of compressions) or floats (a fill), and
+# psycopg refuses to send a list that mixes the two.
+_FLOAT_COLUMNS = frozenset({"value", "threshold", "peak_value"})
 
 
 def alerts_update(alerts: list[Alert]) -> None:
@@ -48,7 +51,8 @@ def alerts_update(alerts: list[Alert]) -> None:
     for a in alerts:
         a.updated_at = now
         for f in _UPDATE_COLUMNS[:-1]:
-            cols[f].append(getattr(a, f))
+            v = getattr(a, f)
+            cols[f].append(float(v) if f in _FLOAT_COLUMNS and v is not None else v)
         cols["contributors"].append(json.dumps(a.contributors))
     with connection.cursor() as cur:
         cur.execute(
@@ -66,7 +70,6 @@ def alerts_update(alerts: list[Alert]) -> None:
             """,
             [now, *cols.values()],
         )
-
 
 
 def episode_of(a: Alert) -> R.Episode:

@@ -331,3 +331,21 @@ def test_episode_scan_past_its_limit_still_finds_a_long_alert(project):
     assert len(found) == n_short + 1
     probe = selectors.EpisodeProbe(session_ref=1, rule_id=rule.pk, from_turn=200, from_ts=t0)
     assert long.pk in {a.pk for a in selectors.episodes_near(project_id=project.pk, probes=[probe])}
+
+
+def test_alerts_whose_figures_mix_ints_and_floats_are_updated_in_one_statement(poster, project):
+    """A compression storm counts compressions (ints) and a tier crossing measures a fill (floats):
+    one evaluation that extends both writes them in one UPDATE. Sent as they are, psycopg refused
+    the mixed list and the whole evaluation rolled back, with the alerts it had made."""
+    from alerts.services.episodes import alerts_update
+
+    for i, f in enumerate([0.3, 0.5, 0.9, 0.97]):
+        poster.post([sized_snapshot(turn=i, fill=f)])
+    a, b = alerts_of(project)[:2]
+    a.value, a.threshold, a.peak_value = 4, 3, 5
+    b.value, b.threshold, b.peak_value = 91.36, 80.0, 97.25
+    alerts_update([a, b])
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.value, a.threshold, a.peak_value) == (4.0, 3.0, 5.0)
+    assert (b.value, b.threshold, b.peak_value) == (91.36, 80.0, 97.25)

@@ -696,8 +696,29 @@ def messages(project: Project, run: Run, max_per_hour: int) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def bench_project(prefix: str) -> tuple[Project, Any, list[str]]:
+    """A new project with the default rules of a new project and one webhook channel at the
+    default limit (nothing listens: no worker sends), and the PostgreSQL backend's pid for the
+    cost meters. Returns (project, channel, enabled rule kinds)."""
     global _backend_pid
+    project, _ = project_create(name=f"{prefix}-{uuid.uuid4().hex[:8]}")
+    default_rules_create(project=project)
+    rules = list(AlertRule.objects.filter(project=project, enabled=True).values_list("kind", flat=True))
+    project.allow_private_endpoints = True
+    project.save()
+    channel, _ = alert_channels.channel_create(
+        project=project,
+        kind="webhook",
+        data={"name": "on-call", "url": "http://127.0.0.1:9/hook", "timeout_seconds": 5},
+    )
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = int(cur.fetchone()[0])
+    _backend_pid = pid if Path(f"/proc/{pid}/stat").exists() else None  # a remote server: no PG CPU
+    return project, channel, rules
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=200)
     ap.add_argument("--noise", type=int, default=30)
@@ -714,20 +735,7 @@ def main() -> None:
         flush=True,
     )
 
-    project, _ = project_create(name=f"bench-incidents-{uuid.uuid4().hex[:8]}")
-    default_rules_create(project=project)
-    rules = list(AlertRule.objects.filter(project=project, enabled=True).values_list("kind", flat=True))
-    project.allow_private_endpoints = True
-    project.save()
-    channel, _ = alert_channels.channel_create(
-        project=project,
-        kind="webhook",
-        data={"name": "on-call", "url": "http://127.0.0.1:9/hook", "timeout_seconds": 5},
-    )
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        pid = int(cur.fetchone()[0])
-    _backend_pid = pid if Path(f"/proc/{pid}/stat").exists() else None  # a remote server: no PG CPU
+    project, channel, rules = bench_project("bench-incidents")
 
     try:
         run = simulate(project, sessions)

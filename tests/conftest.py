@@ -185,6 +185,18 @@ def celery_worker_process(celery_workers: CeleryWorkers) -> Iterator[CeleryWorke
             celery_workers.start(service)
 
 
+# Fixtures that start the processes the fast lane (`-m "not e2e and not browser"`) leaves out.
+E2E_FIXTURES = frozenset({"local_model", "celery_workers", "celery_worker_process"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the local model server or the Celery workers, however indirectly (through
+    another fixture), is an e2e test whether or not it says so."""
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Keep each phase's report on the item, so that fixtures can tell a failed test at teardown."""

@@ -360,8 +360,11 @@ class IncidentWindows:
     session_window_seconds: int = 300
     # An alert of the same agent and cause as an open incident seen within this long joins it.
     group_window_seconds: int = 1800
-    # An incident with no new alert activity for this long resolves on its own.
+    # An incident with no new alert activity for this long resolves on its own, times how often
+    # it has opened, up to quiet_max_factor: a cause that keeps returning stays one open incident
+    # rather than resolved and reopened pairs (flapping).
     quiet_seconds: int = 1800
+    quiet_max_factor: int = 4
     # The cause returning within this long after resolution reopens the incident.
     reopen_window_seconds: int = 7200
     # A new incident is pending (it sends nothing) until it is confirmed: a critical alert, alerts

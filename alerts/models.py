@@ -226,6 +226,7 @@ class IncidentPolicy(models.Model):
     session_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.session_window_seconds)
     group_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.group_window_seconds)
     quiet_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.quiet_seconds)
+    quiet_max_factor = models.IntegerField(default=INCIDENT_DEFAULTS.quiet_max_factor)
     reopen_window_seconds = models.IntegerField(default=INCIDENT_DEFAULTS.reopen_window_seconds)
     confirm_sessions = models.IntegerField(default=INCIDENT_DEFAULTS.confirm_sessions)
     confirm_turns = models.IntegerField(default=INCIDENT_DEFAULTS.confirm_turns)

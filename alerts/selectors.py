@@ -4,7 +4,6 @@ may extend, and the turns rules evaluate on (from the snapshots read through `in
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
@@ -147,6 +146,7 @@ def incident_windows(*, project_id: int) -> K.IncidentWindows:
         session_window_seconds=p.session_window_seconds,
         group_window_seconds=p.group_window_seconds,
         quiet_seconds=p.quiet_seconds,
+        quiet_max_factor=p.quiet_max_factor,
         reopen_window_seconds=p.reopen_window_seconds,
         confirm_sessions=p.confirm_sessions,
         confirm_turns=p.confirm_turns,
@@ -160,12 +160,11 @@ def incident_quiet_min() -> int:
     return int(low) if low is not None else K.INCIDENT_DEFAULTS.quiet_seconds
 
 
-def incident_quiet_seconds(*, project_ids: Iterable[int]) -> dict[int, int]:
-    """The quiet period of each of PROJECT_IDS that has a policy (the others use the default)."""
-    ids = list(project_ids)
-    if not ids:
-        return {}
-    return dict(IncidentPolicy.objects.filter(project_id__in=ids).values_list("project_id", "quiet_seconds"))
+def incident_quiet_factor_min() -> int:
+    """The smallest quiet_max_factor any project has set (the auto-resolve scan's bound)."""
+    low = IncidentPolicy.objects.aggregate(low=Min("quiet_max_factor"))["low"]
+    default = K.INCIDENT_DEFAULTS.quiet_max_factor
+    return default if low is None else min(int(low), default)
 
 
 # Besides the statuses: "unresolved" (open, acknowledged or muted: confirmed and not resolved)

@@ -68,6 +68,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from alerts import kinds as K  # noqa: E402
 from alerts.models import Alert, AlertRule, Delivery, Incident  # noqa: E402
 from alerts.services import channels as alert_channels  # noqa: E402
 from alerts.services import evaluation as alert_evaluation  # noqa: E402
@@ -80,8 +81,9 @@ from ingest.services import snapshot_batch_ingest  # noqa: E402
 WINDOW = 10_000
 USABLE = WINDOW - int(WINDOW * 0.15)
 TICK = timedelta(seconds=60)
-# After the last turn: long enough for every incident to go quiet and resolve.
-TAIL = timedelta(hours=1)
+# After the last turn: long enough for every incident to go quiet and resolve (the quiet period
+# grows with each reopen, up to quiet_max_factor times).
+TAIL = timedelta(seconds=K.INCIDENT_DEFAULTS.quiet_seconds * K.INCIDENT_DEFAULTS.quiet_max_factor + 300)
 DAY0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
 COMPRESS_AT = 0.58  # healthy sessions compress their history here, below the compress tier (0.70)
 

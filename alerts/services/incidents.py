@@ -5,7 +5,11 @@ an alert joins the incident of an alert of its session within the session window
 incident of its agent and cause seen within the group window, else reopens one of them resolved
 within the reopen window, else opens a new one. A new incident is pending: it sends nothing until
 it is confirmed (a critical alert, several sessions, or a condition that persists), and one that
-goes quiet first resolves as transient, unannounced, so that an isolated blip never pages. Each
+goes quiet first resolves as transient, unannounced, so that an isolated blip never pages. A
+recurrence is held to the same bar: a resolved incident whose cause returns reopens pending, and
+announces "reopened" only once the recurrence is confirmed; unconfirmed, it goes back to resolved
+without a message. The quiet period before auto-resolve grows with each reopen, so a cause that
+keeps returning stays one open incident instead of flapping. Each
 state change sent out (opened, escalated, reopened, resolved, triaged) takes the incident's next
 sequence number and one delivery per channel, unique per (incident, channel, event, sequence):
 running a task twice sends nothing twice.
@@ -22,7 +26,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Value
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from alerts import channels as ch
@@ -159,8 +164,13 @@ def _candidates_lock(
     by_cause = Q()
     for agent, cause in keys:
         by_cause |= Q(agent=agent, cause=cause)
-    recent = Q(last_seen__gte=lo - timedelta(seconds=w.group_window_seconds)) | Q(
-        resolved_at__gte=lo - timedelta(seconds=w.reopen_window_seconds)
+    # An incident that reopened stays open for longer than the group window (its quiet period
+    # grows with each reopen): the cause returning meanwhile joins it.
+    longest_open = max(w.group_window_seconds, _quiet_seconds(w, w.quiet_max_factor))
+    recent = (
+        Q(last_seen__gte=lo - timedelta(seconds=w.group_window_seconds))
+        | Q(status__in=UNRESOLVED, opened_count__gt=1, last_seen__gte=lo - timedelta(seconds=longest_open))
+        | Q(resolved_at__gte=lo - timedelta(seconds=w.reopen_window_seconds))
     )
     cand_ids = set(
         Incident.objects.filter(by_cause, recent, project_id=project_id).values_list("id", flat=True)
@@ -177,7 +187,7 @@ def _known_sessions(
     locked: dict[int, Incident], alerts: Sequence[Alert], new_ids: Sequence[int]
 ) -> defaultdict[int, set[int]]:
     """Incident id -> the alerts' sessions the LOCKED incident already held before them: what
-    its session count already includes, and where a cause-less family may reopen."""
+    its session count already includes."""
     known: defaultdict[int, set[int]] = defaultdict(set)
     if locked:
         pairs = (
@@ -237,8 +247,12 @@ class _Grouping:
         return max(hits, key=lambda i: (i.status != Incident.Status.RESOLVED, i.last_seen, i.pk))
 
     def pick_cause(self, a: Alert) -> Incident | None:
-        """An unresolved incident of A's agent and cause within the group window (the one seen
-        last), else a confirmed one resolved within the reopen window (the one resolved last)."""
+        """An unresolved incident of A's agent and cause within the group window, or within its
+        quiet period when that is longer (it reopened; the one seen last), else a confirmed one
+        resolved within the reopen window (the one resolved last). A cause without a block key
+        is the rule family alone ("validation_failure_rate") and reopens for any later session
+        of the agent too: its recurrence is pending until it is confirmed like a new incident,
+        so a lone blip in another session pages nobody."""
         agent, cause = _agent_of(a, self.project_level), self.cause_of[a.pk]
         mine = [
             i
@@ -249,13 +263,12 @@ class _Grouping:
         open_ = [
             i
             for i in mine
-            if i.status != Incident.Status.RESOLVED and i.first_seen - group <= a.ts <= i.last_seen + group
+            if i.status != Incident.Status.RESOLVED
+            and i.first_seen - group <= a.ts <= i.last_seen + _open_reach(self.w, i.opened_count)
         ]
         if open_:
             return max(open_, key=lambda i: (i.last_seen, i.pk))
         reopen = timedelta(seconds=self.w.reopen_window_seconds)
-        # A cause without a block key is the rule family alone ("validation_failure_rate"): any
-        # later failure of the agent would match it, so it reopens only in the same session.
         back = [
             i
             for i in mine
@@ -263,7 +276,6 @@ class _Grouping:
             and i.resolved_at is not None
             and i.confirmed_at is not None
             and a.ts <= i.resolved_at + reopen
-            and (self.project_level or ":" in i.cause or a.session_ref in self.known_sessions[i.pk])
         ]
         if back:
             return max(back, key=lambda i: (i.resolved_at or i.last_seen, i.pk))
@@ -284,8 +296,10 @@ class _Grouping:
 
     def join(self, a: Alert) -> None:
         """A joins the incident it picks, or a new pending one; a resolved incident it joins
-        reopens. The incident's span and severity follow A at once (the batch's later alerts
-        pick by them); its counts, digest and event wait for settle()."""
+        reopens, pending (silent) until the recurrence is confirmed; `reopened_at` is the turn
+        time the cause returned, from which the recurrence is judged. The incident's span and
+        severity follow A at once (the batch's later alerts pick by them); its counts, digest
+        and event wait for settle()."""
         inc = self.pick(a)
         if inc is None:
             inc = self.open(a)
@@ -293,12 +307,15 @@ class _Grouping:
         if t is None:
             t = self.touched[inc.pk] = _Touched(inc, [], set(self.known_sessions[inc.pk]))
         if inc.status == Incident.Status.RESOLVED:
-            inc.status = Incident.Status.OPEN
+            inc.status = Incident.Status.PENDING
             inc.opened_count += 1
-            inc.reopened_at = self.now
+            inc.reopened_at = a.ts
             inc.resolved_at, inc.resolved_by, inc.resolution = None, None, Incident.Resolution.NONE
             inc.acknowledged_at, inc.acknowledged_by = None, None
             t.reopened = True
+        elif t.reopened and inc.reopened_at is not None and a.ts < inc.reopened_at:
+            # Another session of the batch saw the cause return earlier.
+            inc.reopened_at = a.ts
         t.alerts.append(a)
         t.sessions.add(a.session_ref)
         inc.first_seen = min(inc.first_seen, a.ts)
@@ -356,15 +373,13 @@ class _Grouping:
 
     def event(self, t: _Touched) -> str:
         """The event the batch makes T's incident send ("" for none): "opened" when a pending one
-        is confirmed now (unless muted), "reopened", or "escalated" when its severity rose above
-        the one last notified (unless muted)."""
+        is confirmed now (unless muted), "reopened" when a recurrence is, or "escalated" when its
+        severity rose above the one last notified (unless muted)."""
         inc = t.incident
-        if inc.confirmed_at is None:
-            # Pending: the alerts wait in the digest for the "opened" that confirmation sends.
+        if inc.confirmed_at is None or _recurring(inc):
+            # Pending: the alerts wait in the digest for the message that confirmation sends.
             reason = "project" if self.project_level else _confirm_reason(inc, self.w)
             return _confirm(inc, now=self.now, reason=reason) if reason else ""
-        if t.reopened:
-            return "reopened"
         if inc.status != Incident.Status.MUTED and _rank(inc.severity) > _rank(inc.notified_severity):
             return "escalated"
         return ""
@@ -374,10 +389,18 @@ def _family(cause: str) -> str:
     return cause.partition(":")[0]
 
 
+def _recurring(inc: Incident) -> bool:
+    """INC was announced, resolved, and its cause has returned: pending again until the
+    recurrence is confirmed (then "reopened"; quiet first, it resolves again without a word)."""
+    return inc.status == Incident.Status.PENDING and inc.confirmed_at is not None
+
+
 def _confirm_reason(inc: Incident, w: K.IncidentWindows) -> str:
     """Why the pending INC is confirmed now ("" while it is not): a critical alert, alerts from
     several sessions, alert activity lasting long enough, or alerts raised on several turns of
     one session (the turn query only when the cheaper tests fail)."""
+    if _recurring(inc):
+        return _recurrence_confirm_reason(inc, w)
     if _rank(inc.severity) >= _rank("critical"):
         return "critical"
     if inc.session_count >= w.confirm_sessions:
@@ -396,16 +419,47 @@ def _confirm_reason(inc: Incident, w: K.IncidentWindows) -> str:
     return ""
 
 
+def _recurrence_confirm_reason(inc: Incident, w: K.IncidentWindows) -> str:
+    """The same bar as a new incident's, counted from the recurrence on (`reopened_at`, a turn
+    time): what the incident held before it was resolved does not confirm its return."""
+    since = inc.reopened_at or inc.first_seen
+    if (inc.last_seen - since).total_seconds() >= w.confirm_seconds:
+        return "lasted"
+    per_session = list(
+        Alert.objects.filter(incident_id=inc.pk, ts__gte=since)
+        .order_by()
+        .values("session_ref")
+        .annotate(n=Count("turn", distinct=True), critical=Count("id", filter=Q(severity="critical")))
+        .values_list("n", "critical")
+    )
+    if any(c for _, c in per_session):
+        return "critical"
+    if len(per_session) >= w.confirm_sessions:
+        return "sessions"
+    if max((n for n, _ in per_session), default=0) >= w.confirm_turns:
+        return "turns"
+    return ""
+
+
 def _confirm(inc: Incident, *, now: datetime, reason: str) -> str:
-    """Confirm the pending INC (locked by the caller): the event it owes, "opened" (recorded by
-    the caller), or "" while it is muted (the unmute sends it)."""
-    inc.confirmed_at = now
+    """Confirm the pending INC (locked by the caller): the event it owes (recorded by the caller),
+    "opened", "reopened" for a recurrence (`confirmed_at` keeps the first confirmation), or ""
+    while it is muted (the unmute sends it)."""
+    again = inc.confirmed_at is not None
+    if not again:
+        inc.confirmed_at = now
     if inc.status == Incident.Status.PENDING:
         inc.status = Incident.Status.OPEN
     logger.info(
-        "alerts.incident_confirmed project_id=%s incident_id=%s reason=%s", inc.project_id, inc.pk, reason
+        "alerts.incident_confirmed project_id=%s incident_id=%s reason=%s again=%s",
+        inc.project_id,
+        inc.pk,
+        reason,
+        again,
     )
-    return "" if inc.status == Incident.Status.MUTED else "opened"
+    if inc.status == Incident.Status.MUTED:
+        return ""
+    return "reopened" if again else "opened"
 
 
 def _block_kind(alerts: Sequence[Alert], cause: str) -> str:
@@ -525,7 +579,7 @@ def incidents_touch(*, alerts: Sequence[Alert]) -> None:
         Incident.objects.filter(pk=iid, last_seen__lt=latest[iid]).update(last_seen=latest[iid])
     pending = list(
         Incident.objects.select_for_update()
-        .filter(pk__in=sorted(latest), confirmed_at__isnull=True)
+        .filter(Q(confirmed_at__isnull=True) | Q(status=Incident.Status.PENDING), pk__in=sorted(latest))
         .exclude(status=Incident.Status.RESOLVED)
         .order_by("id")
     )
@@ -536,10 +590,12 @@ def incidents_touch(*, alerts: Sequence[Alert]) -> None:
         w = windows.get(inc.project_id) or windows.setdefault(
             inc.project_id, selectors.incident_windows(project_id=inc.project_id)
         )
-        if (inc.last_seen - inc.first_seen).total_seconds() < w.confirm_seconds:
+        since = (inc.reopened_at if _recurring(inc) else None) or inc.first_seen
+        if (inc.last_seen - since).total_seconds() < w.confirm_seconds:
             continue
-        if _confirm(inc, now=now, reason="lasted"):
-            ids += _event_record(inc, "opened")
+        event = _confirm(inc, now=now, reason="lasted")
+        if event:
+            ids += _event_record(inc, event)
         inc.save()
     _enqueue_after_commit(ids)
 
@@ -554,7 +610,8 @@ class IncidentSweepResult:
 
 def incidents_sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> IncidentSweepResult:
     """Unmute incidents whose mute has passed (announcing an escalation that happened meanwhile),
-    resolve those quiet for their project's quiet period (resolved_by "auto"), and hand the
+    resolve those quiet for their project's quiet period times how often they opened (up to the
+    policy's quiet_max_factor; resolved_by "auto"), and hand the
     channels' held messages to a worker once the channel's hour has room.
 
     Safe to run twice and concurrently: every change re-checks its row under a lock, and each
@@ -587,15 +644,23 @@ def incidents_sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) ->
             unmuted += 1
 
     floor = min(K.INCIDENT_DEFAULTS.quiet_seconds, selectors.incident_quiet_min())
+    # An incident that reopened waits longer (quiet_seconds x opened_count, capped); the scan
+    # skips those still within it in SQL at the least factor any project allows.
     cands = list(
         Incident.objects.filter(status__in=UNRESOLVED, last_seen__lt=now - timedelta(seconds=floor))
+        .alias(wait=Least(F("opened_count"), Value(max(1, selectors.incident_quiet_factor_min()))))
+        .filter(
+            last_seen__lt=ExpressionWrapper(
+                Value(now) - Value(timedelta(seconds=floor)) * F("wait"), output_field=DateTimeField()
+            )
+        )
         .order_by("last_seen")
-        .values_list("id", "project_id", "last_seen")[:limit]
+        .values_list("id", "project_id", "last_seen", "opened_count")[:limit]
     )
-    quiet = selectors.incident_quiet_seconds(project_ids={p for _, p, _ in cands})
+    windows = {pid: selectors.incident_windows(project_id=pid) for pid in sorted({c[1] for c in cands})}
     resolved = 0
-    for iid, pid, last_seen in cands:
-        cutoff = now - timedelta(seconds=quiet.get(pid, K.INCIDENT_DEFAULTS.quiet_seconds))
+    for iid, pid, last_seen, opened_count in cands:
+        cutoff = now - timedelta(seconds=_quiet_seconds(windows[pid], opened_count))
         if last_seen >= cutoff:
             continue
         with transaction.atomic():
@@ -616,8 +681,21 @@ def incidents_sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) ->
     return IncidentSweepResult(resolved=resolved, unmuted=unmuted, released=released)
 
 
+def _open_reach(w: K.IncidentWindows, opened_count: int) -> timedelta:
+    """How long after its last alert an unresolved incident of the cause takes a new one: the
+    group window, or, once it has reopened, its (longer) quiet period: it is still open."""
+    group = w.group_window_seconds
+    return timedelta(seconds=group if opened_count <= 1 else max(group, _quiet_seconds(w, opened_count)))
+
+
+def _quiet_seconds(w: K.IncidentWindows, opened_count: int) -> int:
+    """How long an incident opened OPENED_COUNT times must be quiet to resolve on its own."""
+    return w.quiet_seconds * max(1, min(opened_count, w.quiet_max_factor))
+
+
 def _resolve(inc: Incident, *, now: datetime, user: Any) -> list[int]:
     was_muted = inc.status == Incident.Status.MUTED
+    recurrence_unconfirmed = _recurring(inc)
     inc.status = Incident.Status.RESOLVED
     inc.resolved_at = now
     inc.resolved_by = user if getattr(user, "pk", None) else None
@@ -628,8 +706,9 @@ def _resolve(inc: Incident, *, now: datetime, user: Any) -> list[int]:
         if not inc.resolved_by:
             inc.resolution = Incident.Resolution.TRANSIENT
         return []
-    if was_muted:
-        # Silenced to the end: nothing was announced while muted, and nothing is now.
+    if was_muted or recurrence_unconfirmed:
+        # Silenced to the end (nothing was announced while muted), or a return of its cause that
+        # was never announced: nothing is now.
         return []
     return _event_record(inc, "resolved")
 

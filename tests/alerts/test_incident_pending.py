@@ -1,8 +1,9 @@
 """Transient noise does not page: a new incident is pending (silent) until a critical alert, a
 second session or a persisting condition confirms it, and one that goes quiet first resolves as
 transient without a message. Checked at a real local webhook receiver that counts what it gets.
-Also the grouping of cause-less families (no reopening across sessions) and of a block overflow
-that follows an unrelated alert in its session."""
+A recurrence is held to the same bar: it reopens the resolved incident silently and announces
+"reopened" only once confirmed. Also the grouping of cause-less families (reopening for another
+session of the agent) and of a block overflow that follows an unrelated alert in its session."""
 
 from __future__ import annotations
 
@@ -206,28 +207,85 @@ def failing(
     )
 
 
-def test_a_cause_less_incident_reopens_in_its_session_only(poster, project):
-    IncidentPolicy.objects.create(project=project, confirm_sessions=1)  # announced, so reopenable
+def test_a_recurrence_reopens_silently_and_announces_reopened_once_a_second_session_confirms_it(
+    api, poster, private_ok
+):
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=6)
+    with Receiver() as rx:
+        _, rx.secret = webhook(private_ok, rx.url)
+        jump(poster, "s-0", at=start)
+        jump(poster, "s-1", at=start + timedelta(minutes=2))  # a second session confirms it
+        deliver_all()
+        (inc,) = Incident.objects.filter(project=private_ok)
+        last = start + timedelta(minutes=2, seconds=10)
+        assert incidents_sweep(now=last + timedelta(minutes=31)).resolved == 1
+        deliver_all()
+        assert events(rx) == ["incident.opened", "incident.resolved"]
+        sent = len(rx.requests)
+
+        # The cause returns in one session an hour later: the incident reopens, pending, silent.
+        back = start + timedelta(hours=1)
+        jump(poster, "s-2", at=back)
+        deliver_all()
+        inc.refresh_from_db()
+        assert Incident.objects.filter(project=private_ok).count() == 1
+        assert (inc.status, inc.opened_count, inc.session_count) == ("pending", 2, 3)
+        assert inc.reopened_at == back + timedelta(seconds=10) and inc.confirmed_at is not None
+        assert len(rx.requests) == sent and Delivery.objects.filter(project=private_ok).count() == 2
+        assert [i["id"] for i in api.get("/incidents", status="pending").json()["items"]] == [inc.pk]
+
+        # Quiet again, unconfirmed: back to resolved without a message, after twice the quiet
+        # period (it has reopened once).
+        seen = back + timedelta(seconds=10)
+        assert incidents_sweep(now=seen + timedelta(minutes=31)).resolved == 0
+        assert incidents_sweep(now=seen + timedelta(minutes=61)).resolved == 1
+        deliver_all()
+        inc.refresh_from_db()
+        assert (inc.status, inc.resolution) == ("resolved", "auto")
+        assert len(rx.requests) == sent and Delivery.objects.filter(project=private_ok).count() == 2
+
+        # It returns once more, and a second session confirms the recurrence: one "reopened".
+        again = seen + timedelta(minutes=70)
+        jump(poster, "s-3", at=again)
+        deliver_all()
+        assert len(rx.requests) == sent
+        jump(poster, "s-4", at=again + timedelta(minutes=3))
+        jump(poster, "s-5", at=again + timedelta(minutes=5))
+        deliver_all()
+        inc.refresh_from_db()
+        assert (inc.status, inc.opened_count, inc.session_count) == ("open", 3, 6)
+        assert events(rx) == ["incident.opened", "incident.resolved", "incident.reopened"]
+        body = rx.accepted()[2]["body"]
+        assert body["incident"]["status"] == "open" and body["incident"]["opened_count"] == 3
+        # The digest lists what grouped since the last message, the unannounced return included.
+        assert {a["session_id"] for a in body["alerts"]} == {"s-2", "s-3", "s-4"}
+    assert list(Delivery.objects.order_by("id").values_list("event", "sequence")) == [
+        ("opened", 1),
+        ("resolved", 2),
+        ("reopened", 3),
+    ]
+
+
+def test_a_cause_less_incident_reopens_for_another_session_of_its_agent(poster, project):
     start = timezone.now().replace(microsecond=0) - timedelta(hours=6)
     failing(poster, "s-1", at=start)
+    failing(poster, "s-2", at=start + timedelta(minutes=2))
     (inc,) = Incident.objects.filter(project=project)
     assert inc.cause == K.VALIDATION_FAILURE_RATE and inc.status == "open"
     assert incidents_sweep(now=start + timedelta(minutes=40)).resolved == 1
 
-    # Another session of the agent failing an hour later: its own incident, not a reopening.
-    failing(poster, "s-2", at=start + timedelta(hours=1))
-    assert Incident.objects.filter(project=project).count() == 2
+    # Another session of the agent failing an hour later: the resolved incident reopens (pending),
+    # rather than a new incident opening at each quiet gap; another agent's failures do not.
+    failing(poster, "s-3", at=start + timedelta(hours=1))
     inc.refresh_from_db()
-    assert inc.status == "resolved" and inc.opened_count == 1 and inc.session_count == 1
-    other = Incident.objects.exclude(pk=inc.pk).get(project=project)
-    assert other.cause == K.VALIDATION_FAILURE_RATE and other.session_count == 1
-
-    assert incidents_sweep(now=start + timedelta(hours=1, minutes=40)).resolved == 1
-    # The first session failing again (well past its session window): its incident reopens.
-    failing(poster, "s-1", at=start + timedelta(hours=1, minutes=45), first_turn=40)
-    inc.refresh_from_db()
-    assert (inc.status, inc.opened_count, inc.session_count) == ("open", 2, 1)
+    assert Incident.objects.filter(project=project).count() == 1
+    assert (inc.status, inc.opened_count, inc.session_count) == ("pending", 2, 3)
+    failing(poster, "s-9", at=start + timedelta(hours=1, minutes=1), agent="code-bot")
     assert Incident.objects.filter(project=project).count() == 2
+    failing(poster, "s-4", at=start + timedelta(hours=1, minutes=3))
+    inc.refresh_from_db()
+    assert (inc.status, inc.opened_count, inc.session_count) == ("open", 2, 4)
+    assert Alert.objects.filter(project=project, session_id="s-4").get().incident_id == inc.pk
 
 
 def test_a_window_overflow_is_not_swallowed_by_an_earlier_validation_incident_of_its_session(poster, project):

@@ -138,10 +138,18 @@ def test_a_quiet_incident_resolves_itself_and_the_cause_returning_reopens_it(pos
     assert (inc.status, inc.opened_count, inc.session_count, inc.alert_count) == ("open", 2, 2, 6)
     assert inc.reopened_at is not None and inc.resolved_at is None and inc.resolution == ""
 
-    second = start + timedelta(hours=1, seconds=10) + timedelta(minutes=31)
+    # Reopened once, it needs twice the quiet period (quiet_seconds x opened_count) to resolve, and
+    # meanwhile the cause returning joins it even past the group window (30 minutes).
+    jump(poster, "s-3", at=start + timedelta(hours=1, minutes=45))
+    inc.refresh_from_db()
+    assert Incident.objects.filter(project=project).count() == 1
+    assert (inc.status, inc.opened_count, inc.session_count) == ("open", 2, 3)
+    last = start + timedelta(hours=1, minutes=45, seconds=10)
+    assert incidents_sweep(now=last + timedelta(minutes=59)).resolved == 0
+    second = last + timedelta(minutes=61)
     assert incidents_sweep(now=second).resolved == 1
     # Past the reopen window: a new incident.
-    jump(poster, "s-3", at=second + timedelta(hours=2, minutes=1))
+    jump(poster, "s-4", at=second + timedelta(hours=2, minutes=1))
     assert Incident.objects.filter(project=project).count() == 2
     inc.refresh_from_db()
     assert inc.status == "resolved" and inc.opened_count == 2

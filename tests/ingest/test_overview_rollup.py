@@ -159,14 +159,18 @@ def test_a_turn_that_resumes_a_session_days_later_moves_its_previous_day(
 
 
 def test_a_refresh_counts_only_what_is_new_though_it_looks_back_below_its_mark(project: Project) -> None:
-    # The default window below the mark holds every turn here; none of them is counted again.
+    # The default window below the mark holds every turn here; none of them is counted again. A
+    # transaction running elsewhere in the cluster when a refresh reads (a worker's, in the whole
+    # suite) makes the next refresh look again at the days below its mark: it may move Monday
+    # again, but never count its turns twice.
     monday, friday = datetime(2026, 11, 23, 8, tzinfo=UTC), datetime(2026, 11, 27, 8, tzinfo=UTC)
     first = demo_session(session_id="monday", turns=5, compress_at=99, start=monday)
     assert snapshot_batch_ingest(project=project, batch=first).rejected == 0
     assert [d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []] == ["2026-11-23"]
     later = demo_session(session_id="friday", turns=2, compress_at=99, start=friday)
     assert snapshot_batch_ingest(project=project, batch=later).rejected == 0
-    assert [d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []] == ["2026-11-27"]
+    moved = [d.isoformat() for d in dashboard.overview_refresh(project_id=project.pk) or []]
+    assert "2026-11-27" in moved and set(moved) <= {"2026-11-23", "2026-11-27"}
     assert [(r[1], r[2]) for r in _rows(project)] == [(1, 5), (1, 2)]
 
 

@@ -326,9 +326,9 @@ def test_stopping_scripts_up_stops_every_process_it_started_within_10_s(tmp_path
             # scripts/up execs manage.py: the process it started is the command itself.
             proc.send_signal(sig)
         alive = _wait_gone(procs, timeout=10)
+        assert not alive, [_cmdline(p)[:80] for p in alive]
         proc.wait(timeout=max(0.1, 10 - (time.monotonic() - started)))
         took = time.monotonic() - started
-        assert not alive, [_cmdline(p)[:80] for p in alive]
         assert took <= 10, took
     finally:
         for p in [*procs, proc]:

@@ -354,8 +354,12 @@ class Command(BaseCommand):
         if self.demo_proc is not None:
             _signal_group(self.demo_proc, signal.SIGINT)
             children.append(self.demo_proc)
-        for p in supervised:
-            _signal_group(p, signal.SIGTERM)
+        for c in self.children:
+            if c.proc in supervised:
+                # A Celery worker's SIGTERM waits for the tasks it runs; its cold shutdown (SIGQUIT)
+                # does not, and loses nothing: tasks are acknowledged after they run and are safe
+                # to run twice, so what it held is delivered again.
+                _signal_group(c.proc, signal.SIGQUIT if c.name.startswith("worker") else signal.SIGTERM)
         for p in children:
             try:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))

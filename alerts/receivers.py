@@ -7,6 +7,8 @@ from typing import Any
 
 from django.db import transaction
 
+from core import debts
+
 logger = logging.getLogger(__name__)
 
 
@@ -62,9 +64,8 @@ def _enqueue(project_id: int, refs: list[int], pending_id: int) -> None:
     from alerts.tasks import alerts_evaluate_task
 
     try:
-        alerts_evaluate_task.apply_async(
-            kwargs={"project_id": project_id, "snapshot_refs": refs, "pending_id": pending_id}
-        )
+        debts.debt_enqueue(alerts_evaluate_task, project_id=project_id, snapshot_refs=refs,
+                           pending_id=pending_id)
     except Exception:  # noqa: BLE001 - the broker is down; the sweeper queues it later
         logger.exception(
             "alerts.enqueue_failed project_id=%s pending_id=%s n=%d", project_id, pending_id, len(refs)

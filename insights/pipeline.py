@@ -60,9 +60,8 @@ def _enqueue(project_id: int, refs: list[int], pending_id: int) -> None:
     from insights.tasks import insights_analyze_task
 
     try:
-        insights_analyze_task.apply_async(
-            kwargs={"project_id": project_id, "snapshot_refs": refs, "pending_id": pending_id}
-        )
+        debts.debt_enqueue(insights_analyze_task, project_id=project_id, snapshot_refs=refs,
+                           pending_id=pending_id)
     except Exception:  # noqa: BLE001 - the broker is down; the sweeper queues it later
         logger.exception("insights.enqueue_failed project_id=%s pending_id=%s", project_id, pending_id)
 

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.db import OperationalError
 from django.test import Client, testcases
 
+from core.env import redis_url_database, redis_url_database_number
 from core.models import Project
 from core.services import project_create
 from ctxobs import tokens
@@ -191,10 +192,16 @@ E2E_FIXTURES = frozenset({"local_model", "celery_workers", "celery_worker_proces
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the local model server or the Celery workers, however indirectly (through
-    another fixture), is an e2e test whether or not it says so."""
+    another fixture), is an e2e test whether or not it says so.
+
+    In a parallel run (scripts/test, pytest-xdist with `--dist loadgroup`) the e2e and browser
+    tests all go to one process, one after the other: one set of Celery workers, one local model
+    server and one Chromium at a time, as in a serial run; the other tests share the other cores."""
     for item in items:
         if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("processes"))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -203,6 +210,45 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+
+
+# --- parallel runs (pytest-xdist) ---------------------------------------------
+# scripts/test passes `-n auto --dist loadgroup`; "auto" is decided here. A run without the tests
+# that start the product's processes (the fast lane, `-m "not e2e and not browser"`) runs in
+# parallel: its tests mostly wait on PostgreSQL, so two processes per core keep the cores busy. A
+# run with them stays in one process, as the timings of workers, leases and the browser were
+# measured in (CTXOBS_TEST_WORKERS sets the number either way; 0 is one process).
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    import os
+
+    if (wanted := os.environ.get("CTXOBS_TEST_WORKERS", "").strip()).isdigit():
+        return int(wanted)
+    if not _starts_no_processes(str(config.option.markexpr or "")):
+        return 0
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def _starts_no_processes(markexpr: str) -> bool:
+    """Whether the -m expression MARKEXPR leaves out every e2e and every browser test."""
+    from _pytest.mark.expression import Expression
+
+    if not markexpr:
+        return False
+    expr = Expression.compile(markexpr)
+    return not any(expr.evaluate(lambda name, mark=mark, **_: name == mark) for mark in ("e2e", "browser"))
+
+
+def pytest_configure_node(node: Any) -> None:
+    """In the controller of a parallel run, before worker NODE ("gw0", "gw1", ...) starts: it uses
+    its own Redis database, as pytest-django gives it its own PostgreSQL database, so that the
+    rate limits, locks and Celery queues of one worker's tests never meet another's. The worker,
+    and the processes its tests start, inherit REDIS_URL."""
+    from django.conf import settings
+
+    n = int(str(node.workerinput["workerid"]).removeprefix("gw") or 0)
+    base = settings.REDIS_URL
+    url = redis_url_database(base, (redis_url_database_number(base) + 1 + n) % 16)
+    node.gateway.remote_exec(f"import os; os.environ['REDIS_URL'] = {url!r}").waitclose()
 
 
 # --- o200k_base without a network --------------------------------------------

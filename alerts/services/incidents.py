@@ -129,22 +129,34 @@ def _session_neighbours(
 ) -> defaultdict[int, list[_Neighbour]]:
     """Session ref -> the incidents of neighbouring alerts in the same sessions: the earlier
     alerts with an incident near the batch's alerts of that session (bounded by each session's
-    span of turns and of time, widened by the session window)."""
+    span of turns and of time, widened by the session window). One statement, written by hand:
+    it runs on every evaluation that raises an alert, and the ORM's compilation of its
+    per-session conditions cost more than the query."""
     wt, ws = w.session_window_turns, timedelta(seconds=w.session_window_seconds)
     span: dict[int, list[Alert]] = defaultdict(list)
     for a in alerts:
         span[a.session_ref].append(a)
-    q = Q()
-    for sref, mine in span.items():
-        lo_t, hi_t = min(a.turn for a in mine), max(a.turn for a in mine)
-        lo_ts, hi_ts = min(a.ts for a in mine), max(a.ts for a in mine)
-        q |= Q(session_ref=sref, turn__lte=hi_t + wt, last_turn__gte=lo_t - wt)
-        q |= Q(session_ref=sref, ts__lte=hi_ts + ws, last_ts__gte=lo_ts - ws)
-    rows = (
-        Alert.objects.filter(q, project_id=project_id, incident__isnull=False)
-        .exclude(pk__in=new_ids)
-        .values_list("session_ref", "turn", "last_turn", "ts", "last_ts", "incident_id")
-    )
+    srefs = sorted(span)
+    bounds = [
+        (min(a.turn for a in span[s]) - wt, max(a.turn for a in span[s]) + wt,
+         min(a.ts for a in span[s]) - ws, max(a.ts for a in span[s]) + ws)
+        for s in srefs
+    ]
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT a.session_ref, a.turn, a.last_turn, a.ts, a.last_ts, a.incident_id
+            FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::timestamptz[], %s::timestamptz[])
+                AS s(ref, lo_turn, hi_turn, lo_ts, hi_ts)
+            JOIN {Alert._meta.db_table} a ON a.project_id = %s AND a.session_ref = s.ref
+            WHERE a.incident_id IS NOT NULL AND a.id <> ALL(%s::bigint[])
+              AND ((a.turn <= s.hi_turn AND a.last_turn >= s.lo_turn)
+                   OR (a.ts <= s.hi_ts AND a.last_ts >= s.lo_ts))
+            """,  # noqa: S608 - a model's table
+            [srefs, [b[0] for b in bounds], [b[1] for b in bounds], [b[2] for b in bounds],
+             [b[3] for b in bounds], project_id, list(new_ids)],
+        )
+        rows = cur.fetchall()
     neighbours: defaultdict[int, list[_Neighbour]] = defaultdict(list)
     for sref, turn, last_turn, ts, last_ts, iid in rows:
         neighbours[sref].append((turn, last_turn, ts, last_ts, iid))
@@ -159,28 +171,32 @@ def _candidates_lock(
     neighbours: defaultdict[int, list[_Neighbour]],
 ) -> dict[int, Incident]:
     """The incidents the alerts may join, row-locked: those of their (agent, cause) KEYS seen
-    within the group window or resolved within the reopen window, and their session NEIGHBOURS'."""
+    within the group window or resolved within the reopen window, and their session NEIGHBOURS'.
+    Found and locked by one statement, in id order (two evaluations touching the same incidents
+    never deadlock); a row changed meanwhile is read as it is once locked."""
     lo = min(a.ts for a in alerts)
-    by_cause = Q()
-    for agent, cause in keys:
-        by_cause |= Q(agent=agent, cause=cause)
     # An incident that reopened stays open for longer than the group window (its quiet period
     # grows with each reopen): the cause returning meanwhile joins it.
     longest_open = max(w.group_window_seconds, _quiet_seconds(w, w.quiet_max_factor))
-    recent = (
-        Q(last_seen__gte=lo - timedelta(seconds=w.group_window_seconds))
-        | Q(status__in=UNRESOLVED, opened_count__gt=1, last_seen__gte=lo - timedelta(seconds=longest_open))
-        | Q(resolved_at__gte=lo - timedelta(seconds=w.reopen_window_seconds))
+    table = Incident._meta.db_table
+    found = Incident.objects.raw(
+        f"""
+        SELECT * FROM {table}
+        WHERE project_id = %s
+          AND (((agent, cause) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
+                AND (last_seen >= %s
+                     OR (status = ANY(%s) AND opened_count > 1 AND last_seen >= %s)
+                     OR resolved_at >= %s))
+               OR id = ANY(%s::bigint[]))
+        ORDER BY id
+        FOR UPDATE
+        """,  # noqa: S608 - a model's table
+        [project_id, [k[0] for k in keys], [k[1] for k in keys],
+         lo - timedelta(seconds=w.group_window_seconds), [str(s) for s in UNRESOLVED],
+         lo - timedelta(seconds=longest_open), lo - timedelta(seconds=w.reopen_window_seconds),
+         sorted({n[4] for ns in neighbours.values() for n in ns})],
     )
-    cand_ids = set(
-        Incident.objects.filter(by_cause, recent, project_id=project_id).values_list("id", flat=True)
-    )
-    cand_ids |= {n[4] for ns in neighbours.values() for n in ns}
-    # Locked in id order (two evaluations touching the same incidents never deadlock); the
-    # locked rows are the fresh ones: a sweep may have resolved one since it was found.
-    return {
-        i.pk: i for i in Incident.objects.select_for_update().filter(pk__in=sorted(cand_ids)).order_by("id")
-    }
+    return {i.pk: i for i in found}
 
 
 def _known_sessions(
@@ -575,14 +591,30 @@ def incidents_touch(*, alerts: Sequence[Alert]) -> None:
     for a in alerts:
         if a.incident_id is not None:
             latest[a.incident_id] = max(latest.get(a.incident_id, a.last_ts), a.last_ts)
-    for iid in sorted(latest):
-        Incident.objects.filter(pk=iid, last_seen__lt=latest[iid]).update(last_seen=latest[iid])
-    pending = list(
-        Incident.objects.select_for_update()
-        .filter(Q(confirmed_at__isnull=True) | Q(status=Incident.Status.PENDING), pk__in=sorted(latest))
-        .exclude(status=Incident.Status.RESOLVED)
-        .order_by("id")
-    )
+    if not latest:
+        return
+    # Locked in id order (as incidents_group locks), moved forward by one UPDATE; two plain
+    # statements, as this runs on every evaluation that extends an alert.
+    table = Incident._meta.db_table
+    locked = list(Incident.objects.raw(
+        f"SELECT * FROM {table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",  # noqa: S608
+        [sorted(latest)],
+    ))
+    later = [inc for inc in locked if inc.last_seen < latest[inc.pk]]
+    if later:
+        with connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {table} i SET last_seen = v.ts"  # noqa: S608 - a model's table
+                " FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, ts) WHERE i.id = v.id",
+                [[inc.pk for inc in later], [latest[inc.pk] for inc in later]],
+            )
+        for inc in later:
+            inc.last_seen = latest[inc.pk]
+    pending = [
+        inc for inc in locked
+        if inc.status != Incident.Status.RESOLVED
+        and (inc.confirmed_at is None or inc.status == Incident.Status.PENDING)
+    ]
     windows: dict[int, K.IncidentWindows] = {}
     ids: list[int] = []
     now = timezone.now()

@@ -922,7 +922,8 @@ def _iso(ns: int) -> str:
 def _genai_attributes(span: Span, details: list[LogRecord]) -> dict[str, Any]:
     """The GenAI content attributes of SPAN's call, gathered from wherever they were sent."""
     # The GenAI content may sit on the span, its details event or a details log record; each
-    # of the four attributes is taken from the first that has it.
+    # attribute is taken from the last of these that has it: the span's own attributes win over
+    # its details event, which wins over a details log record.
     genai: dict[str, Any] = {}
     for source in (
         *(

@@ -115,9 +115,25 @@ def incidents_group(*, project_id: int, alerts: Sequence[Alert], project_level: 
     for a in sorted(alerts, key=lambda x: (x.session_ref, x.turn, x.pk)):
         grouping.join(a)
     delivery_ids: list[int] = []
+    # The new alerts point at their incidents before any incident is settled: a confirmation
+    # test reads an incident's alerts, these included.
+    _alerts_incident_set(grouping.touched)
     for iid in sorted(grouping.touched):
         delivery_ids += grouping.settle(iid)
     return delivery_ids
+
+
+def _alerts_incident_set(touched: dict[int, _Touched]) -> None:
+    """Point each touched incident's new alerts at it: one UPDATE for the whole batch."""
+    pairs = [(a.pk, iid) for iid, t in touched.items() for a in t.alerts]
+    if not pairs:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {Alert._meta.db_table} a SET incident_id = v.incident"  # noqa: S608 - a model's table
+            " FROM unnest(%s::bigint[], %s::bigint[]) AS v(id, incident) WHERE a.id = v.id",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
 
 
 def _agent_of(a: Alert, project_level: bool) -> str:
@@ -206,17 +222,17 @@ def _known_sessions(
     its session count already includes."""
     known: defaultdict[int, set[int]] = defaultdict(set)
     if locked:
-        pairs = (
-            Alert.objects.filter(
-                incident_id__in=list(locked), session_ref__in={a.session_ref for a in alerts}
+        with connection.cursor() as cur:
+            cur.execute(
+                f"""
+                SELECT DISTINCT incident_id, session_ref FROM {Alert._meta.db_table}
+                WHERE incident_id = ANY(%s::bigint[]) AND session_ref = ANY(%s::bigint[])
+                  AND id <> ALL(%s::bigint[])
+                """,  # noqa: S608 - a model's table
+                [sorted(locked), sorted({a.session_ref for a in alerts}), list(new_ids)],
             )
-            .exclude(pk__in=new_ids)
-            .order_by()
-            .values_list("incident_id", "session_ref")
-            .distinct()
-        )
-        for iid, sref in pairs:
-            known[iid].add(sref)
+            for iid, sref in cur.fetchall():
+                known[iid].add(sref)
     return known
 
 
@@ -359,8 +375,9 @@ class _Grouping:
         return inc
 
     def settle(self, iid: int) -> list[int]:
-        """Write what the batch did to touched incident IID: its counts, digest and title, its new
-        alerts' incident, the event it owes (recorded), then its row; the deliveries' ids."""
+        """Write what the batch did to touched incident IID: its counts, digest and title, the
+        event it owes (recorded), then its row; the deliveries' ids. (Its new alerts already point
+        at it: `_alerts_incident_set`.)"""
         t = self.touched[iid]
         inc = t.incident
         inc.alert_count += len(t.alerts)
@@ -373,7 +390,6 @@ class _Grouping:
         inc.digest_more += len(added) - min(room, len(added))
         block_kind = t.block_kind or _block_kind(t.alerts, inc.cause)
         inc.title = _title(inc, block_kind, project_level=self.project_level)
-        Alert.objects.filter(pk__in=added).update(incident_id=iid)
         event = self.event(t)
         delivery_ids = _event_record(inc, event) if event else []
         inc.save()

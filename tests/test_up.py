@@ -31,17 +31,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _as_a_foreground_job() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _start(home: Path, port: int, *extra: str, argv: list[str] | None = None
            ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CTXOBS_HOME"] = str(home)
     args = list(extra) or ["--no-model", "--no-demo"]
-    # In a session of its own, as in a terminal: Ctrl-C goes to its whole process group.
+    # In a session of its own, as in a terminal: Ctrl-C goes to its whole process group. And with
+    # SIGINT and SIGQUIT at their defaults, as a terminal's foreground job has them: a test run
+    # started in the background of a shell (`scripts/test &`) inherits them ignored, and a process
+    # started with SIGINT ignored keeps ignoring it (Python installs KeyboardInterrupt only when
+    # SIGINT is at its default).
     proc = subprocess.Popen(
         [*(argv or [sys.executable, "manage.py", "ctxobs_up"]), "--port", str(port), "--workers", "1",
          *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_as_a_foreground_job,
     )
     found: dict[str, str] = {}
     deadline = time.monotonic() + 300

@@ -203,7 +203,7 @@ def decode_traces_protobuf(body: bytes) -> Decoded:
     except DecodeError as exc:
         req = ExportTraceServiceRequest()
         by_item = _item_by_item(body, req, "span")
-        if not by_item:
+        if by_item is None:
             if _looks_like_logs(body):
                 raise MalformedExport(
                     "this is an OTLP logs export (ExportLogsServiceRequest): send it to /v1/logs"
@@ -285,7 +285,7 @@ def decode_logs_protobuf(body: bytes) -> Decoded:
     except DecodeError as exc:
         req = ExportLogsServiceRequest()
         by_item = _item_by_item(body, req, "log")
-        if not by_item:
+        if by_item is None:
             if _looks_like_traces(body):
                 raise MalformedExport(
                     "this is an OTLP traces export (ExportTraceServiceRequest): send it to /v1/traces"

@@ -4,6 +4,11 @@ The standard parser (and every walk of what it returns: escaping for storage, ha
 recurses once per level of arrays and objects, so a few kilobytes of `[` end in a RecursionError
 deep inside it. `loads` measures the nesting on the bytes first, outside strings, and refuses a
 text deeper than the bound with `TooDeep` (a ValueError, like any other JSON that is not taken).
+
+Bytes are parsed by msgspec first (about half the time of the standard parser on a batch of
+snapshots, integers of any size kept exact). Whatever it does not take goes to the standard parser,
+which then decides: so the values, what is accepted (NaN, Infinity, a UTF-8 byte-order mark, UTF-16,
+encoded lone surrogates) and the errors are those of `json.loads`.
 """
 
 from __future__ import annotations
@@ -14,7 +19,11 @@ import operator
 import re
 from typing import Any
 
+import msgspec
+
 from ctxobs.wire import LIMITS
+
+_DECODER = msgspec.json.Decoder()
 
 # The escapes that can hide or fake a quote: `\"` and `\\` (which may stand before a real
 # quote). Taken left to right, a backslash run pairs up as JSON reads it; the other escapes
@@ -62,6 +71,11 @@ def check_depth(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, wha
 def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> Any:
     """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep before parsing."""
     check_depth(raw, max_depth=max_depth, what=what)
+    if isinstance(raw, bytes):
+        try:
+            return _DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # the standard parser decides, and words the error
     try:
         return json.loads(raw)
     except RecursionError:

@@ -84,27 +84,3 @@ def redis_client_url(url: str) -> str:
     if url.startswith("redis+socket://"):
         return "unix://" + url[len("redis+socket://") :].replace("virtual_host=", "db=")
     return url
-
-
-def redis_url_database(url: str, db: int) -> str:
-    """URL (a `redis://`, `rediss://` or `redis+socket://` URL as Celery takes it) on database DB."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    if url.startswith("redis+socket://"):
-        # urlunsplit would drop the empty host's `//`.
-        path, _, query = url.partition("?")
-        kept = [(k, v) for k, v in parse_qsl(query) if k != "virtual_host"]
-        return f"{path}?{urlencode([*kept, ('virtual_host', str(db))])}"
-    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
-
-
-def redis_url_database_number(url: str) -> int:
-    """The database number URL names (0 when it names none)."""
-    from urllib.parse import parse_qs, urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme == "redis+socket":
-        value = parse_qs(parts.query).get("virtual_host", ["0"])[-1]
-    else:
-        value = parts.path.strip("/") or "0"
-    return int(value) if value.isdigit() else 0

@@ -17,11 +17,16 @@ from django.core.management.base import CommandError
 from django.db import OperationalError
 from django.test import Client, testcases
 
-from core.env import redis_url_database, redis_url_database_number
 from core.models import Project
 from core.services import project_create
 from ctxobs import tokens
-from tests.processes import Processes, artifacts_dir, process_env
+from tests.processes import (
+    Processes,
+    artifacts_dir,
+    process_env,
+    redis_url_database,
+    redis_url_database_number,
+)
 
 # --- the flush after a transactional test ------------------------------------------
 # A test with real workers ends while a worker may still be committing what the test caused

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
@@ -209,3 +210,24 @@ def celery_idle(*queues: str) -> bool:
         if not reply or any(reply.values()):
             return False  # no worker answered, or one holds a task
     return True
+
+
+# The tests' Redis databases (tests/conftest.py gives each parallel worker its own).
+def redis_url_database(url: str, db: int) -> str:
+    """URL (a `redis://`, `rediss://` or `redis+socket://` URL as Celery takes it) on database DB."""
+    if url.startswith("redis+socket://"):
+        # urlunsplit would drop the empty host's `//`.
+        path, _, query = url.partition("?")
+        kept = [(k, v) for k, v in parse_qsl(query) if k != "virtual_host"]
+        return f"{path}?{urlencode([*kept, ('virtual_host', str(db))])}"
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
+def redis_url_database_number(url: str) -> int:
+    """The database number URL names (0 when it names none)."""
+    parts = urlsplit(url)
+    if parts.scheme == "redis+socket":
+        value = parse_qs(parts.query).get("virtual_host", ["0"])[-1]
+    else:
+        value = parts.path.strip("/") or "0"
+    return int(value) if value.isdigit() else 0

@@ -15,8 +15,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from core.env import redis_client_url, redis_url_database, redis_url_database_number
-from tests.processes import ROOT, tests_database_url
+from core.env import redis_client_url
+from tests.processes import ROOT, redis_url_database, redis_url_database_number, tests_database_url
 
 
 def test_each_worker_of_a_parallel_run_has_its_own_postgres_and_redis_database(tmp_path: Path) -> None:

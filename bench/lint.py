@@ -16,7 +16,8 @@ running it costs ingest.
    the HTTP API. --scores-only stops after the in-process table; --rounds 0 after the
    end-to-end one. Then prompt_injection, in process, on each --holdout set: single calls in the
    format of bench/lint_injection_dev2.py (written apart from the check; the check was tuned on it
-   after it had served as the holdout) -- point it at the blind set to measure the check.
+   after it had served as the holdout, and then on bench/lint_injection_blind.py, the next one) --
+   point it at the blind set, bench/lint_injection_blind2.py, to measure the check.
 2. Ingest-rate cost. gunicorn (2 workers) and one Celery worker (the default/alerts queues,
    concurrency 2) on this machine, realistic snapshots (bench/ingest_rate.py: 12 blocks, ~6k
    tokens) POSTed in batches of 100 from 4 threads, with the lint on (CTXOBS_LINT=1) and off
@@ -66,7 +67,8 @@ from insights import lint  # noqa: E402
 from insights.models import Finding, PendingAnalysis  # noqa: E402
 
 # The prompt_injection set written apart from the check, which served as its holdout until the
-# check was tuned on it (development data since); the blind set replaces it as the measure.
+# check was tuned on it (development data since, as the first blind set is); the second blind set
+# (bench.lint_injection_blind2) is the measure.
 DEV2 = "bench.lint_injection_dev2"
 
 
@@ -115,7 +117,7 @@ def holdout_scores(source: str | Sequence[Mapping[str, Any]] = DEV2) -> dict[str
     """prompt_injection on a set of single calls in the holdout format (a case: id, label and the
     blocks of one call, the text in a retrieved document, tool result, memory or history), in
     process: precision, recall and the cases it got wrong. SOURCE: a module holding such a set as
-    CASES (bench.lint_injection_dev2, or the blind set bench.lint_injection_blind), or the cases."""
+    CASES (bench.lint_injection_dev2, or the blind set bench.lint_injection_blind2), or the cases."""
     cases = importlib.import_module(source).CASES if isinstance(source, str) else source
     tp = fp = fn = 0
     wrong: list[str] = []

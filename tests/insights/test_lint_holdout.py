@@ -1,8 +1,8 @@
 """The prompt-injection set written blind, without reference to the check or the other sets
-(bench/lint_injection_blind.py), keeps `prompt_injection` off the default paging rules while the
+(bench/lint_injection_blind2.py), keeps `prompt_injection` off the default paging rules while the
 check is below 0.95 precision on it: a check below the bar feeds no enabled default rule. The
-check was tuned on bench/lint_injection_cases.py and bench/lint_injection_dev2.py (the earlier
-holdout), which are therefore no measure of it."""
+check was tuned on bench/lint_injection_cases.py, bench/lint_injection_dev2.py and
+bench/lint_injection_blind.py (the earlier holdouts), which are therefore no measure of it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from alerts import kinds as K
 from alerts.services.rules import DEFAULT_RULES, default_rules_create
 from bench.lint import holdout_scores
-from bench.lint_injection_blind import CASES as BLIND
+from bench.lint_injection_blind import CASES as BLIND1
+from bench.lint_injection_blind2 import CASES as BLIND
 from bench.lint_injection_dev2 import CASES
 from core.models import Project
 from insights import lint
@@ -20,13 +21,13 @@ PAGING_PRECISION = 0.95
 
 
 def test_the_independent_sets_have_enough_planted_and_near_miss_cases() -> None:
-    for cases in (BLIND, CASES):
+    for cases in (BLIND, BLIND1, CASES):
         planted = sum(1 for c in cases if c["label"])
         assert planted >= 40 and len(cases) - planted >= 40
 
 
 def test_a_check_below_the_bar_on_the_blind_set_feeds_no_enabled_default_rule() -> None:
-    scores = holdout_scores("bench.lint_injection_blind")
+    scores = holdout_scores("bench.lint_injection_blind2")
     assert scores["cases"] == len(BLIND)
     assert scores["tp"] + scores["fn"] == sum(1 for c in BLIND if c["label"])
     paging = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import template
@@ -72,6 +73,12 @@ def width(value: float | None) -> str:
     except (TypeError, ValueError):
         v = 0.0
     return f"{max(0.0, min(100.0, v)):.2f}%"
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """VALUE as compact JSON text, as a user would write it in a form (escaped by the template)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 @register.filter

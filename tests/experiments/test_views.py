@@ -3,6 +3,8 @@ untrusted text escaped, queries bounded by a constant whatever the number of ite
 
 from __future__ import annotations
 
+import html
+import json
 from typing import Any
 
 import pytest
@@ -178,3 +180,13 @@ def test_a_sweep_draws_its_curve_and_marks_the_knee(
             parameter="3.tokens",
             values=[1, 2],
         )
+
+
+def test_the_strategies_table_shows_operations_as_json(client: Client, private_project: Any) -> None:
+    st = strategies.preset_ensure(project=private_project, name="drop tool outputs")
+    _viewer(client, private_project)
+    body = client.get(reverse("experiments:home", kwargs={"project_id": private_project.pk})).content.decode()
+    ops = strategies.strategy_latest(st).operations
+    # As a user writes them in the form (JSON, escaped in the page), not as Python's repr.
+    assert html.escape(json.dumps(ops, separators=(", ", ": "))) in body
+    assert "{'op'" not in body and "{&#x27;op&#x27;" not in body

@@ -190,3 +190,37 @@ def test_the_strategies_table_shows_operations_as_json(client: Client, private_p
     # As a user writes them in the form (JSON, escaped in the page), not as Python's repr.
     assert html.escape(json.dumps(ops, separators=(", ", ": "))) in body
     assert "{'op'" not in body and "{&#x27;op&#x27;" not in body
+
+
+def test_the_comparison_says_when_the_strategy_did_not_apply(
+    api: Any, client: Client, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    wires = [_turn(i) for i in range(3)]
+    # The third turn has no memory block: "without memory" does not apply to it.
+    wires[2]["blocks"] = [b for b in wires[2]["blocks"] if b["kind"] != "memory"]
+    for w in wires:
+        post(api, w)
+    seeds = sets.seeds_from_turns(project=private_project, snapshot_ids=[w["snapshot_id"] for w in wires])
+    version = sets.latest_version(sets.eval_set_create(project=private_project, name="na", seeds=seeds))
+    stub_server.answer = fact_answer({f"BK{i:03d}": f"BK{i:03d}" for i in range(3)})
+    nothing = strategies.strategy_create(
+        project=private_project, name="cut retrieval", operations=[{"op": "remove", "key": "retrieval"}]
+    )
+    exps = []
+    for st in (None, strategies.preset_ensure(project=private_project, name="without memory"), nothing):
+        sv = strategies.strategy_latest(st) if st is not None else None
+        exp = runs.experiment_start(
+            project=private_project, set_version=version, strategy_version=sv, samples=1
+        )
+        run_pending(exp.job_id)
+        runs.experiment_finalize(experiment_id=exp.pk)
+        exps.append(exp)
+    _viewer(client, private_project)
+    ids = ",".join(str(e.pk) for e in exps)
+    url = reverse("experiments:compare", kwargs={"project_id": private_project.pk})
+    text = client.get(f"{url}?ids={ids}").content.decode()
+    some = text[text.find(f'id="vs-{exps[1].pk}"') : text.find(f'id="vs-{exps[2].pk}"')]
+    none = text[text.find(f'id="vs-{exps[2].pk}"') :]
+    assert "did not apply to 1 of 3 items" in some and "applied to none" not in some
+    assert "applied to none of the 3 items" in none
+    assert f"/experiments/{exps[2].pk}/" in none

@@ -517,7 +517,7 @@ def experiment_item(request: HttpRequest, project_id: int, experiment_id: int, i
 def compare(request: HttpRequest, project_id: int) -> HttpResponse:
     project, membership = project_access(request, project_id, "viewer")
     raw = request.GET.get("ids") or ",".join(request.GET.getlist("id"))
-    ctx = page_context(request, project, membership, error=None, result=None, waiting=None)
+    ctx = page_context(request, project, membership, error=None, result=None, waiting=None, pending=[])
     try:
         ids = [int(x) for x in raw.split(",") if x.strip()]
         ctx["result"] = selectors.compare(project=project, experiment_ids=ids)
@@ -527,8 +527,15 @@ def compare(request: HttpRequest, project_id: int) -> HttpResponse:
         if "no results yet" not in exc.detail:
             ctx["error"] = exc.detail
         else:
-            # Still running: the page looks again until every experiment has its figures.
+            # Still running: the page looks again until every experiment has its figures, and
+            # shows how far each one that has none yet has got.
             ctx["waiting"] = exc.detail
+            ctx["pending"] = [
+                {"exp": e, "progress": selectors.experiment_progress(e)}
+                for i in dict.fromkeys(ids)
+                if (e := selectors.experiment_get(project=project, experiment_id=i)) is not None
+                and e.summary is None
+            ]
     except ExperimentError as exc:
         ctx["error"] = exc.detail
     return render(request, "experiments/compare.html", ctx, status=400 if ctx["error"] else 200)

@@ -224,3 +224,25 @@ def test_the_comparison_says_when_the_strategy_did_not_apply(
     assert "did not apply to 1 of 3 items" in some and "applied to none" not in some
     assert "applied to none of the 3 items" in none
     assert f"/experiments/{exps[2].pk}/" in none
+
+
+def test_while_experiments_run_the_comparison_shows_how_far_each_has_got(
+    api: Any, client: Client, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    wires = [_turn(i) for i in range(2)]
+    for w in wires:
+        post(api, w)
+    seeds = sets.seeds_from_turns(project=private_project, snapshot_ids=[w["snapshot_id"] for w in wires])
+    version = sets.latest_version(sets.eval_set_create(project=private_project, name="wait", seeds=seeds))
+    st = strategies.preset_ensure(project=private_project, name="without memory")
+    exps = [
+        runs.experiment_start(project=private_project, set_version=version, strategy_version=sv, samples=1)
+        for sv in (None, strategies.strategy_latest(st))
+    ]
+    _viewer(client, private_project)
+    url = reverse("experiments:compare", kwargs={"project_id": private_project.pk})
+    text = client.get(f"{url}?ids={exps[0].pk},{exps[1].pk}").content.decode()
+    assert 'id="waiting"' in text and 'http-equiv="refresh"' in text
+    for e in exps:
+        assert f'/experiments/{e.pk}/">#{e.pk} ' in text
+    assert "0 of 2 answers" in text

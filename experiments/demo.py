@@ -1,7 +1,8 @@
 """The demo's experiments (`manage.py ctxobs_up`, once the example agent has filled the demo
-project): a set of its turns with the suggested checks confirmed, and "drop tool outputs" and
-"summarise history to 30%" run against "as saved" on the project's default endpoint (the
-embedded model), so that a newcomer finds the comparison filled."""
+project): a set of its turns with the suggested checks confirmed, and "summarise history to 30%"
+and "without memory" run against "as saved" on the project's default endpoint (the embedded
+model), so that a newcomer finds the comparison filled: the checks measure something (the facts
+the turns' memory holds, their pinned constraints) and both strategies change every turn."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from experiments.services import runs, sets, strategies
 DEMO_SET = "demo turns"
 DEMO_ITEMS = 8
 DEMO_SAMPLES = 2
-DEMO_STRATEGIES = ("drop tool outputs", "summarise history to 30%")
+DEMO_STRATEGIES = ("summarise history to 30%", "without memory")
 
 
 def demo_experiments(project: Project) -> str:
@@ -20,13 +21,14 @@ def demo_experiments(project: Project) -> str:
     if EvalSet.objects.filter(project=project, name=DEMO_SET).exists():
         return ""
     seeds = sets.seeds_from_filter(project=project, flt={})
-    # Turns with a history and tool results are where the strategies have something to do.
-    rich = [
-        s
-        for s in seeds
-        if {"history", "tool_results"} <= {b.get("key") for b in s.snapshot.get("blocks") or []}
-    ]
-    chosen = (rich or seeds)[:DEMO_ITEMS]
+
+    def fit(seed: sets.ItemSeed) -> tuple[bool, int]:
+        # Turns with a history and a memory block are where both strategies have something to do,
+        # and those with suggested checks are where the comparison measures more than tokens.
+        kinds = {b.get("kind") for b in seed.snapshot.get("blocks") or []}
+        return {"history", "memory"} <= kinds, len(seed.suggestions)
+
+    chosen = sorted(seeds, key=fit, reverse=True)[:DEMO_ITEMS]
     if not chosen:
         return ""
     eval_set = sets.eval_set_create(

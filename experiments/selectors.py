@@ -9,6 +9,7 @@ from typing import Any, cast
 from django.db.models import QuerySet
 
 from core.models import Project
+from experiments import checks as checks_mod
 from experiments import metrics, stats
 from experiments.errors import Conflict, ExperimentError, NotFound
 from experiments.models import (
@@ -182,13 +183,30 @@ def compare(*, project: Project, experiment_ids: Sequence[int]) -> dict[str, Any
     base = exps[0]
     kept = {c.b_id: c.result for c in Comparison.objects.filter(a=base, b__in=[e.pk for e in exps[1:]])}
     rows = []
+    labels = check_labels(base.set_version)
     for e in exps[1:]:
         result = kept.get(e.pk)
         if result is None:
             result = metrics.compare(arm_side(base), arm_side(e))
             Comparison.objects.bulk_create([Comparison(a=base, b=e, result=result)], ignore_conflicts=True)
-        rows.append({"experiment": e, "comparison": result})
+        # The facts each flipped item lost or gained, named as the set's page names its checks.
+        flipped = [
+            {**f, **{side: [labels.get(c, c) for c in f[side]] for side in ("lost", "gained")}}
+            for f in result.get("flipped") or []
+        ]
+        rows.append({"experiment": e, "comparison": result, "flipped": flipped})
     return {"experiments": exps, "base": exps[0], "rows": rows, "set_version": exps[0].set_version}
+
+
+def check_labels(version: EvalSetVersion) -> dict[str, str]:
+    """Check id -> the one line that says what it wants ('states "Guangzhou"'), for every check of
+    VERSION: its set-level checks and its items' own."""
+    out: dict[str, str] = {}
+    for group in [version.checks, *version.items.values_list("checks", flat=True)]:
+        for c in group or []:
+            if isinstance(c, dict) and "id" in c:
+                out.setdefault(str(c["id"]), checks_mod.describe(c))
+    return out
 
 
 def sweep_curve(*, sweep: Sweep) -> dict[str, Any]:

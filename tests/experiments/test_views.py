@@ -246,3 +246,18 @@ def test_while_experiments_run_the_comparison_shows_how_far_each_has_got(
     for e in exps:
         assert f'/experiments/{e.pk}/">#{e.pk} ' in text
     assert "0 of 2 answers" in text
+
+
+def test_the_facts_an_item_lost_are_named_as_the_checks_say_them(
+    api: Any, client: Client, private_project: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    _, control, drop = _experiments(api, private_project, stub_server, 2)
+    _viewer(client, private_project)
+    url = reverse("experiments:compare", kwargs={"project_id": private_project.pk})
+    text = client.get(f"{url}?ids={control.pk},{drop.pk}").content.decode()
+    flipped = text[text.find("Items that flipped") :]
+    lost = [f for f in (drop.summary or {})["vs_control"]["flipped"] if f["lost"]]
+    assert lost, drop.summary
+    # 'states "BK000"' (escaped in the page), not the check's id.
+    assert html.escape('states "BK000"') in flipped or html.escape('states "BK001"') in flipped
+    assert not any(cid in flipped for f in lost for cid in f["lost"])

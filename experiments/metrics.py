@@ -180,6 +180,23 @@ def _values(keys: list[str], side: Side, name: str) -> list[float | None]:
     return [item_value(side.items[k][0], name, ratio=side.items[k][1]) for k in keys]
 
 
+# The fewest items on which a paired sign-flip test can reach p < 0.05: with n items its smallest
+# two-sided p is 2 / 2**n (every difference of one sign), 0.0625 at 5 and 0.031 at 6.
+MIN_PAIRS = 6
+
+
+def _few_pairs_words(words: str, pairs: int, label: str) -> str:
+    """A verdict of no difference on fewer than MIN_PAIRS items says that it could not be told,
+    not that there is none: 'no difference beyond noise' on 2 items that both lost every fact
+    would read as a clean bill."""
+    if pairs >= MIN_PAIRS or not words.startswith("no difference"):
+        return words
+    return (
+        f"too few items to tell: {pairs} judged on {label} on both sides, and a paired test needs "
+        f"{MIN_PAIRS} to show a difference" + words[words.find(" (") :]
+    )
+
+
 def _row_words(row: dict[str, Any], label: str, b_label: str, higher: bool, alpha: float = 0.05) -> None:
     """The verdict of a share's paired difference: as experiments.stats.paired_verdict says it."""
     d, p = row["diff"], row["p"]
@@ -187,7 +204,9 @@ def _row_words(row: dict[str, Any], label: str, b_label: str, higher: bool, alph
     ci = f"95% CI {stats.format_number(d['lo'])} to {stats.format_number(d['hi'])}"
     if not changed:
         row.update(
-            verdict=f"no difference in {label} beyond noise ({ci}, {stats.format_p(p)})",
+            verdict=_few_pairs_words(
+                f"no difference in {label} beyond noise ({ci}, {stats.format_p(p)})", row["pairs"], label
+            ),
             changed=False,
             direction="same",
         )
@@ -310,7 +329,8 @@ def _item_rows(keys: list[str], a: Side, b: Side) -> list[dict[str, Any]]:
             row["diff"] = {"mean": mean, "lo": lo, "hi": hi}
             if name in SAMPLED and len(av) >= 2:
                 v = stats.paired_verdict(a=av, b=bv, metric=label, higher_is_better=higher, b_label=b.label)
-                row.update(verdict=v.words, changed=v.changed, direction=v.direction, p=v.p)
+                row.update(verdict=_few_pairs_words(v.words, len(av), label), changed=v.changed,
+                           direction=v.direction, p=v.p)
             elif name in SAMPLED:
                 row["verdict"] = f"one item judged on {label}: too few to tell"
             elif mean != 0:

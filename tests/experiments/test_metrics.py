@@ -64,3 +64,17 @@ def test_a_comparison_of_500_items_names_every_item_that_lost_its_fact() -> None
     assert {f["item"] for f in out["flipped"]} == {str(i) for i in range(100)}
     fidelity = next(m for m in out["metrics"] if m["name"] == "fact_fidelity")
     assert fidelity["changed"] and fidelity["p"] < 0.001
+
+
+@pytest.mark.parametrize(("n", "few"), [(2, True), (5, True), (6, False), (12, False)])
+def test_a_verdict_on_fewer_items_than_a_paired_test_needs_says_it_cannot_tell(n: int, few: bool) -> None:
+    # Every item loses its facts: on 5 items the sign-flip test cannot reach p < 0.05 (2/32).
+    a, b = _sides(n, lost=n)
+    row = next(r for r in metrics.compare(a, b)["metrics"] if r["name"] == "fact_fidelity")
+    if few:
+        assert not row["changed"]
+        words = row["verdict"]
+        assert words.startswith(f"too few items to tell: {n} judged on fact fidelity"), words
+        assert "beyond noise" not in row["verdict"]
+    else:
+        assert row["changed"] and row["direction"] == "worse", row["verdict"]

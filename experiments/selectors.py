@@ -198,6 +198,18 @@ def compare(*, project: Project, experiment_ids: Sequence[int]) -> dict[str, Any
     return {"experiments": exps, "base": exps[0], "rows": rows, "set_version": exps[0].set_version}
 
 
+def compare_pending(*, project: Project, experiment_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The experiments of a comparison that have no figures yet, each with its progress (one
+    query), for the page that waits for them."""
+    ids = list(experiment_ids)[:MAX_COMPARED]
+    exps = (
+        Experiment.objects.filter(project=project, pk__in=ids, summary__isnull=True)
+        .select_related("strategy_version", "strategy_version__strategy", "job")
+        .order_by("pk")
+    )
+    return [{"exp": e, "progress": experiment_progress(e)} for e in exps]
+
+
 def check_labels(version: EvalSetVersion) -> dict[str, str]:
     """Check id -> the one line that says what it wants ('states "Guangzhou"'), for every check of
     VERSION: its set-level checks and its items' own."""

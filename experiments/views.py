@@ -530,12 +530,7 @@ def compare(request: HttpRequest, project_id: int) -> HttpResponse:
             # Still running: the page looks again until every experiment has its figures, and
             # shows how far each one that has none yet has got.
             ctx["waiting"] = exc.detail
-            ctx["pending"] = [
-                {"exp": e, "progress": selectors.experiment_progress(e)}
-                for i in dict.fromkeys(ids)
-                if (e := selectors.experiment_get(project=project, experiment_id=i)) is not None
-                and e.summary is None
-            ]
+            ctx["pending"] = selectors.compare_pending(project=project, experiment_ids=ids)
     except ExperimentError as exc:
         ctx["error"] = exc.detail
     return render(request, "experiments/compare.html", ctx, status=400 if ctx["error"] else 200)

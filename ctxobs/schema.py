@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin, is_typeddict
 
-from ctxobs.wire import LIMITS, WIRE_VERSION, Spec, WireSnapshot
+from ctxobs.wire import BLOCK_ONE_OF, LIMITS, WIRE_VERSION, Spec, WireBlock, WireSnapshot
 
 JSONSchema = dict[str, Any]
 
@@ -28,8 +28,10 @@ _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool
 _SPEC_KEYWORDS = (
     ("min_chars", "minLength"), ("max_chars", "maxLength"), ("minimum", "minimum"), ("maximum", "maximum"),
     ("min_items", "minItems"), ("max_items", "maxItems"), ("max_props", "maxProperties"),
-    ("format", "format"), ("doc", "description"),
+    ("pattern", "pattern"), ("format", "format"), ("doc", "description"),
 )
+# What a structure must hold beyond its fields' own schemas: which of them go together.
+_ONE_OF: dict[Any, list[JSONSchema]] = {WireBlock: BLOCK_ONE_OF}
 
 
 def _unwrap(tp: Any) -> tuple[Any, Spec | None]:
@@ -58,6 +60,8 @@ def _object(td: Any) -> JSONSchema:
     if required:
         out["required"] = required
     out["properties"] = {k: field_schema(tp) for k, tp in td.__annotations__.items()}
+    if td in _ONE_OF:
+        out["oneOf"] = copy.deepcopy(_ONE_OF[td])
     return out
 
 
@@ -100,7 +104,7 @@ def field_schema(tp: Any) -> JSONSchema:
             value = getattr(spec, attr)
             if value is not None:
                 out[keyword] = value
-        if spec.plain:
+        if spec.plain and spec.pattern is None:
             out["pattern"] = NO_NUL
     return out
 

@@ -12,6 +12,7 @@ stay side by side (tests/ingest/test_block_validation.py holds them together).
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from typing import Any, TypeGuard, cast
 
 from ctxobs.hashing import block_chars
 from ctxobs.wire import (
+    BLOCK_HASH_PATTERN,
     BLOCK_KINDS,
     COMPRESSION_SOURCES,
     KEY_CHARS,
@@ -235,10 +237,13 @@ def _block_fast(b: Any) -> Block | None:
     kind = b.get("kind")
     if kind is None or kind == "":
         kind = "other"
-    msgs = b.get("messages")
     if (type(key) is not str or not key or len(key) > KEY_CHARS or unstorable(key)
-            or type(kind) is not str or kind not in _KIND_SET
-            or type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block):
+            or type(kind) is not str or kind not in _KIND_SET):
+        return None
+    msgs = b.get("messages")
+    if msgs is None and "messages" not in b:
+        return _block_by_hash_fast(b, key, kind)
+    if type(msgs) is not list or len(msgs) > LIMITS.max_messages_per_block or "hash" in b:
         return None
     chars = 0
     plain = True
@@ -282,6 +287,24 @@ def _block_fast(b: Any) -> Block | None:
     tokens = b.get("tokens")
     if tokens is not None and (type(tokens) is not int or tokens < 0 or tokens > LIMITS.max_block_tokens):
         return None
+    return _block_rest_fast(b, key, kind, list(msgs), None, tokens, chars, verbatim)
+
+
+def _block_by_hash_fast(b: dict[str, Any], key: str, kind: str) -> Block | None:
+    """`_block_fast` for a block sent as its content address: a hash, a token count, no messages."""
+    h = b.get("hash")
+    tokens = b.get("tokens")
+    if (type(h) is not str or _HASH_RE.fullmatch(h) is None
+            or type(tokens) is not int or tokens < 0 or tokens > LIMITS.max_block_tokens):
+        return None
+    return _block_rest_fast(b, key, kind, [], h, tokens, 0, True)
+
+
+def _block_rest_fast(
+    b: dict[str, Any], key: str, kind: str, messages: list[WireMessage], h: str | None, tokens: int | None,
+    chars: int, verbatim: bool,
+) -> Block | None:
+    """The fields every block has besides its content, checked the fast way; the normalised block."""
     flags = []
     for k in ("estimated", "pinned", "compressed"):
         v = b.get(k)
@@ -297,8 +320,9 @@ def _block_fast(b: Any) -> Block | None:
         return None
     block: Block = {
         "key": key,
-        "kind": kind,
-        "messages": list(msgs),
+        "kind": cast(BlockKind, kind),
+        "messages": messages,
+        "hash": h,
         "tokens": tokens,
         "estimated": flags[0],
         "pinned": flags[1],
@@ -329,6 +353,26 @@ def _block(b: Any, loc: Loc, err: _Errors) -> Block | None:
     return _block_full(b, loc, err)
 
 
+_HASH_RE = re.compile(BLOCK_HASH_PATTERN)
+
+
+def _block_hash(b: Obj, loc: Loc, err: _Errors) -> str | None:
+    """The content address block B came by instead of its messages; None when it brings its
+    messages (or when the hash is refused, with the reason added to ERR)."""
+    if "hash" not in b:
+        return None
+    h = b["hash"]
+    if "messages" in b:
+        err.add((*loc, "hash"), "send either messages or hash, not both",
+                "leave hash out to send the block's messages")
+        return None
+    if type(h) is not str or _HASH_RE.fullmatch(h) is None:
+        err.add((*loc, "hash"), "must be a block's content address: 32 lowercase hex digits",
+                "send the hash ctxobs.hashing.block_hashes gives, or the block's messages")
+        return None
+    return h
+
+
 def _block_full(b: Any, loc: Loc, err: _Errors) -> Block | None:
     if not isinstance(b, dict):
         err.add(loc, "must be an object", "send each block as {'key': ..., 'kind': ..., 'messages': [...]}")
@@ -340,8 +384,12 @@ def _block_full(b: Any, loc: Loc, err: _Errors) -> Block | None:
     if not isinstance(kind, str) or kind not in BLOCK_KINDS:
         err.add((*loc, "kind"), f"unknown kind {str(kind)[:40]!r}", f"use one of: {', '.join(BLOCK_KINDS)}")
         kind = "other"
+    h = _block_hash(b, loc, err)
+    by_hash = "hash" in b and "messages" not in b
     raw_msgs = b.get("messages")
-    if not isinstance(raw_msgs, list):
+    if by_hash:
+        raw_msgs = []
+    elif not isinstance(raw_msgs, list):
         err.add((*loc, "messages"), "field required: a list of messages", "send the block's messages as sent")
         raw_msgs = []
     if len(raw_msgs) > LIMITS.max_messages_per_block:
@@ -362,6 +410,9 @@ def _block_full(b: Any, loc: Loc, err: _Errors) -> Block | None:
             "truncate or externalise the block's content and send a reference instead",
         )
     tokens = _opt_int(b, "tokens", loc, err, maximum=LIMITS.max_block_tokens)
+    if by_hash and b.get("tokens") is None:
+        err.add((*loc, "tokens"), "field required with hash: the block's token count",
+                "send the block's tokens with its hash, or its messages")
     refs = _list(b, "refs", loc, err, LIMITS.max_list_items, "max_list_items")
     if any(not isinstance(r, str) for r in refs):
         err.add(
@@ -372,6 +423,7 @@ def _block_full(b: Any, loc: Loc, err: _Errors) -> Block | None:
         "key": key,
         "kind": cast(BlockKind, kind),
         "messages": messages,
+        "hash": h,
         "tokens": tokens,
         "estimated": _opt_bool(b, "estimated", loc, err, False),
         "pinned": _opt_bool(b, "pinned", loc, err, False),

@@ -96,6 +96,7 @@ class Spec:
     max_items: int | None = None
     max_props: int | None = None
     plain: bool = False  # an identifier: matched, joined and shown as it is, so no U+0000
+    pattern: str | None = None  # a regular expression the whole string matches (implies plain)
     format: str | None = None
     doc: str | None = None
 
@@ -124,14 +125,31 @@ class WireMessage(TypedDict):
     tool_calls: NotRequired[list[Any] | None]
 
 
+# A block's content address as ctxobs.hashing makes it: 32 lowercase hex digits.
+BLOCK_HASH_PATTERN = "^[0-9a-f]{32}$"
+# A block carries its messages or, for content the project holds, its hash and token count.
+BLOCK_ONE_OF = [
+    {"required": ["messages"], "not": {"required": ["hash"]}},
+    {"required": ["hash", "tokens"], "not": {"required": ["messages"]},
+     "properties": {"tokens": {"type": "integer"}}},
+]
+
+
 class WireBlock(TypedDict):
     """A named, contiguous part of the prompt (system prompt, history, retrieved documents...)."""
 
     key: Required[Annotated[str, Spec(min_chars=1, max_chars=KEY_CHARS, plain=True)]]
     kind: NotRequired[Annotated[BlockKind | Literal[""] | None, Spec(doc="default: other")]]
-    messages: Required[Annotated[list[WireMessage], Spec(max_items=LIMITS.max_messages_per_block)]]
+    messages: NotRequired[Annotated[list[WireMessage], Spec(
+        max_items=LIMITS.max_messages_per_block, doc="the block's messages; or send `hash` instead")]]
+    # A block whose content the project already holds may travel as its content address instead of
+    # its messages (with its token count): the SDK does so for blocks the server has acknowledged.
+    hash: NotRequired[Annotated[str, Spec(pattern=BLOCK_HASH_PATTERN, doc=(
+        "instead of messages: the content address of a block this project already holds "
+        "(ctxobs.hashing.block_hashes), with tokens; an unknown one rejects the snapshot"))]]
     tokens: NotRequired[Annotated[int | None, Spec(
-        minimum=0, maximum=LIMITS.max_block_tokens, doc="omit to have the server count it")]]
+        minimum=0, maximum=LIMITS.max_block_tokens,
+        doc="omit to have the server count it (required with hash)")]]
     estimated: NotRequired[OptFlag]
     pinned: NotRequired[OptFlag]
     compressed: NotRequired[OptFlag]
@@ -254,8 +272,9 @@ class Model(TypedDict):
 class Block(TypedDict):
     key: str
     kind: BlockKind
-    messages: list[WireMessage]
-    tokens: int | None
+    messages: list[WireMessage]  # empty when the block came by hash
+    hash: str | None  # the content address the block came by, instead of its messages
+    tokens: int | None  # never None with hash
     estimated: bool
     pinned: bool
     compressed: bool

@@ -14,7 +14,7 @@ from core.models import RETENTION_DAYS_MAX, Project
 from ctxobs import tokens as tok
 from ctxobs.hashing import block_hashes
 from ctxobs.validate import validate_snapshot
-from ctxobs.wire import Snapshot, WireMessage, tier_for
+from ctxobs.wire import FieldError, Snapshot, WireMessage, tier_for
 from ingest import derive
 from ingest.store import PreparedBlock, PreparedSnapshot, snapshots_store
 from ingest.types import BatchItemResult, BatchReport, Message
@@ -64,7 +64,8 @@ def _prepare(index: int, snap: Snapshot, thresholds: tuple[float, float, float, 
     blocks: list[PreparedBlock] = []
     for b in snap["blocks"]:
         messages = b["messages"]
-        h, mh = block_hashes(messages)
+        # A block sent by hash brings its content address and token count, not its messages.
+        h, mh = (b["hash"], []) if b["hash"] is not None else block_hashes(messages)
         n = b["tokens"]
         estimated = b["estimated"]
         if n is None:
@@ -101,6 +102,14 @@ def _prepare(index: int, snap: Snapshot, thresholds: tuple[float, float, float, 
     )
 
 
+def _unknown_block(index: int, position: int) -> FieldError:
+    return {
+        "loc": ["snapshots", index, "blocks", position, "hash"],
+        "msg": "unknown block content: this project holds no block with this hash (never sent, or expired)",
+        "hint": "send the block's messages",
+    }
+
+
 def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
     """Validate, dedup and store a batch; the result lists each item's fate, in order.
 
@@ -129,9 +138,17 @@ def snapshot_batch_ingest(*, project: Project, batch: list[Any]) -> BatchResult:
         prepared.append(_prepare(i, snap, thresholds))
 
     if prepared:
-        created_refs = snapshots_store(project=project, prepared=prepared)
+        stored = snapshots_store(project=project, prepared=prepared)
+        created_refs = stored.created
         for p in prepared:
-            ref = created_refs.get(p.snap["snapshot_id"])
+            sid = p.snap["snapshot_id"]
+            missing = stored.unknown_blocks.get(sid)
+            if missing:
+                results[p.index] = {"index": p.index, "snapshot_id": sid, "status": "rejected",
+                                    "errors": [_unknown_block(p.index, j) for j in missing]}
+                res.rejected += 1
+                continue
+            ref = created_refs.get(sid)
             status = "created" if ref is not None else "duplicate"
             results[p.index] = {"index": p.index, "snapshot_id": p.snap["snapshot_id"], "status": status}
             if ref is not None:

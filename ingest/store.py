@@ -124,9 +124,19 @@ def _row(cur: Any) -> Any:
     return row
 
 
-def snapshots_store(*, project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
-    """Store PREPARED in one transaction, skipping snapshot ids already stored; {snapshot_id:
-    Snapshot.id} of those created. Retried when a concurrent batch stored one of them meanwhile."""
+class Stored(NamedTuple):
+    """What a batch's store did: {snapshot_id: Snapshot.id} of the snapshots created, and
+    {snapshot_id: positions of its blocks} of those refused because a block came by a hash whose
+    content the project does not hold (never sent, or expired)."""
+
+    created: dict[str, int]
+    unknown_blocks: dict[str, list[int]]
+
+
+def snapshots_store(*, project: Project, prepared: list[PreparedSnapshot]) -> Stored:
+    """Store PREPARED in one transaction, skipping snapshot ids already stored and refusing those
+    with a block hash the project does not hold. Retried when a concurrent batch stored one of
+    them meanwhile."""
     for attempt in range(1, _STORE_ATTEMPTS + 1):
         try:
             return _store_once(project, prepared)
@@ -297,25 +307,24 @@ class _Steps:
         self._t = now
 
 
-def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> dict[str, int]:
+def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> Stored:
     pid = project.pk
     now = timezone.now()
     steps = _Steps()
     stored = _store_steps(project, prepared, now, steps)
     steps.mark("commit")
-    if stored and logger.isEnabledFor(logging.DEBUG):
-        logger.debug("ingest.store_steps project_id=%s n=%d %s", pid, len(stored),
+    if stored.created and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("ingest.store_steps project_id=%s n=%d %s", pid, len(stored.created),
                      " ".join(f"{k}={v}" for k, v in steps.ms.items()))
     return stored
 
 
-def _store_steps(
-    project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps
-) -> dict[str, int]:
+def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps) -> Stored:
     """One batch's transaction, step by step, each step's time marked on STEPS: the duplicates
-    and the new ids, the sessions (whose row locks order concurrent batches of a session from
-    here to the commit), the turn-to-turn changes, the snapshots, the block and message texts,
-    the child rows, the stored turns a late turn changed, and the signal to the other apps."""
+    and the new ids, the blocks sent by hash, the sessions (whose row locks order concurrent
+    batches of a session from here to the commit), the turn-to-turn changes, the snapshots, the
+    block and message texts, the child rows, the stored turns a late turn changed, and the signal
+    to the other apps."""
     pid = project.pk
     today = now.astimezone(UTC).date()
     # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
@@ -326,16 +335,18 @@ def _store_steps(
         cur = psycopg.Cursor(raw.connection)
 
         fresh = _fresh_numbered(cur, pid, prepared, now)
-        if not fresh:
-            return {}
         steps.mark("duplicates")
+        contents = _contents(fresh)
+        fresh, unknown = _by_hash_held(cur, pid, fresh, contents, today)
+        if not fresh:
+            return Stored({}, unknown)
+        steps.mark("by_hash")
         since = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
         updates = _derive_changes(cur, pid, fresh, since)
         steps.mark("changes")
         _snapshots_copy(raw, pid, now, fresh)
         steps.mark("snapshots")
-        contents = _contents(fresh)
         touched_blocks = _blocks_upsert(cur, pid, contents, now, today)
         steps.mark("blocks")
         messages = _messages_upsert(cur, pid, contents, touched_blocks, today)
@@ -352,14 +363,16 @@ def _store_steps(
         )
         steps.mark("signals")
 
-        block_keys, message_keys = list(contents), list(messages)
+        # Blocks that came by hash are held and now last seen today, as the stored ones are.
+        block_keys = [*contents, *(b.hash for p in fresh for b in p.blocks if b.block["hash"] is not None)]
+        message_keys = list(messages)
 
         def _committed() -> None:
             _known_blocks.add(pid, block_keys, today)
             _known_messages.add(pid, message_keys, today)
 
         transaction.on_commit(_committed)
-    return {p.snap["snapshot_id"]: p.ref for p in fresh}
+    return Stored({p.snap["snapshot_id"]: p.ref for p in fresh}, unknown)
 
 
 def _fresh_numbered(
@@ -400,13 +413,64 @@ def _fresh_numbered(
 
 
 def _contents(fresh: list[PreparedSnapshot]) -> dict[str, tuple[PreparedBlock, str]]:
-    """The distinct block contents of FRESH by hash, each with the encoding of its first turn."""
+    """The distinct block contents FRESH brings (its blocks sent with their messages) by hash, each
+    with the encoding of its first turn."""
     contents: dict[str, tuple[PreparedBlock, str]] = {}
     for p in fresh:
         for b in p.blocks:
-            if b.hash not in contents:
+            if b.hash not in contents and b.block["hash"] is None:
                 contents[b.hash] = (b, p.encoding)
     return contents
+
+
+def _by_hash_held(
+    cur: Any, pid: int, fresh: list[PreparedSnapshot], contents: dict[str, tuple[PreparedBlock, str]],
+    today: date,
+) -> tuple[list[PreparedSnapshot], dict[str, list[int]]]:
+    """The snapshots of FRESH whose blocks sent by hash are all held, and {snapshot_id: block
+    positions} of the others, whose hashes the project does not hold.
+
+    A hash is held when the batch brings its content, when this process saw it committed today
+    (`_known_blocks`: retention never removes content seen today), or when the project's stored
+    contents have it. Those are locked against retention's delete until the commit (FOR KEY
+    SHARE: a delete that came first has taken them, and they are not found) and marked seen
+    today, with their messages, as `_blocks_upsert` marks the contents a batch brings."""
+    asked = {b.hash for p in fresh for b in p.blocks if b.block["hash"] is not None}
+    if not asked:
+        return fresh, {}
+    lookup = sorted(h for h in _known_blocks.unknown(pid, asked, today) if h not in contents)
+    held = asked - set(lookup)
+    if lookup:
+        cur.execute(
+            """
+            WITH held AS (
+                SELECT hash, last_seen FROM ingest_blockcontent
+                WHERE project_id = %(p)s AND hash = ANY(%(h)s::text[]) FOR KEY SHARE
+            ), seen AS (
+                UPDATE ingest_blockcontent c SET last_seen = %(d)s FROM held
+                WHERE c.project_id = %(p)s AND c.hash = held.hash AND held.last_seen < %(d)s
+                RETURNING c.message_hashes
+            ), messages AS (
+                UPDATE ingest_messagecontent m SET last_seen = %(d)s
+                WHERE m.project_id = %(p)s AND m.last_seen < %(d)s
+                  AND m.hash IN (SELECT unnest(message_hashes) FROM seen)
+            )
+            SELECT ARRAY(SELECT hash FROM held)
+            """,
+            {"p": pid, "h": _plain_array(lookup), "d": today},
+        )
+        held.update(_row(cur)[0])
+    if len(held) == len(asked):
+        return fresh, {}
+    kept: list[PreparedSnapshot] = []
+    unknown: dict[str, list[int]] = {}
+    for p in fresh:
+        missing = [j for j, b in enumerate(p.blocks) if b.block["hash"] is not None and b.hash not in held]
+        if missing:
+            unknown[p.snap["snapshot_id"]] = missing
+        else:
+            kept.append(p)
+    return kept, unknown
 
 
 def _blocks_upsert(

@@ -81,11 +81,31 @@ def every_field_snapshot() -> dict[str, Any]:
     }
 
 
+# A block holds its messages or, for content the project holds, its hash with a token count
+# (ctxobs.wire.BLOCK_ONE_OF): the hash is probed on a snapshot whose block came by hash, and each of
+# the two is required where the other is absent.
+BY_HASH: set[Path_] = {("blocks", 0, "hash")}
+EITHER: dict[Path_, Path_] = {("blocks", 0, "messages"): ("blocks", 0, "hash"),
+                              ("blocks", 0, "hash"): ("blocks", 0, "messages")}
+
+
+def by_hash_snapshot() -> dict[str, Any]:
+    """The base snapshot with its block sent as its content address instead of its messages."""
+    snap = every_field_snapshot()
+    del snap["blocks"][0]["messages"]
+    snap["blocks"][0]["hash"] = "0123456789abcdef" * 2
+    return snap
+
+
+def _base(path: Path_) -> dict[str, Any]:
+    return by_hash_snapshot() if path in BY_HASH else every_field_snapshot()
+
+
 def _fields(schema: dict[str, Any], path: Path_ = ()) -> Iterator[tuple[Path_, dict[str, Any], bool]]:
     """(instance path, schema, required) of every property, depth first."""
     for name, sub in schema.get("properties", {}).items():
         where = (*path, name)
-        yield where, sub, name in schema.get("required", [])
+        yield where, sub, name in schema.get("required", []) or where in EITHER
         if "properties" in sub:
             yield from _fields(sub, where)
         if "properties" in sub.get("items", {}):
@@ -181,6 +201,8 @@ def _disagreements(path: Path_, cases: list[tuple[str, dict[str, Any]]]) -> tupl
     wrong = []
     verdicts = set()
     for name, snap in cases:
+        # Without either of a block's two forms of content, the block is refused for its messages.
+        blamed = {path, EITHER[path]} if name == "absent" and path in EITHER else {path}
         by_schema = SCHEMA_VERDICT.is_valid(snap)
         beyond = _beyond_schema(snap)
         out, errors = validate_snapshot(snap)
@@ -190,24 +212,24 @@ def _disagreements(path: Path_, cases: list[tuple[str, dict[str, Any]]]) -> tupl
             wrong.append(f"{name}: schema {'accepts' if by_schema else 'refuses'}, validator "
                          f"{'accepts' if by_validator else 'refuses'} ({errors[:2]})")
         elif not by_validator and not beyond and not any(
-                tuple(e["loc"][2:2 + len(path)]) == path for e in errors):
+                tuple(e["loc"][2:2 + len(path)]) in blamed for e in errors):
             wrong.append(f"{name}: refused for other fields: {[e['loc'] for e in errors][:2]}")
     return wrong, verdicts
 
 
 def test_the_base_snapshot_fills_every_field_and_is_valid() -> None:
-    base = every_field_snapshot()
     for path, _, _ in FIELDS:
-        _get(base, path)  # KeyError names a field the base leaves out
-    assert SCHEMA_VERDICT.is_valid(base)
-    assert validate_snapshot(base)[1] == []
+        _get(_base(path), path)  # KeyError names a field the base leaves out
+    for base in (every_field_snapshot(), by_hash_snapshot()):
+        assert SCHEMA_VERDICT.is_valid(base)
+        assert validate_snapshot(base)[1] == []
 
 
 @pytest.mark.parametrize(("path", "sub", "required"), FIELDS, ids=[".".join(map(str, p)) for p, *_ in FIELDS])
 def test_schema_and_validator_judge_every_field_alike(
     path: Path_, sub: dict[str, Any], required: bool
 ) -> None:
-    base = every_field_snapshot()
+    base = _base(path)
     cases: list[tuple[str, dict[str, Any]]] = []
     absent = copy.deepcopy(base)
     _put(absent, path, None, delete=True)
@@ -221,6 +243,29 @@ def test_schema_and_validator_judge_every_field_alike(
     # Each field is probed both ways: some values pass and some are refused.
     assert verdicts == {True, False}
     assert (validate_snapshot(absent)[0] is None) == required
+
+
+@pytest.mark.parametrize("field", ["tokens", "estimated", "pinned", "compressed", "refs", "key", "kind"])
+def test_schema_and_validator_judge_the_other_fields_of_a_block_by_hash_alike(field: str) -> None:
+    path: Path_ = ("blocks", 0, field)
+    sub = SCHEMA["properties"]["blocks"]["items"]["properties"][field]
+    base = by_hash_snapshot()
+    absent = copy.deepcopy(base)
+    _put(absent, path, None, delete=True)
+    cases = [("absent", absent)]
+    for name, value in _probes(sub, _get(base, path)):
+        snap = copy.deepcopy(base)
+        _put(snap, path, value)
+        cases.append((name, snap))
+    wrong, verdicts = _disagreements(path, cases)
+    assert not wrong, "\n".join(wrong)
+    assert verdicts == {True, False}
+    # A block by hash needs its token count; its messages would make it two blocks in one.
+    assert (validate_snapshot(absent)[0] is None) == (field in ("tokens", "key"))
+    both = copy.deepcopy(base)
+    both["blocks"][0]["messages"] = []
+    assert not SCHEMA_VERDICT.is_valid(both)
+    assert [e["loc"] for e in validate_snapshot(both)[1]] == [["snapshots", 0, "blocks", 0, "hash"]]
 
 
 def test_identifiers_and_only_identifiers_refuse_nul() -> None:

@@ -11,6 +11,8 @@ import pytest
 from ctxobs.validate import _block_fast, _block_full, _Errors
 from ctxobs.wire import LIMITS
 
+HASH = "0123456789abcdef" * 2
+
 VALID = [
     pytest.param({"key": "system", "kind": "system", "messages": [{"role": "system", "content": "be brief"}]},
                  id="plain"),
@@ -34,6 +36,9 @@ VALID = [
                  id="tool-calls-without-content"),
     pytest.param({"key": "x" * 128, "kind": "other", "tokens": 0,
                   "messages": [{"role": "developer", "content": ""}]}, id="longest-key-zero-tokens"),
+    pytest.param({"key": "system", "kind": "system", "hash": HASH, "tokens": 420}, id="by-hash"),
+    pytest.param({"key": "m", "hash": HASH, "tokens": 0, "estimated": True, "pinned": True, "refs": ["r1"]},
+                 id="by-hash-flags"),
 ]
 
 INVALID = [
@@ -44,6 +49,15 @@ INVALID = [
     pytest.param({"key": "k", "kind": "prompt", "messages": []}, id="unknown-kind"),
     pytest.param({"key": "k", "kind": ["system"], "messages": []}, id="unhashable-kind"),
     pytest.param({"key": "k"}, id="no-messages"),
+    pytest.param({"key": "k", "hash": HASH}, id="hash-without-tokens"),
+    pytest.param({"key": "k", "hash": HASH, "tokens": None}, id="hash-null-tokens"),
+    pytest.param({"key": "k", "hash": HASH, "tokens": 3, "messages": []}, id="hash-and-messages"),
+    pytest.param({"key": "k", "hash": HASH.upper(), "tokens": 3}, id="hash-upper-case"),
+    pytest.param({"key": "k", "hash": HASH[:-1], "tokens": 3}, id="hash-short"),
+    pytest.param({"key": "k", "hash": None, "tokens": 3}, id="hash-null"),
+    pytest.param({"key": "k", "hash": 7, "tokens": 3}, id="hash-number"),
+    pytest.param({"key": "k", "hash": HASH, "tokens": -1}, id="hash-negative-tokens"),
+    pytest.param({"key": "k", "hash": HASH, "tokens": 3, "pinned": "yes"}, id="hash-string-flag"),
     pytest.param({"key": "k", "messages": [{"role": "robot", "content": "x"}]}, id="unknown-role"),
     pytest.param({"key": "k", "messages": [{"role": ["user"], "content": "x"}]}, id="unhashable-role"),
     pytest.param({"key": "k", "messages": [{"role": "user", "content": 3}]}, id="content-number"),
@@ -77,3 +91,26 @@ def test_fast_check_leaves_an_invalid_block_to_the_full_check(block: Any) -> Non
     _block_full(block, ("snapshots", 0, "blocks", 0), err)
     assert err.items, "the case must be invalid for the full check"
     assert _block_fast(block) is None
+
+
+@pytest.mark.parametrize(
+    ("block", "field", "words"),
+    [
+        pytest.param({"key": "k", "hash": HASH}, "tokens", "required with hash", id="no-tokens"),
+        pytest.param({"key": "k", "hash": HASH, "tokens": 3, "messages": []}, "hash", "not both", id="both"),
+        pytest.param({"key": "k", "hash": "abc", "tokens": 3}, "hash", "32 lowercase hex", id="malformed"),
+    ],
+)
+def test_a_block_by_hash_is_refused_naming_the_field(block: dict[str, Any], field: str, words: str) -> None:
+    err = _Errors()
+    _block_full(block, ("snapshots", 0, "blocks", 0), err)
+    where = ["snapshots", 0, "blocks", 0, field]
+    assert [(e["loc"], words in e["msg"]) for e in err.items] == [(where, True)]
+
+
+def test_a_block_by_hash_comes_without_messages() -> None:
+    block = _block_fast({"key": "s", "kind": "system", "hash": HASH, "tokens": 9})
+    assert block is not None
+    assert (block["hash"], block["messages"], block["tokens"], block["chars"]) == (HASH, [], 9, 0)
+    whole = _block_fast({"key": "s", "kind": "system", "messages": []})
+    assert whole is not None and whole["hash"] is None

@@ -26,7 +26,8 @@ def test_preparing_leaves_the_validated_snapshot_unchanged_and_derives_beside_it
     prepared = _prepare(0, snap, DEFAULT_TIER_THRESHOLDS)
 
     assert snap == as_validated
-    assert all("hash" not in b and "message_hashes" not in b for b in snap["blocks"])
+    # A block sent whole has no hash of its own (only one sent by hash has): preparing writes none in.
+    assert all(b["hash"] is None and "message_hashes" not in b for b in snap["blocks"])
     assert [p.block for p in prepared.blocks] == snap["blocks"]
     for p in prepared.blocks:
         assert (p.hash, p.message_hashes) == block_hashes(p.block["messages"])

@@ -1,12 +1,14 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
-                                [--step-batches 50]
+                                [--whole-blocks] [--step-batches 50]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
 port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
 previous turn of their 50-turn session) in batches of 100, gzip-compressed as the SDK sends
 them and built before the clock starts, then COPYs the same rows straight into the same tables.
+As the SDK does, a block whose content an earlier batch brought and the server acknowledged goes
+as its content address (`hash`) instead of its messages; --whole-blocks sends every block whole.
 Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
 generator. Then stores --step-batches more batches in process, one at a time, and reports what
 each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
@@ -158,6 +160,28 @@ def make_batches(n_batches: int, seed: int) -> list[list[dict[str, Any]]]:
             sessions = [SessionGen(rng, f"bench-{seed}-{b}-{i}") for i in range(BATCH)]
         batches.append([s.next() for s in sessions])
     return batches
+
+
+def by_hash(batches: list[list[dict[str, Any]]], lag: int) -> list[list[dict[str, Any]]]:
+    """BATCHES as the SDK sends them: a block whose content went in a batch acknowledged before
+    goes as its content address and token count (`hash`, no messages). With LAG requests in flight
+    a body is taken only once every batch LAG or more before it has been answered, so a content is
+    counted acknowledged from LAG batches after the one that first brought it."""
+    first: dict[str, int] = {}
+    out = []
+    for i, batch in enumerate(batches):
+        sent = []
+        for snap in batch:
+            blocks = []
+            for b in snap["blocks"]:
+                h = block_hashes(b["messages"])[0]
+                seen = first.setdefault(h, i)
+                if i - seen >= lag:
+                    b = {k: v for k, v in b.items() if k != "messages"} | {"hash": h}
+                blocks.append(b)
+            sent.append(dict(snap, blocks=blocks))
+        out.append(sent)
+    return out
 
 
 def free_port() -> int:
@@ -518,6 +542,8 @@ def main() -> None:
     ap.add_argument("--web-workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
+    ap.add_argument("--whole-blocks", action="store_true",
+                    help="send every block with its messages (the SDK sends acknowledged ones by hash)")
     ap.add_argument("--step-batches", type=int, default=50,
                     help="batches stored in process for the per-step breakdown (0: none)")
     args = ap.parse_args()
@@ -534,14 +560,17 @@ def main() -> None:
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
     batches = make_batches(args.batches, args.seed)
-    bodies = [json.dumps({"snapshots": b}).encode() for b in batches]
-    json_mb = len(bodies[0]) / 1e6
+    wire = batches if args.whole_blocks else by_hash(batches, args.concurrency)
+    by_hash_share = statistics.mean(
+        sum("hash" in bl for s in b for bl in s["blocks"]) / sum(len(s["blocks"]) for s in b) for b in wire)
+    bodies = [json.dumps({"snapshots": b}).encode() for b in wire]
+    json_mb = statistics.mean(map(len, bodies)) / 1e6
     if not args.no_gzip:
         bodies = [gzip.compress(b, compresslevel=5) for b in bodies]
     avg_tokens = statistics.mean(sum(bl["tokens"] for bl in s["blocks"]) for s in batches[0])
     print(
-        f"body {json_mb:.2f} MB of JSON per batch, {len(bodies[0]) / 1e6:.2f} MB sent,"
-        f" ~{avg_tokens:.0f} tokens per snapshot",
+        f"body {json_mb:.2f} MB of JSON per batch, {statistics.mean(map(len, bodies)) / 1e6:.2f} MB sent,"
+        f" ~{avg_tokens:.0f} tokens per snapshot, {by_hash_share:.0%} of blocks by hash",
         flush=True,
     )
 
@@ -565,7 +594,8 @@ def main() -> None:
     print(f"raw COPY: {copy_rate:.0f} snapshots/s", flush=True)
     steps = None
     if args.step_batches:
-        steps = store_steps(steps_project, make_batches(args.step_batches, args.seed + 2))
+        step_batches = make_batches(args.step_batches, args.seed + 2)
+        steps = store_steps(steps_project, step_batches if args.whole_blocks else by_hash(step_batches, 1))
     print(f"store steps: {steps}", flush=True)
     actual, naive, naive_compressed = stored_bytes(http_project)
     result = {
@@ -576,7 +606,8 @@ def main() -> None:
         "web_workers": args.web_workers,
         "gzip": not args.no_gzip,
         "json_mb_per_batch": round(json_mb, 2),
-        "sent_mb_per_batch": round(len(bodies[0]) / 1e6, 3),
+        "sent_mb_per_batch": round(statistics.mean(map(len, bodies)) / 1e6, 3),
+        "blocks_by_hash": round(by_hash_share, 3),
         "tokens_per_snapshot": round(avg_tokens),
         "http_snapshots_per_s": round(http["snapshots_per_s"]),
         "raw_copy_snapshots_per_s": round(copy_rate),

@@ -15,6 +15,14 @@ sends the spool's files oldest first as soon as the server answers again, probin
 (Retry-After honoured) meanwhile. A new Transport for the same spool sends what an earlier
 process left there. Resending is harmless: the server deduplicates by `snapshot_id`.
 
+Blocks sent by hash: most of a turn's blocks repeat an earlier turn's (system prompt, tools,
+memory, retrieved documents). Once the server has taken a snapshot, its blocks' content
+addresses are known to be held there, and later snapshots carry such a block as its hash and
+token count instead of its messages, which spares the server inflating, parsing, validating and
+hashing the same text on every turn. A snapshot the server refuses for an unknown hash (content
+removed by retention, or a hash it computes differently) is sent again whole at once; the spool
+always holds whole snapshots, since it may be sent by another process or after retention.
+
 One module, over the usual size, for one job: the sender thread's state machine. Enqueueing,
 batching, retries, the spool and the flush at exit all read and change the same queue under the
 same lock and condition; split apart, they would share that private state across modules.
@@ -29,14 +37,16 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
+from ctxobs.hashing import block_hashes
 from ctxobs.retry import RETRY_AFTER_MAX_S, backoff_delay, parse_retry_after, retryable_status
 from ctxobs.spool import DEFAULT_MAX_BYTES, Spool, resolve_spool_dir
 from ctxobs.wire import LIMITS
@@ -65,6 +75,15 @@ EXIT_RESERVE_S = 2.0
 _DIGEST_INTERVAL_S = 0.02
 # Snapshots pushed out of the full queue wait for the sender to free them, up to this many.
 _EVICTED_MAX = 1024
+
+# Block hashes the server acknowledged, and those never to send by hash (it said it did not hold
+# them): each set is cleared when it reaches its bound, which costs some blocks sent whole again.
+_ACKED_MAX = 100_000
+_NEVER_MAX = 10_000
+# Stands in for a snapshot's blocks list while the rest of it is encoded, so each block's place in
+# the body is known. Random per process: a snapshot containing it is encoded the plain way.
+_BLOCKS_SENTINEL = f"ctxobs-blocks-{uuid.uuid4().hex}"
+_BLOCKS_SENTINEL_JSON = json.dumps(_BLOCKS_SENTINEL)
 
 # Fork count, raised in the child: a Transport compares it with the count it last saw, which
 # costs less on every enqueue than os.getpid() (a system call).
@@ -119,13 +138,27 @@ class Stats:
     spool_dropped: int = 0  # oldest spooled snapshots dropped to stay under spool_max_bytes
     sampled_out: int = 0
     batches: int = 0
+    blocks_by_hash: int = 0  # blocks that reached the server as their hash in snapshots it took
+
+
+class _HashedBlock(NamedTuple):
+    """A block of an item's body that may travel as its content address."""
+
+    position: int  # in the snapshot's blocks
+    start: int  # its JSON is body[start:end]
+    end: int
+    hash: str  # ctxobs.hashing.block_hashes(messages)[0]
+    by_hash: bytes  # the block's JSON with `hash` in place of `messages`
 
 
 @dataclass
 class _Item:
     snapshot_id: str
-    body: bytes  # the snapshot as JSON, prepared (redacted) and encoded once
+    body: bytes  # the snapshot as JSON, prepared (redacted) and encoded once; always whole
     ts_ns: int = 0  # when it was enqueued: orders spool files
+    blocks: tuple[_HashedBlock, ...] = ()  # the blocks of body that may go by hash
+    whole: bool = False  # sent as body only (after the server refused a hash of it)
+    sent_by_hash: tuple[_HashedBlock, ...] = ()  # the blocks the last POST sent by hash
 
 
 @dataclass
@@ -156,6 +189,78 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# One encoder for each form: json.dumps() with options builds a new encoder on every call, which
+# costs more than encoding a small block.
+_ENCODERS = {
+    ascii_only: json.JSONEncoder(ensure_ascii=ascii_only, separators=(",", ":"), default=_json_default)
+    for ascii_only in (False, True)
+}
+
+
+def _dumps(value: Any, ascii_only: bool) -> str:
+    return _ENCODERS[ascii_only].encode(value)
+
+
+def _encode_plain(prepared: Any) -> bytes:
+    try:
+        return _dumps(prepared, False).encode()
+    except UnicodeEncodeError:
+        # Unpaired surrogates (binary output decoded with surrogateescape) have no UTF-8
+        # form; as \uXXXX escapes the body is valid and the server stores them as sent.
+        return _dumps(prepared, True).encode()
+
+
+def _plain_messages(messages: Any) -> bool:
+    """MESSAGES decode on the server to values equal to these, so its hash of them is ours:
+    a non-empty list of objects holding only strings and nulls (role, content, name,
+    tool_call_id). Content parts, tool calls and numbers are sent whole."""
+    if type(messages) is not list or not messages:
+        return False
+    for m in messages:
+        if type(m) is not dict:
+            return False
+        for k, v in m.items():
+            if type(k) is not str or (v is not None and type(v) is not str):
+                return False
+    return True
+
+
+def _encode_split(prepared: Any) -> tuple[bytes, tuple[_HashedBlock, ...]] | None:
+    """PREPARED encoded byte for byte as `_encode_plain` does, with where each block lies in it
+    and, for those whose content can travel as its hash, that hash and the block's by-hash JSON;
+    None for a snapshot of another shape (it is encoded the plain way)."""
+    if type(prepared) is not dict:
+        return None
+    blocks = prepared.get("blocks")
+    if type(blocks) is not list or not blocks or any(type(b) is not dict for b in blocks):
+        return None
+    outer = dict(prepared)
+    outer["blocks"] = _BLOCKS_SENTINEL
+    for ascii_only in (False, True):
+        try:
+            text = _dumps(outer, ascii_only)
+            if text.count(_BLOCKS_SENTINEL_JSON) != 1:
+                return None
+            head, _, tail = text.partition(_BLOCKS_SENTINEL_JSON)
+            head_b, tail_b = head.encode(), tail.encode()
+            parts = [_dumps(b, ascii_only).encode() for b in blocks]
+            hashed: list[_HashedBlock] = []
+            pos = len(head_b) + 1
+            for j, (b, part) in enumerate(zip(blocks, parts, strict=True)):
+                msgs, tokens = b.get("messages"), b.get("tokens")
+                if type(tokens) is int and "hash" not in b and _plain_messages(msgs):
+                    h = block_hashes(msgs)[0]
+                    swapped = {k: v for k, v in b.items() if k != "messages"}
+                    swapped["hash"] = h
+                    by_hash = _dumps(swapped, ascii_only).encode()
+                    hashed.append(_HashedBlock(j, pos, pos + len(part), h, by_hash))
+                pos += len(part) + 1
+        except UnicodeEncodeError:
+            continue  # the whole body goes as \uXXXX escapes, as `_encode_plain` sends it
+        return head_b + b"[" + b",".join(parts) + b"]" + tail_b, tuple(hashed)
+    return None
+
+
 class Transport:
     """Sends wire snapshots to `{endpoint}/api/v1/snapshots` from a background thread.
 
@@ -163,6 +268,7 @@ class Transport:
     uses it for redaction); if it raises, the snapshot is dropped and reported, never sent.
     `spool`: True (default) for the default directory (`CTXOBS_SPOOL`, else the user's cache
     directory), a directory path, or False for none; `spool_path` is the same as a path.
+    `send_block_hashes`: False sends every block with its messages, never as its hash.
     """
 
     def __init__(
@@ -187,6 +293,7 @@ class Transport:
         disabled: bool = False,
         flush_at_exit: bool = True,
         exit_timeout: float = 5.0,
+        send_block_hashes: bool = True,
     ) -> None:
         self.endpoint = (endpoint or "").rstrip("/")
         self.url = self.endpoint + SNAPSHOTS_PATH
@@ -204,6 +311,13 @@ class Transport:
         self.prepare = prepare
         self.disabled = disabled or not self.endpoint
         self.exit_timeout = exit_timeout
+        self.send_block_hashes = send_block_hashes
+        # Block hashes of snapshots the server took (so it holds their content), and those it
+        # said it does not hold, never sent by hash again (a hash it computes differently must
+        # not cost a refusal on every turn). Changed under _hash_lock; read without it.
+        self._acked: set[str] = set()
+        self._never: set[str] = set()
+        self._hash_lock = threading.Lock()
         try:
             directory = resolve_spool_dir(
                 spool_path if spool_path is not None else spool, self.endpoint, self._api_key
@@ -448,6 +562,7 @@ class Transport:
         self._busy = False
         self._thread = None
         self._http = None
+        self._hash_lock = threading.Lock()
         if self._spool is not None:
             self._spool.reset_after_fork()
 
@@ -581,7 +696,7 @@ class Transport:
 
     def _spill(self, batch: list[tuple[int, Any]]) -> None:
         """Queue BATCH behind the spool's backlog: order is kept and memory stays flat."""
-        items = [it for it in (self._encode(s, ts) for ts, s in batch) if it is not None]
+        items = [it for it in (self._encode(s, ts, whole=True) for ts, s in batch) if it is not None]
         if items and not self._write_spool(items):
             # The disk refused: try the network after all rather than lose the batch.
             with self._cond:
@@ -667,18 +782,15 @@ class Transport:
                 len(report.rejected),
             )
 
-    def _encode(self, snapshot: Any, ts_ns: int = 0) -> _Item | None:
+    def _encode(self, snapshot: Any, ts_ns: int = 0, *, whole: bool = False) -> _Item | None:
+        """SNAPSHOT prepared and encoded; with where its blocks lie, to send some by hash, unless
+        WHOLE (it goes to the spool, which holds whole snapshots only)."""
         sid = _snapshot_id(snapshot)
         started = time.perf_counter()
         try:
             prepared = self.prepare(snapshot) if self.prepare is not None else snapshot
-            text = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), default=_json_default)
-            try:
-                body = text.encode()
-            except UnicodeEncodeError:
-                # Unpaired surrogates (binary output decoded with surrogateescape) have no UTF-8
-                # form; as \uXXXX escapes the body is valid and the server stores them as sent.
-                body = json.dumps(prepared, separators=(",", ":"), default=_json_default).encode()
+            split = self._encode_split(sid, prepared) if self.send_block_hashes and not whole else None
+            body, hashed = split if split is not None else (_encode_plain(prepared), ())
         except Exception as exc:  # noqa: BLE001
             errors = getattr(exc, "errors", None)
             kind = "invalid" if isinstance(errors, list) else "prepare"
@@ -707,7 +819,14 @@ class Transport:
                 )
             )
             return None
-        return _Item(sid, body, ts_ns)
+        return _Item(sid, body, ts_ns, hashed)
+
+    def _encode_split(self, sid: str, prepared: Any) -> tuple[bytes, tuple[_HashedBlock, ...]] | None:
+        try:
+            return _encode_split(prepared)
+        except Exception:  # noqa: BLE001 - encoded the plain way, which reports what is wrong
+            log.debug("ctxobs.transport.split_failed snapshot_id=%s", sid)
+            return None
 
     # --- delivery (shared by the sender thread and `ctxobs push`) ------------------------
 
@@ -757,7 +876,7 @@ class Transport:
                 )
                 continue
             self._down = False
-            self._settle(chunk, resp, report, interruptible)
+            self._settle(chunk, resp, report, interruptible, attempts)
             return
         self._down = True
         report.retry_after = retry_after
@@ -765,10 +884,14 @@ class Transport:
         report.unsent.extend(chunk)
 
     def _settle(
-        self, chunk: list[_Item], resp: _Response, report: DeliveryReport, interruptible: bool
+        self, chunk: list[_Item], resp: _Response, report: DeliveryReport, interruptible: bool,
+        attempts: int | None = None,
     ) -> None:
         if resp.kind == "ok":
-            self._apply_results(chunk, resp, report)
+            resend = self._apply_results(chunk, resp, report)
+            if resend:
+                # Refused for a block hash the server does not hold: once more, every block whole.
+                self._deliver_chunk(resend, report, interruptible, attempts)
         elif resp.kind == "too_large" and len(chunk) > 1:
             half = len(chunk) // 2
             self._deliver_chunk(chunk[:half], report, interruptible)
@@ -808,20 +931,31 @@ class Transport:
                 )
             )
 
-    def _apply_results(self, chunk: list[_Item], resp: _Response, report: DeliveryReport) -> None:
+    def _apply_results(self, chunk: list[_Item], resp: _Response, report: DeliveryReport) -> list[_Item]:
+        """Sort CHUNK's items into REPORT by the server's results; those to send again whole
+        (refused for a block hash), not yet sorted."""
         by_index: dict[int, dict[str, Any]] = {}
         for r in resp.results:
             if isinstance(r, dict) and isinstance(r.get("index"), int):
                 by_index[r["index"]] = r
+        resend: list[_Item] = []
+        by_hash = 0
         for i, item in enumerate(chunk):
             r = by_index.get(i, {})
             status = r.get("status", "rejected" if resp.status == 422 else "created")
+            raw_errors = r.get("errors")
+            errors: list[Any] = raw_errors if isinstance(raw_errors, list) else []
+            if status != "rejected":
+                if item.blocks:
+                    self._acknowledge(b.hash for b in item.blocks)
+                by_hash += len(item.sent_by_hash)
             if status == "duplicate":
                 report.duplicate.append(item.snapshot_id)
+            elif status == "rejected" and item.sent_by_hash and self._refused_for_hash(item, errors):
+                item.whole = True
+                resend.append(item)
             elif status == "rejected":
                 report.rejected.append(item.snapshot_id)
-                raw_errors = r.get("errors")
-                errors: list[Any] = raw_errors if isinstance(raw_errors, list) else []
                 log.warning(
                     "ctxobs.transport.item_rejected snapshot_id=%s errors=%d", item.snapshot_id, len(errors)
                 )
@@ -839,9 +973,89 @@ class Transport:
                 )
             else:
                 report.created.append(item.snapshot_id)
+        if by_hash:
+            with self._cond:
+                self._stats.blocks_by_hash += by_hash
+        return resend
+
+    # --- blocks sent by hash -------------------------------------------------------------
+
+    def _acknowledge(self, hashes: Iterable[str]) -> None:
+        """The server holds the content of HASHES: later snapshots may send those blocks by hash."""
+        with self._hash_lock:
+            acked, never = self._acked, self._never
+            for h in hashes:
+                if h not in acked and h not in never:
+                    if len(acked) >= _ACKED_MAX:
+                        acked.clear()
+                    acked.add(h)
+
+    def _refused_for_hash(self, item: _Item, errors: list[Any]) -> bool:
+        """Whether ITEM, sent with blocks by hash, was refused for one of them (and goes again
+        whole). A hash the server does not hold is never sent by hash again; an error about the
+        messages of a block sent by hash comes from a server that takes no hashes, and turns
+        sending by hash off."""
+        sent = {b.position: b for b in item.sent_by_hash}
+        unknown: list[str] = []
+        refused = False
+        older_server = False
+        for e in errors:
+            loc = e.get("loc") if isinstance(e, dict) else None
+            if not isinstance(loc, list) or len(loc) != 5 or loc[2] != "blocks":
+                continue
+            if loc[4] == "hash":
+                refused = True
+                b = sent.get(loc[3]) if isinstance(loc[3], int) else None
+                if b is not None:
+                    unknown.append(b.hash)
+            elif loc[4] == "messages" and isinstance(loc[3], int) and loc[3] in sent:
+                refused = older_server = True
+        if not refused:
+            return False
+        if older_server and not unknown:
+            self.send_block_hashes = False
+            log.warning("ctxobs.transport.block_hashes_off reason=server_wants_messages")
+            return True
+        if not unknown:
+            # The errors name no block sent by hash: none of them is trusted again.
+            unknown = [b.hash for b in item.sent_by_hash]
+        with self._hash_lock:
+            for h in unknown:
+                self._acked.discard(h)
+                if len(self._never) >= _NEVER_MAX:
+                    self._never.clear()
+                self._never.add(h)
+        log.info(
+            "ctxobs.transport.block_hash_unknown snapshot_id=%s hashes=%d", item.snapshot_id, len(unknown)
+        )
+        return True
+
+    def _body_of(self, item: _Item) -> bytes:
+        """ITEM's JSON for this POST: its blocks the server holds as their hash, the rest whole."""
+        item.sent_by_hash = ()
+        if not item.blocks or item.whole or not self.send_block_hashes:
+            return item.body
+        try:
+            acked, never = self._acked, self._never
+            use = tuple(b for b in item.blocks if b.hash in acked and b.hash not in never)
+            if not use:
+                return item.body
+            view = memoryview(item.body)
+            parts: list[bytes | memoryview] = []
+            pos = 0
+            for b in use:
+                parts += (view[pos : b.start], b.by_hash)
+                pos = b.end
+            parts.append(view[pos:])
+            body = b"".join(parts)
+        except Exception:  # noqa: BLE001 - sent whole
+            log.debug("ctxobs.transport.by_hash_failed snapshot_id=%s", item.snapshot_id)
+            return item.body
+        item.sent_by_hash = use
+        return body
 
     def _post(self, chunk: list[_Item]) -> _Response:
-        body = b'{"snapshots":[' + b",".join(i.body for i in chunk) + b"]}"
+        body = b'{"snapshots":[' + b",".join([self._body_of(i) for i in chunk]) + b"]}"
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._api_key}"}
         if self.compress:
             body = gzip.compress(body, compresslevel=5)
@@ -952,7 +1166,7 @@ class Transport:
             if time.monotonic() >= deadline:
                 lost = pending[n:]
                 break
-            item = self._encode(snapshot, ts)
+            item = self._encode(snapshot, ts, whole=True)
             if item is None:
                 continue
             buf.append(item)

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 import ctxobs
+from ctxobs.hashing import block_hashes
 from tests.processes import Processes, artifacts_dir, free_port, keep_logs_on_failure, process_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,8 @@ class _Server:
 class IngestFront(_Server):
     """The real ingest API, reached through a front that records every POST (snapshot ids,
     gzip, arrival time, the API's status and Retry-After) and every body sent, so that tests can
-    tell what the SDK sent how often; what is *stored* is read from the test database.
+    tell what the SDK sent how often; what is *stored* is read from the test database. A block
+    the SDK sent by hash is recorded with the messages it sent earlier under that hash.
 
     The front answers by itself only for injected failures the real API cannot be made to give at
     a chosen moment: `script` (forced statuses in order, 0 = pass this one through: 5xx bursts, a
@@ -78,6 +80,9 @@ class IngestFront(_Server):
         self.project = project
         self.posts: list[dict[str, Any]] = []
         self.bodies: dict[str, dict[str, Any]] = {}  # the last body sent for each snapshot id
+        # Messages of the blocks sent whole, by content hash: a block the SDK sends by hash is
+        # recorded in `bodies` with them, as the SDK had it.
+        self.contents: dict[str, list[Any]] = {}
         self.script: deque[tuple[int, dict[str, str]]] = deque()
         self.max_items: int | None = None
 
@@ -89,6 +94,22 @@ class IngestFront(_Server):
         ids = Snapshot.objects.filter(project=self.project).values_list("snapshot_id", flat=True)
         with self.lock:
             return {str(sid): self.bodies.get(str(sid), {}) for sid in ids}
+
+    def _whole(self, snap: Any) -> Any:
+        """SNAP with each block sent by hash given back the messages sent earlier under that hash."""
+        if not isinstance(snap, dict) or not isinstance(snap.get("blocks"), list):
+            return snap
+        blocks = []
+        for b in snap["blocks"]:
+            if isinstance(b, dict) and isinstance(b.get("messages"), list):
+                try:
+                    self.contents[block_hashes(b["messages"])[0]] = b["messages"]
+                except (AttributeError, TypeError):
+                    pass
+            elif isinstance(b, dict) and b.get("hash") in self.contents:
+                b = {**{k: v for k, v in b.items() if k != "hash"}, "messages": self.contents[b["hash"]]}
+            blocks.append(b)
+        return {**snap, "blocks": blocks}
 
     def accepted_ids(self) -> list[str]:
         """Ids in every POST the API answered 200/207 (an item sent twice after success shows twice)."""
@@ -132,7 +153,7 @@ class IngestFront(_Server):
                 with server.lock:
                     server.posts.append(post)
                     for sid, it in zip(ids, items, strict=True):
-                        server.bodies[sid] = it
+                        server.bodies[sid] = server._whole(it)
                     forced = server.script.popleft() if server.script else (0, {})
                     if not forced[0] and server.max_items is not None and len(items) > server.max_items:
                         forced = (413, {})

@@ -862,8 +862,9 @@ class Client:
 
     def stats(self) -> dict[str, int]:
         """Delivery counters: enqueued, sent, duplicates, dropped, failed, retried, spooled,
-        spool_dropped, sampled_out, batches, queued, backlog; plus the token cache's hits and misses
-        and `uncaptured` (model calls an instrumented client made that could not be recorded)."""
+        spool_dropped, sampled_out, batches, blocks_by_hash, queued, backlog; plus the token cache's
+        hits and misses and `uncaptured` (model calls an instrumented client made that could not be
+        recorded)."""
         out = self.transport.stats()
         out["uncaptured"] = self._uncaptured
         out["token_cache_hits"] = self.token_cache.hits

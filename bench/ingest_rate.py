@@ -1,14 +1,15 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
-                                [--whole-blocks] [--step-batches 50]
+                                [--block-hashes] [--step-batches 50]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
 port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
 previous turn of their 50-turn session) in batches of 100, gzip-compressed as the SDK sends
 them and built before the clock starts, then COPYs the same rows straight into the same tables.
-As the SDK does, a block whose content an earlier batch brought and the server acknowledged goes
-as its content address (`hash`) instead of its messages; --whole-blocks sends every block whole.
+With --block-hashes, as the SDK does with `send_block_hashes=True`, a block whose content an earlier
+batch brought and the server acknowledged goes as its content address (`hash`) instead of its
+messages; by default every block goes whole, as the SDK sends it by default.
 Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
 generator. Then stores --step-batches more batches in process, one at a time, and reports what
 each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
@@ -542,8 +543,8 @@ def main() -> None:
     ap.add_argument("--web-workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
-    ap.add_argument("--whole-blocks", action="store_true",
-                    help="send every block with its messages (the SDK sends acknowledged ones by hash)")
+    ap.add_argument("--block-hashes", action="store_true",
+                    help="send acknowledged blocks by hash, as the SDK does with send_block_hashes=True")
     ap.add_argument("--step-batches", type=int, default=50,
                     help="batches stored in process for the per-step breakdown (0: none)")
     args = ap.parse_args()
@@ -560,7 +561,7 @@ def main() -> None:
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
     batches = make_batches(args.batches, args.seed)
-    wire = batches if args.whole_blocks else by_hash(batches, args.concurrency)
+    wire = by_hash(batches, args.concurrency) if args.block_hashes else batches
     by_hash_share = statistics.mean(
         sum("hash" in bl for s in b for bl in s["blocks"]) / sum(len(s["blocks"]) for s in b) for b in wire)
     bodies = [json.dumps({"snapshots": b}).encode() for b in wire]
@@ -595,7 +596,7 @@ def main() -> None:
     steps = None
     if args.step_batches:
         step_batches = make_batches(args.step_batches, args.seed + 2)
-        steps = store_steps(steps_project, step_batches if args.whole_blocks else by_hash(step_batches, 1))
+        steps = store_steps(steps_project, by_hash(step_batches, 1) if args.block_hashes else step_batches)
     print(f"store steps: {steps}", flush=True)
     actual, naive, naive_compressed = stored_bytes(http_project)
     result = {

@@ -225,10 +225,54 @@ def _plain_messages(messages: Any) -> bool:
     return True
 
 
+class _BlockJson:
+    """The JSON of blocks sent before, whole and by hash, by content hash and the block's other
+    fields: a block repeated on every turn (the system prompt, tools, memory) is encoded once, so
+    the sender thread, which holds the GIL while it encodes, leaves the agent's thread alone.
+    Bounded by the bytes it holds; cleared when full."""
+
+    def __init__(self, max_bytes: int = 32 * 1024**2) -> None:
+        self.max_bytes = max_bytes
+        self._held = 0
+        self._map: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+
+    def get(self, key: tuple[Any, ...]) -> tuple[bytes, bytes] | None:
+        return self._map.get(key)
+
+    def put(self, key: tuple[Any, ...], value: tuple[bytes, bytes]) -> None:
+        size = len(value[0]) + len(value[1])
+        if self._held + size > self.max_bytes:
+            self._map.clear()
+            self._held = 0
+        self._map[key] = value
+        self._held += size
+
+
+_block_json = _BlockJson()
+
+
+def _block_key(block: dict[str, Any], h: str, ascii_only: bool) -> tuple[Any, ...] | None:
+    """What decides BLOCK's JSON besides its messages (whose content H names): its other fields in
+    order, each with its type (True and 1 are equal keys otherwise); None when one is not a plain
+    value or a list of strings."""
+    items: list[Any] = [h, ascii_only]
+    for k, v in block.items():
+        if k == "messages":
+            items.append(k)
+        elif v is None or type(v) in (str, int, bool, float):
+            items.append((k, type(v), v))
+        elif type(v) is list and all(type(x) is str for x in v):
+            items.append((k, list, *v))
+        else:
+            return None
+    return tuple(items)
+
+
 def _encode_split(prepared: Any) -> tuple[bytes, tuple[_HashedBlock, ...]] | None:
-    """PREPARED encoded byte for byte as `_encode_plain` does, with where each block lies in it
-    and, for those whose content can travel as its hash, that hash and the block's by-hash JSON;
-    None for a snapshot of another shape (it is encoded the plain way)."""
+    """PREPARED encoded as `_encode_plain` encodes it, with where each block lies in it and, for
+    those whose content can travel as its hash, that hash and the block's by-hash JSON; None for a
+    snapshot of another shape (it is encoded the plain way). A block encoded before is taken from
+    `_block_json`: the same JSON, up to the order of keys inside its messages."""
     if type(prepared) is not dict:
         return None
     blocks = prepared.get("blocks")
@@ -243,17 +287,26 @@ def _encode_split(prepared: Any) -> tuple[bytes, tuple[_HashedBlock, ...]] | Non
                 return None
             head, _, tail = text.partition(_BLOCKS_SENTINEL_JSON)
             head_b, tail_b = head.encode(), tail.encode()
-            parts = [_dumps(b, ascii_only).encode() for b in blocks]
+            parts: list[bytes] = []
             hashed: list[_HashedBlock] = []
             pos = len(head_b) + 1
-            for j, (b, part) in enumerate(zip(blocks, parts, strict=True)):
+            for j, b in enumerate(blocks):
                 msgs, tokens = b.get("messages"), b.get("tokens")
                 if type(tokens) is int and "hash" not in b and _plain_messages(msgs):
                     h = block_hashes(msgs)[0]
-                    swapped = {k: v for k, v in b.items() if k != "messages"}
-                    swapped["hash"] = h
-                    by_hash = _dumps(swapped, ascii_only).encode()
-                    hashed.append(_HashedBlock(j, pos, pos + len(part), h, by_hash))
+                    key = _block_key(b, h, ascii_only)
+                    hit = _block_json.get(key) if key is not None else None
+                    if hit is None:
+                        swapped = {k: v for k, v in b.items() if k != "messages"}
+                        swapped["hash"] = h
+                        hit = (_dumps(b, ascii_only).encode(), _dumps(swapped, ascii_only).encode())
+                        if key is not None:
+                            _block_json.put(key, hit)
+                    part = hit[0]
+                    hashed.append(_HashedBlock(j, pos, pos + len(part), h, hit[1]))
+                else:
+                    part = _dumps(b, ascii_only).encode()
+                parts.append(part)
                 pos += len(part) + 1
         except UnicodeEncodeError:
             continue  # the whole body goes as \uXXXX escapes, as `_encode_plain` sends it
@@ -268,7 +321,8 @@ class Transport:
     uses it for redaction); if it raises, the snapshot is dropped and reported, never sent.
     `spool`: True (default) for the default directory (`CTXOBS_SPOOL`, else the user's cache
     directory), a directory path, or False for none; `spool_path` is the same as a path.
-    `send_block_hashes`: False sends every block with its messages, never as its hash.
+    `send_block_hashes`: True sends a block the server has acknowledged as its content address
+    (off by default: see docs/sdk.md, "Blocks sent by hash", for what it costs the sender thread).
     """
 
     def __init__(
@@ -293,7 +347,7 @@ class Transport:
         disabled: bool = False,
         flush_at_exit: bool = True,
         exit_timeout: float = 5.0,
-        send_block_hashes: bool = True,
+        send_block_hashes: bool = False,
     ) -> None:
         self.endpoint = (endpoint or "").rstrip("/")
         self.url = self.endpoint + SNAPSHOTS_PATH

@@ -101,7 +101,8 @@ def clients() -> Iterator[list[ctxobs.Client]]:
 
 
 def client(made: list[ctxobs.Client], endpoint: str, key: str = KEY, **kw: Any) -> ctxobs.Client:
-    c = ctxobs.Client(endpoint, key, **{**FAST, **kw})
+    """A client that sends blocks by hash unless KW says otherwise (the SDK's default is off)."""
+    c = ctxobs.Client(endpoint, key, **{**FAST, "send_block_hashes": True, **kw})
     made.append(c)
     return c
 
@@ -355,3 +356,16 @@ def test_an_api_that_takes_no_hashes_gets_the_snapshot_whole_and_no_more_hashes(
         assert obs.stats()["sent"] == 3 and obs.stats()["failed"] == 0
     finally:
         older.stop()
+
+
+def test_a_client_sends_every_block_whole_unless_asked(front, clients) -> None:
+    agent = Agent(uuid.uuid4().hex)
+    obs = ctxobs.Client(front.url, KEY, **FAST)
+    clients.append(obs)
+    ids = []
+    for n in range(3):  # each turn answered before the next: with hashes on, turns 1 and 2 would use them
+        ids.append(agent.turn(obs, "default", n))
+        assert obs.flush(timeout=20)
+    sent = [snap for i in ids for snap, _ in front.posts_of(i)]
+    assert len(sent) == 3 and not any(by_hash(b) for snap in sent for b in snap["blocks"])
+    assert obs.stats()["blocks_by_hash"] == 0

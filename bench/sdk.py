@@ -525,6 +525,14 @@ def print_instrumented(res: dict[str, Any]) -> None:
           "calls per case)")
 
 
+def _turn_snapshot(obs: Any, session_id: str, blocks: list[Any]) -> Any:
+    """The wire snapshot of one turn of BLOCKS ((key, kind, messages) each)."""
+    t = obs.turn(session_id=session_id, model=MODEL, context_window=128_000)
+    for key, kind, msgs in blocks:
+        t.block(key, msgs, kind=kind)
+    return t.snapshot()
+
+
 def sender_encode(obs: Any, stable: list[Any], changing: list[Any]) -> dict[str, float]:
     """The sender thread's own path for one turn, by the transport's methods: prepare (validation),
     JSON (split by block where blocks may go by hash), the POST body with acknowledged blocks by
@@ -538,10 +546,7 @@ def sender_encode(obs: Any, stable: list[Any], changing: list[Any]) -> dict[str,
                        flush_at_exit=False, send_block_hashes=mode)
         times = []
         for i in range(200):
-            t = obs.turn(session_id="enc", model=MODEL, context_window=128_000)
-            for key, kind, msgs in stable + changing[i]:
-                t.block(key, msgs, kind=kind)
-            snapshot = t.snapshot()
+            snapshot = _turn_snapshot(obs, "enc", stable + changing[i])
             t0 = time.perf_counter()
             item = tr._encode(snapshot)
             assert item is not None
@@ -652,10 +657,7 @@ def main() -> None:
     sample = []
     obs_b = ctxobs.Client(disabled=True, token_cache=tokens.TokenCache())
     for i in range(200):
-        t = obs_b.turn(session_id="b", model=MODEL, context_window=128_000)
-        for key, kind, msgs in stable + changing[i]:
-            t.block(key, msgs, kind=kind)
-        snapshot = t.snapshot()
+        snapshot = _turn_snapshot(obs_b, "b", stable + changing[i])
         b0 = time.perf_counter()
         ctxobs.validate_snapshot(snapshot)
         body = json.dumps(snapshot, ensure_ascii=False, separators=(",", ":")).encode()

@@ -217,6 +217,20 @@ def _disagreements(path: Path_, cases: list[tuple[str, dict[str, Any]]]) -> tupl
     return wrong, verdicts
 
 
+def _cases(
+    base: dict[str, Any], path: Path_, sub: dict[str, Any]
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """BASE without the field at PATH, and the named probes of that field (the absent one first)."""
+    absent = copy.deepcopy(base)
+    _put(absent, path, None, delete=True)
+    cases = [("absent", absent)]
+    for name, value in _probes(sub, _get(base, path)):
+        snap = copy.deepcopy(base)
+        _put(snap, path, value)
+        cases.append((name, snap))
+    return absent, cases
+
+
 def test_the_base_snapshot_fills_every_field_and_is_valid() -> None:
     for path, _, _ in FIELDS:
         _get(_base(path), path)  # KeyError names a field the base leaves out
@@ -229,15 +243,7 @@ def test_the_base_snapshot_fills_every_field_and_is_valid() -> None:
 def test_schema_and_validator_judge_every_field_alike(
     path: Path_, sub: dict[str, Any], required: bool
 ) -> None:
-    base = _base(path)
-    cases: list[tuple[str, dict[str, Any]]] = []
-    absent = copy.deepcopy(base)
-    _put(absent, path, None, delete=True)
-    cases.append(("absent", absent))
-    for name, value in _probes(sub, _get(base, path)):
-        snap = copy.deepcopy(base)
-        _put(snap, path, value)
-        cases.append((name, snap))
+    absent, cases = _cases(_base(path), path, sub)
     wrong, verdicts = _disagreements(path, cases)
     assert not wrong, "\n".join(wrong)
     # Each field is probed both ways: some values pass and some are refused.
@@ -250,13 +256,7 @@ def test_schema_and_validator_judge_the_other_fields_of_a_block_by_hash_alike(fi
     path: Path_ = ("blocks", 0, field)
     sub = SCHEMA["properties"]["blocks"]["items"]["properties"][field]
     base = by_hash_snapshot()
-    absent = copy.deepcopy(base)
-    _put(absent, path, None, delete=True)
-    cases = [("absent", absent)]
-    for name, value in _probes(sub, _get(base, path)):
-        snap = copy.deepcopy(base)
-        _put(snap, path, value)
-        cases.append((name, snap))
+    absent, cases = _cases(base, path, sub)
     wrong, verdicts = _disagreements(path, cases)
     assert not wrong, "\n".join(wrong)
     assert verdicts == {True, False}

@@ -175,7 +175,12 @@ def _database_from_url(url: str) -> dict[str, object]:
         # JIT compilation off: the pages' queries are short, and once a table's size pushes a
         # plan's estimated cost past PostgreSQL's JIT threshold, compiling it costs more than
         # the query (docs/scale.md). An `options` in DATABASE_URL's query replaces this.
+        # Prepared statements only where the code asks for them (`prepare=True`: the ingest store's
+        # per-batch lookups, whose planning over the day partitions cost more than running them);
+        # psycopg's automatic preparation never reaches this threshold. CTXOBS_DB_PREPARED=0 turns
+        # them off for a connection pooler in transaction mode that does not keep them.
         "OPTIONS": {"connect_timeout": env_int("CTXOBS_DB_CONNECT_TIMEOUT", 5), "options": "-c jit=off",
+                    "prepare_threshold": (1 << 31) - 1 if env_bool("CTXOBS_DB_PREPARED", True) else None,
                     **query},
         "TEST": {"NAME": env_str("CTXOBS_TEST_DB_NAME") or None},
     }

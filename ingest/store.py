@@ -332,18 +332,20 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
         # Parameters bound server-side: the batch's arrays and JSON travel apart from the SQL text
         # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.
+        # The per-batch statements are prepared (`prepare=True`; settings' CTXOBS_DB_PREPARED): the
+        # planning of a lookup over the day partitions cost several times its execution.
         cur = psycopg.Cursor(raw.connection)
 
-        fresh = _fresh_numbered(cur, pid, prepared, now)
+        fresh, before = _fresh_numbered(cur, pid, prepared, now)
         steps.mark("duplicates")
         contents = _contents(fresh)
         fresh, unknown = _by_hash_held(cur, pid, fresh, contents, today)
         if not fresh:
             return Stored({}, unknown)
         steps.mark("by_hash")
-        since = _sessions_upsert(cur, pid, fresh, now)
+        since, counts = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
-        updates = _derive_changes(cur, pid, fresh, since)
+        updates = _derive_changes(cur, pid, fresh, since, before, counts)
         steps.mark("changes")
         _snapshots_copy(raw, pid, now, fresh)
         steps.mark("snapshots")
@@ -375,10 +377,19 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
     return Stored({p.snap["snapshot_id"]: p.ref for p in fresh}, unknown)
 
 
+class _Before(NamedTuple):
+    """A stored session as a batch found it before its upsert: the fast path of the turn-to-turn
+    changes (`_derive_changes`) stands on it."""
+
+    max_turn: int
+    turn_count: int
+
+
 def _fresh_numbered(
     cur: Any, pid: int, prepared: list[PreparedSnapshot], now: datetime
-) -> list[PreparedSnapshot]:
-    """The snapshots of PREPARED not stored yet, each given its new id (`ref`).
+) -> tuple[list[PreparedSnapshot], dict[str, _Before]]:
+    """The snapshots of PREPARED not stored yet, each given its new id (`ref`), and the batch's
+    sessions already stored, as they are now.
 
     Duplicates already stored (a resend) are never stored twice; ids for the rest come in the same
     round trip (a few may go unused, as sequences allow). A resend belongs to a session already
@@ -389,13 +400,17 @@ def _fresh_numbered(
     session_ids = sorted({p.snap["session_id"] for p in prepared})
     cur.execute(
         """
-        SELECT LEAST(%s::timestamptz,
-                     (SELECT min(COALESCE(first_received, %s)) FROM ingest_session
-                      WHERE project_id = %s AND session_id = ANY(%s::text[])))
+        SELECT session_id, max_turn, turn_count, COALESCE(first_received, %s) FROM ingest_session
+        WHERE project_id = %s AND session_id = ANY(%s::text[])
         """,
-        [partitions.day_start(now), RECEIVED_EVER, pid, session_ids],
+        [RECEIVED_EVER, pid, session_ids],
+        prepare=True,
     )
-    (since,) = _row(cur)
+    before: dict[str, _Before] = {}
+    since = partitions.day_start(now)
+    for sid, max_turn, turn_count, first in cur.fetchall():
+        before[sid] = _Before(max_turn, turn_count)
+        since = min(since, first)
     cur.execute(
         """
         SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
@@ -403,13 +418,14 @@ def _fresh_numbered(
                ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
         """,
         [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
+        prepare=True,
     )
     existing_ids, new_ids = _row(cur)
     existing = set(existing_ids)
     fresh = [p for p in prepared if p.snap["snapshot_id"] not in existing]
     for p, ref in zip(fresh, new_ids, strict=False):
         p.ref = ref
-    return fresh
+    return fresh, before
 
 
 def _contents(fresh: list[PreparedSnapshot]) -> dict[str, tuple[PreparedBlock, str]]:
@@ -458,6 +474,7 @@ def _by_hash_held(
             SELECT ARRAY(SELECT hash FROM held)
             """,
             {"p": pid, "h": _plain_array(lookup), "d": today},
+            prepare=True,
         )
         held.update(_row(cur)[0])
     if len(held) == len(asked):
@@ -502,6 +519,7 @@ def _blocks_upsert(
          _text_array([",".join(b.message_hashes) for b, _ in rows]),
          _plain_array([b.block["chars"] for b, _ in rows]), _plain_array([b.tokens for b, _ in rows]),
          _text_array([enc for _, enc in rows])],
+        prepare=True,
     )
     return [r[0] for r in cur.fetchall()]
 
@@ -535,13 +553,17 @@ def _messages_upsert(
             """,
             [pid, today, pgtext.json_dumps([{"hash": mh, "message": messages[mh]} for mh in new_messages],
                                            checked=True)],
+            prepare=True,
         )
     return messages
 
 
-def _sessions_upsert(cur: Any, pid: int, fresh: list[PreparedSnapshot], now: datetime) -> datetime:
+def _sessions_upsert(
+    cur: Any, pid: int, fresh: list[PreparedSnapshot], now: datetime
+) -> tuple[datetime, dict[int, int]]:
     """Upsert the sessions of FRESH with their aggregates and set each snapshot's `session_ref`;
-    the moment before which no stored turn of these sessions was received.
+    the moment before which no stored turn of these sessions was received, and each session's
+    `turn_count` after the upsert by `session_ref`.
 
     The aggregates are commutative, so arrival order does not matter; `first_received` is when the
     session's first turn was stored (kept NULL for a session stored before the column existed: its
@@ -600,17 +622,18 @@ def _sessions_upsert(cur: Any, pid: int, fresh: list[PreparedSnapshot], now: dat
             compression_events = s.compression_events + EXCLUDED.compression_events,
             first_received = CASE WHEN s.first_received IS NULL THEN NULL
                                   ELSE LEAST(s.first_received, EXCLUDED.first_received) END
-        RETURNING id, session_id, first_received
+        RETURNING id, session_id, first_received, turn_count
         """,
         [pid, now, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
+        prepare=True,
     )
     session_rows = cur.fetchall()
-    session_refs = {sid: ref for ref, sid, _ in session_rows}
+    session_refs = {sid: ref for ref, sid, _, _ in session_rows}
     for p in fresh:
         p.session_ref = session_refs[p.snap["session_id"]]
     # The upsert's answer, so a session another batch created meanwhile counts too.
-    since: datetime = min(first or RECEIVED_EVER for _, _, first in session_rows)
-    return since
+    since: datetime = min(first or RECEIVED_EVER for _, _, first, _ in session_rows)
+    return since, {ref: count for ref, _, _, count in session_rows}
 
 
 def _snapshots_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:
@@ -696,6 +719,22 @@ _NEIGHBOURS_SQL = """
     """
 
 
+# The stored turns numbered TURN of each session (`session_ref`, turn): the neighbourhood of new
+# turns that all follow the session's stored ones. A lateral index lookup per session, fenced by
+# `OFFSET 0` as above.
+_TAILS_SQL = """
+    SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
+           s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens
+    FROM unnest(%s::bigint[], %s::int[]) AS b(session_ref, turn)
+    JOIN LATERAL (
+        SELECT id, session_ref, turn, ts, snapshot_id, block_keys, block_kinds, block_hashes, block_tokens
+        FROM ingest_snapshot s
+        WHERE s.project_id = %s AND s.session_ref = b.session_ref AND s.turn = b.turn AND s.received_at >= %s
+        OFFSET 0
+    ) s ON true
+    """
+
+
 class _ChangeUpdate(TypedDict):
     id: int | None
     prev_turn: int | None
@@ -703,28 +742,49 @@ class _ChangeUpdate(TypedDict):
 
 
 def _derive_changes(
-    cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime
+    cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime, before: dict[str, _Before],
+    counts: dict[int, int],
 ) -> list[_ChangeUpdate]:
     """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them.
     No stored turn of FRESH's sessions was received before SINCE: the partitions before it are not
-    visited."""
+    visited.
+
+    BEFORE (the sessions as `_fresh_numbered` read them) and COUNTS (their `turn_count` after the
+    upsert, which holds their row locks) give most sessions a shorter way. A session the batch
+    created, whose count is the batch's own, has nothing stored: no lookup. A session whose count
+    grew by exactly the batch's turns, all after its `max_turn`, had no other batch between the two
+    reads, so its neighbourhood is its stored turns numbered `max_turn`: one index lookup each.
+    The others (a late turn, a batch of another process in between, a count that retention
+    rewrote) and any tail no longer stored take the full neighbourhood lookup."""
     by_ref: dict[int, list[PreparedSnapshot]] = defaultdict(list)
     for p in fresh:
         by_ref[p.session_ref].append(p)
-    refs, los, his = [], [], []
+    tails: dict[int, int] = {}
+    full: list[int] = []
     for ref, ps in by_ref.items():
-        refs.append(ref)
-        los.append(min(p.snap["turn"] for p in ps))
-        his.append(max(p.snap["turn"] for p in ps))
-    cur.execute(
-        _NEIGHBOURS_SQL,
-        [refs, los, his, pid, since, pid, since, pid, since],
-    )
+        was = before.get(ps[0].snap["session_id"])
+        if was is None:
+            if counts[ref] != len(ps):
+                full.append(ref)
+        elif counts[ref] == was.turn_count + len(ps) and min(p.snap["turn"] for p in ps) > was.max_turn:
+            tails[ref] = was.max_turn
+        else:
+            full.append(ref)
+    rows: list[Any] = []
+    if tails:
+        cur.execute(_TAILS_SQL, [list(tails), list(tails.values()), pid, since], prepare=True)
+        rows = cur.fetchall()
+        full.extend(tails.keys() - {r[1] for r in rows})
+    if full:
+        los = [min(p.snap["turn"] for p in by_ref[ref]) for ref in full]
+        his = [max(p.snap["turn"] for p in by_ref[ref]) for ref in full]
+        cur.execute(_NEIGHBOURS_SQL, [full, los, his, pid, since, pid, since, pid, since], prepare=True)
+        rows.extend(cur.fetchall())
     # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks
     # or a new turn.
     Entry = tuple[int, datetime, str, int | None, "PreparedSnapshot | None", list[derive.BlockRef] | None]
     lines: dict[int, list[Entry]] = defaultdict(list)
-    for sid, sref, turn, ts, snap_uuid, keys, kinds, hashes, tokens in cur.fetchall():
+    for sid, sref, turn, ts, snap_uuid, keys, kinds, hashes, tokens in rows:
         stored = list(map(derive.BlockRef, keys, kinds, hashes, tokens))
         lines[sref].append((turn, ts, snap_uuid, sid, None, stored))
     for p in fresh:

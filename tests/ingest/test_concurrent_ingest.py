@@ -69,3 +69,55 @@ def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(
     # The aggregates of the rolled-back attempt are gone with it: "second" counts one turn.
     assert AgentSession.objects.get(project=project, session_id="second").turn_count == 1
     assert AgentSession.objects.get(project=project, session_id="first").turn_count == 1
+
+
+def _wait_for_blocked_session_upsert(timeout: float = 20.0) -> bool:
+    """True once another backend waits on a lock in the sessions' upsert (ours holds the row)."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%INSERT INTO ingest_session %%'"
+            )
+            if cur.fetchone()[0]:
+                return True
+            time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("stored_before", [5, 0], ids=["stored-session", "new-session"])
+def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is_the_previous_turn(
+    project: Any, stored_before: int
+) -> None:
+    """A batch reads its sessions before it locks them, and takes the short way to the previous
+    turn (the session's `max_turn` as read) only when nothing else was stored in between. Here
+    another batch stores the next turn meanwhile: the later turn must still find it as its
+    previous turn, whether the session existed before or that other batch created it."""
+    if stored_before:
+        snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=t) for t in range(stored_before)])
+    holding = threading.Event()
+    saw_blocked: list[bool] = []
+
+    def first_batch() -> None:
+        try:
+            with transaction.atomic():
+                snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=stored_before)])
+                holding.set()
+                saw_blocked.append(_wait_for_blocked_session_upsert())
+        finally:
+            holding.set()
+            connection.close()
+
+    t = threading.Thread(target=first_batch)
+    t.start()
+    assert holding.wait(20)
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=stored_before + 1)])
+    t.join(30)
+
+    assert saw_blocked == [True], "the second batch's session upsert never waited on the first batch"
+    prev = dict(Snapshot.objects.filter(project=project, session_id="s").values_list("turn", "prev_turn"))
+    assert prev[stored_before + 1] == stored_before
+    assert prev[stored_before] == (stored_before - 1 if stored_before else None)
+    assert AgentSession.objects.get(project=project, session_id="s").turn_count == stored_before + 2

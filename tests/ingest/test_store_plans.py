@@ -11,7 +11,7 @@ from django.db import connection
 
 from core.models import Project
 from ingest import partitions, store
-from ingest.models import AgentSession
+from ingest.models import AgentSession, Snapshot
 from ingest.services import snapshot_batch_ingest
 from tests.factories import snapshot
 
@@ -59,3 +59,59 @@ def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(pr
     assert plan["Actual Rows"] == 3
     # Three rows read, not the day's SESSIONS * TURNS turns (nor the three sessions' turns).
     assert _rows_read(plan, "ingest_snapshot") == 3
+
+
+@pytest.mark.django_db
+def test_the_next_turns_of_sessions_read_only_each_session_s_last_stored_turn(project: Project) -> None:
+    """The short way (new turns after every stored one): one index lookup per session."""
+    for turn in range(TURNS):
+        snapshot_batch_ingest(
+            project=project, batch=[snapshot(session_id=f"s{i}", turn=turn) for i in range(SESSIONS)]
+        )
+    refs = list(
+        AgentSession.objects.filter(project=project, session_id__in=["s0", "s1", "s2"])
+        .order_by("id").values_list("id", flat=True)
+    )
+    since = partitions.day_start(datetime.now(tz=UTC))
+    today = partitions.partition_name("ingest_snapshot", since.date())
+    with connection.cursor() as cur:
+        cur.execute(f'ANALYZE "{today}"')
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._TAILS_SQL, [refs, [TURNS - 1] * 3, project.pk, since])
+        (explained,) = cur.fetchone()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+
+    assert plan["Actual Rows"] == 3
+    assert _rows_read(plan, "ingest_snapshot") == 3
+
+
+@pytest.mark.django_db
+def test_a_session_whose_last_stored_turn_is_gone_finds_the_turn_before_it(project: Project) -> None:
+    """The session's `max_turn` names a turn no longer stored (retention took its day): the
+    next turn falls back to the full lookup and finds the latest turn still stored."""
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=t) for t in range(3)])
+    Snapshot.objects.filter(project=project, session_id="s", turn=2).delete()
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=3)])
+    assert Snapshot.objects.get(project=project, session_id="s", turn=3).prev_turn == 1
+
+
+@pytest.mark.django_db
+def test_the_store_s_lookups_are_prepared_and_work_unprepared_too(project: Project) -> None:
+    """The per-batch statements are prepared on the connection (CTXOBS_DB_PREPARED, on by
+    default); with preparation off (a pooler that cannot keep them) the same batch is stored."""
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="p", turn=0)])
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        statements = " ".join(r[0] for r in cur.fetchall())
+    assert "FROM ingest_snapshot" in statements and "INSERT INTO ingest_session" in statements
+    pg = connection.connection
+    pg.execute("DEALLOCATE ALL")  # through psycopg, which forgets its prepared statements too
+    threshold = pg.prepare_threshold
+    pg.prepare_threshold = None
+    try:
+        snapshot_batch_ingest(project=project, batch=[snapshot(session_id="p", turn=1)])
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_prepared_statements")
+            assert cur.fetchone()[0] == 0
+    finally:
+        pg.prepare_threshold = threshold
+    assert Snapshot.objects.get(project=project, session_id="p", turn=1).prev_turn == 0

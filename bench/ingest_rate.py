@@ -1,12 +1,14 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
-                                [--block-hashes] [--step-batches 50]
+                                [--block-hashes] [--step-batches 50] [--server uvicorn|gunicorn]
 
-Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts gunicorn on a free
-port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the
-previous turn of their 50-turn session) in batches of 100, gzip-compressed as the SDK sends
-them and built before the clock starts, then COPYs the same rows straight into the same tables.
+Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts the web server
+(gunicorn's sync workers serving config.wsgi, as BENCHMARKS.md's series has measured it;
+--server uvicorn for config.asgi under uvicorn, as scripts/up runs it) on a free port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks
+repeating from the previous turn of their 50-turn session) in batches of 100, gzip-compressed as
+the SDK sends them and built before the clock starts, and COPYs the same rows straight into the same tables
+before and after (the ratio is to the mean of the two COPY rates).
 With --block-hashes, as the SDK does with `send_block_hashes=True`, a block whose content an earlier
 batch brought and the server acknowledged goes as its content address (`hash`) instead of its
 messages; by default every block goes whole, as the SDK sends it by default.
@@ -52,6 +54,7 @@ import httpx  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from core.management.commands.ctxobs_up import web_argv  # noqa: E402
 from core.models import Project  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ctxobs.hashing import block_hashes  # noqa: E402
@@ -191,7 +194,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(workers: int, server: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The web server with WORKERS processes: gunicorn's sync workers serving config.wsgi (SERVER
+    "gunicorn", this benchmark's series), or uvicorn serving config.asgi with the command line
+    `scripts/up` and docker-compose.yml run ("uvicorn")."""
     port = free_port()
     env = dict(
         os.environ,
@@ -200,24 +206,13 @@ def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:
         CTXOBS_INGEST_RATE_LIMIT="0",
         CTXOBS_LOG_LEVEL=os.environ.get("BENCH_SERVER_LOG_LEVEL", "WARNING"),
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "config.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(workers),
-            "--timeout",
-            "120",
-            "--log-level",
-            "warning",
-        ],
-        cwd=str(ROOT),
-        env=env,
-    )
+    if server == "uvicorn":
+        argv = [*web_argv(host="127.0.0.1", port=port, workers=workers), "--log-level", "warning",
+                "--no-access-log"]
+    else:
+        argv = [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}",
+                "-w", str(workers), "--timeout", "120", "--log-level", "warning"]
+    proc = subprocess.Popen(argv, cwd=str(ROOT), env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -541,6 +536,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200, help="batches of 100 snapshots (multiple of 50)")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--web-workers", type=int, default=2)
+    ap.add_argument("--server", choices=("uvicorn", "gunicorn"), default="gunicorn",
+                    help="gunicorn's sync workers serving config.wsgi (the series in BENCHMARKS.md), or"
+                         " uvicorn serving config.asgi as scripts/up and docker-compose.yml run it")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
     ap.add_argument("--block-hashes", action="store_true",
@@ -556,7 +554,7 @@ def main() -> None:
     call_command("migrate", interactive=False, verbosity=0)
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
     http_project, key = project_create(name=f"bench-http-{stamp}")
-    copy_project, _ = project_create(name=f"bench-copy-{stamp}")
+    copy_projects = [project_create(name=f"bench-copy-{when}-{stamp}")[0] for when in ("before", "after")]
     steps_project, _ = project_create(name=f"bench-steps-{stamp}")
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
@@ -575,7 +573,12 @@ def main() -> None:
         flush=True,
     )
 
-    proc, base = start_server(args.web_workers)
+    # The raw COPY is taken before and after the HTTP phase and the ratio is to their mean: this
+    # machine's speed moves by a third over minutes, so one COPY taken after the HTTP phase could
+    # set the ratio more than ingest did. Their spread is reported with them.
+    copy_before = raw_copy(copy_projects[0], batches)
+    print(f"raw COPY before: {copy_before:.0f} snapshots/s", flush=True)
+    proc, base = start_server(args.web_workers, args.server)
     try:
         # Warm-up (connections, caches), not counted.
         warm_batches = make_batches(2, args.seed + 1)
@@ -591,8 +594,9 @@ def main() -> None:
         proc.wait(timeout=30)
     print(f"http: {http}", flush=True)
 
-    copy_rate = raw_copy(copy_project, batches)
-    print(f"raw COPY: {copy_rate:.0f} snapshots/s", flush=True)
+    copy_after = raw_copy(copy_projects[1], batches)
+    copy_rate = (copy_before + copy_after) / 2
+    print(f"raw COPY after: {copy_after:.0f} snapshots/s", flush=True)
     steps = None
     if args.step_batches:
         step_batches = make_batches(args.step_batches, args.seed + 2)
@@ -605,6 +609,7 @@ def main() -> None:
         "batch_size": BATCH,
         "concurrency": args.concurrency,
         "web_workers": args.web_workers,
+        "server": args.server,
         "gzip": not args.no_gzip,
         "json_mb_per_batch": round(json_mb, 2),
         "sent_mb_per_batch": round(statistics.mean(map(len, bodies)) / 1e6, 3),
@@ -612,6 +617,7 @@ def main() -> None:
         "tokens_per_snapshot": round(avg_tokens),
         "http_snapshots_per_s": round(http["snapshots_per_s"]),
         "raw_copy_snapshots_per_s": round(copy_rate),
+        "raw_copy_before_after": [round(copy_before), round(copy_after)],
         "http_vs_copy": round(http["snapshots_per_s"] / copy_rate, 3),
         "p50_request_ms": round(http["p50_ms"], 1),
         "p99_request_ms": round(http["p99_ms"], 1),

@@ -1,4 +1,5 @@
-"""What the nesting pre-scan of request bodies (core.jsonbody) costs next to parsing them.
+"""What bounding the nesting of request bodies (core.jsonbody) costs next to parsing them: the scan
+of the bytes (the standard parser's path) and the walk of msgspec's parsed value (the usual path).
 
     DATABASE_URL=postgresql://x@127.0.0.1:9/x REDIS_URL=redis://127.0.0.1:9/0 \
         .venv/bin/python bench/json_depth.py
@@ -7,14 +8,16 @@
 keep the settings from starting the embedded servers).
 
 The bodies are the ingest benchmark's batch of 100 realistic snapshots (bench/ingest_rate.py,
-3.3 MB of JSON), as generated (no backslash in it), and the same with a newline escape and an
-escaped quote in many messages, as real prompts and JSON tool output have.
+3.3 MB of JSON), as generated (no backslash in it), the same with a newline escape and an
+escaped quote in many messages, and with an escape in every word of those messages (as prompts
+of code and JSON tool output have).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -29,7 +32,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 from ingest_rate import make_batches  # noqa: E402
 
-from core.jsonbody import check_depth  # noqa: E402
+import msgspec  # noqa: E402
+
+from core.jsonbody import check_depth, loads, value_depth  # noqa: E402
 
 
 def median_ms(fn: Callable[[bytes], Any], body: bytes, runs: int = 15) -> float:
@@ -44,10 +49,16 @@ def median_ms(fn: Callable[[bytes], Any], body: bytes, runs: int = 15) -> float:
 def main() -> None:
     plain = json.dumps({"snapshots": make_batches(1, 1)[0]}).encode()
     escaped = plain.replace(b"ro ", b"ro\\n").replace(b"mi ", b'mi \\"')
-    for name, body in (("as generated", plain), ("with escapes", escaped)):
+    dense = re.sub(rb"(?<=[a-z]) (?=[a-z])", rb"\\n", plain).replace(b"ka", b'\\"ka')
+    decoder = msgspec.json.Decoder()
+    for name, body in (("as generated", plain), ("with escapes", escaped), ("an escape a word", dense)):
+        value = decoder.decode(body)
         print(json.dumps({  # noqa: T201
             "body": name, "mb": round(len(body) / 2**20, 2), "backslashes": body.count(b"\\"),
             "check_depth_ms": median_ms(check_depth, body), "json_loads_ms": median_ms(json.loads, body),
+            "msgspec_ms": median_ms(decoder.decode, body),
+            "value_depth_ms": median_ms(lambda _b: value_depth(value, 512), body),
+            "loads_ms": median_ms(loads, body),
         }))
 
 

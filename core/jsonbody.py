@@ -1,14 +1,22 @@
-"""JSON from untrusted bytes, its nesting bounded before it is parsed.
+"""JSON from untrusted bytes, its nesting bounded.
 
 The standard parser (and every walk of what it returns: escaping for storage, hashing, encoding)
 recurses once per level of arrays and objects, so a few kilobytes of `[` end in a RecursionError
-deep inside it. `loads` measures the nesting on the bytes first, outside strings, and refuses a
-text deeper than the bound with `TooDeep` (a ValueError, like any other JSON that is not taken).
+deep inside it. `loads` refuses a text nesting deeper than the bound with `TooDeep` (a ValueError,
+like any other JSON that is not taken).
 
 Bytes are parsed by msgspec first (about half the time of the standard parser on a batch of
-snapshots, integers of any size kept exact). Whatever it does not take goes to the standard parser,
-which then decides: so the values, what is accepted (NaN, Infinity, a UTF-8 byte-order mark, UTF-16,
-encoded lone surrogates) and the errors are those of `json.loads`.
+snapshots, integers of any size kept exact). msgspec bounds its own recursion by the interpreter's
+recursion limit (a RecursionError, taken as TooDeep), so the parsed value's depth is measured
+afterwards, by a walk of its arrays and objects. Whatever msgspec does not take goes to the standard
+parser, after the nesting is measured on the bytes, outside strings: the standard parser then
+decides, so the values, what is accepted (NaN, Infinity, a UTF-8 byte-order mark, UTF-16, encoded
+lone surrogates) and the errors are those of `json.loads`.
+
+Why the walk, not the byte scan, on msgspec's path: telling the quotes that end strings from the
+escaped ones takes a pass over the text's escapes, which cost 30-40 ms on a batch of 100 snapshots
+whose messages hold newlines and quotes (8 MB), where msgspec parsed it in 15 ms and the walk takes
+3 (bench/json_depth.py).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import itertools
 import json
 import operator
 import re
+import sys
 from typing import Any
 
 import msgspec
@@ -68,14 +77,53 @@ def check_depth(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, wha
         raise TooDeep(max_depth, what)
 
 
+# msgspec recurses in C once per level, up to the interpreter's recursion limit: about 0.5 KB of C
+# stack a level, so at the default limit (1,000) a thread needs 0.5 MB, where threads get 2-8 MB.
+# An interpreter whose limit was raised past this parses only after the byte scan.
+_MSGSPEC_RECURSION_SAFE = 3000
+
+
+def value_depth(value: Any, stop_after: int) -> int:
+    """The nesting depth of arrays and objects in the parsed VALUE (a scalar is 0), measured
+    without recursion; a result above STOP_AFTER is returned as soon as it is found."""
+    if type(value) is not dict and type(value) is not list:
+        return 0
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        container, depth = pop()
+        inner = depth + 1
+        for item in container.values() if type(container) is dict else container:
+            kind = type(item)
+            if kind is dict or kind is list:
+                if inner > deepest:
+                    deepest = inner
+                    if deepest > stop_after:
+                        return deepest
+                push((item, inner))
+    return deepest
+
+
 def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> Any:
-    """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep before parsing."""
+    """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep."""
+    if isinstance(raw, bytes) and sys.getrecursionlimit() <= _MSGSPEC_RECURSION_SAFE:
+        try:
+            value = _DECODER.decode(raw)
+        except RecursionError:
+            raise TooDeep(max_depth, what) from None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # the standard parser decides, and words the error
+        else:
+            if value_depth(value, max_depth) > max_depth:
+                raise TooDeep(max_depth, what)
+            return value
     check_depth(raw, max_depth=max_depth, what=what)
-    if isinstance(raw, bytes):
+    if isinstance(raw, bytes) and sys.getrecursionlimit() > _MSGSPEC_RECURSION_SAFE:
         try:
             return _DECODER.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            pass  # the standard parser decides, and words the error
+            pass
     try:
         return json.loads(raw)
     except RecursionError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import pytest
 
@@ -61,3 +62,59 @@ def test_floats_round_as_the_standard_parser_rounds_them() -> None:
 
 def test_text_bodies_are_parsed_too() -> None:
     assert jsonbody.loads('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+
+
+# --- the nesting bound, on msgspec's path (the parsed value walked) and on the standard parser's
+# (the bytes scanned first) ---------------------------------------------------------------------------
+
+DEPTHS = [
+    (b"1", 0), (b'"[[["', 0), (b"[]", 1), (b'{"a": 1}', 1), (b'{"a": "[[[[{{{{", "b": [[1]]}', 3),
+    (b'{"a": "\\"[[[", "b": []}', 2), (b'["\\\\", [[]]]', 3), (b'["a\\\\\\"[[", [[]]]', 3),
+    (b'[{"a": [{}]}, [[[[]]]]]', 5), (b"[" * 700 + b"]" * 700, 700),
+]
+
+
+@pytest.mark.parametrize(("raw", "depth"), DEPTHS)
+def test_the_walk_of_the_parsed_value_measures_what_the_byte_scan_measures(raw: bytes, depth: int) -> None:
+    assert jsonbody.nesting_depth(raw) == depth
+    assert jsonbody.value_depth(json.loads(raw), 10_000) == depth
+
+
+def _nested(levels: int, nan: bool = False) -> bytes:
+    inner = b"NaN" if nan else b"1"
+    return b'{"a": ' * (levels - 1) + b"[" + inner + b"]" + b"}" * (levels - 1)
+
+
+@pytest.mark.parametrize("path", ["msgspec", "standard parser"])
+def test_the_bound_is_exact_on_either_path(path: str) -> None:
+    """NaN is refused by msgspec, so those bodies take the standard parser's path."""
+    nan = path == "standard parser"
+    assert jsonbody.value_depth(jsonbody.loads(_nested(512, nan)), 10_000) == 512
+    with pytest.raises(jsonbody.TooDeep, match="max_body_depth=512"):
+        jsonbody.loads(_nested(513, nan))
+    with pytest.raises(jsonbody.TooDeep, match="max_body_depth=8"):
+        jsonbody.loads(_nested(9, nan), max_depth=8, what="field")
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1"])
+def test_nesting_past_the_recursion_limit_is_too_deep_not_a_crash(raw: bytes) -> None:
+    with pytest.raises(jsonbody.TooDeep):
+        jsonbody.loads(raw)
+
+
+def test_an_interpreter_with_a_raised_recursion_limit_scans_the_bytes_before_msgspec(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """msgspec recurses in C up to the interpreter's limit: past the safe limit the bytes are
+    scanned first, so msgspec never meets a deep text; the values are the same."""
+    scanned: list[bytes] = []
+    real = jsonbody.check_depth
+    monkeypatch.setattr(jsonbody, "check_depth", lambda raw, **kw: (scanned.append(raw), real(raw, **kw)))
+    monkeypatch.setattr(sys, "getrecursionlimit", lambda: 100_000)
+    with pytest.raises(jsonbody.TooDeep):
+        jsonbody.loads(b"[" * 100_000)
+    assert jsonbody.loads(b'{"a": [12345678901234567890123]}') == {"a": [12345678901234567890123]}
+    assert len(scanned) == 2
+    monkeypatch.undo()
+    assert jsonbody.loads(b'{"a": [1]}') == {"a": [1]}
+    assert len(scanned) == 2  # the usual path walks the value instead

@@ -5,9 +5,10 @@
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts the web server
 (gunicorn's sync workers serving config.wsgi, as BENCHMARKS.md's series has measured it;
---server uvicorn for config.asgi under uvicorn, as scripts/up runs it) on a free port, sends realistic snapshots (12 blocks, about 6k tokens, most blocks
-repeating from the previous turn of their 50-turn session) in batches of 100, gzip-compressed as
-the SDK sends them and built before the clock starts, and COPYs the same rows straight into the same tables
+--server uvicorn for config.asgi under uvicorn, as scripts/up runs it) on a free port, sends
+realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the previous turn of
+their 50-turn session) in batches of 100, gzip-compressed as the SDK sends them and built before
+the clock starts, and COPYs the same rows straight into the same tables
 before and after (the ratio is to the mean of the two COPY rates).
 With --block-hashes, as the SDK does with `send_block_hashes=True`, a block whose content an earlier
 batch brought and the server acknowledged goes as its content address (`hash`) instead of its

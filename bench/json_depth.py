@@ -30,9 +30,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from ingest_rate import make_batches  # noqa: E402
-
 import msgspec  # noqa: E402
+from ingest_rate import make_batches  # noqa: E402
 
 from core.jsonbody import check_depth, loads, value_depth  # noqa: E402
 
@@ -57,7 +56,7 @@ def main() -> None:
             "body": name, "mb": round(len(body) / 2**20, 2), "backslashes": body.count(b"\\"),
             "check_depth_ms": median_ms(check_depth, body), "json_loads_ms": median_ms(json.loads, body),
             "msgspec_ms": median_ms(decoder.decode, body),
-            "value_depth_ms": median_ms(lambda _b: value_depth(value, 512), body),
+            "value_depth_ms": median_ms(lambda _b, v=value: value_depth(v, 512), body),
             "loads_ms": median_ms(loads, body),
         }))
 

@@ -107,7 +107,10 @@ def value_depth(value: Any, stop_after: int) -> int:
 
 def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> Any:
     """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep."""
-    if isinstance(raw, bytes) and sys.getrecursionlimit() <= _MSGSPEC_RECURSION_SAFE:
+    if isinstance(raw, bytes):
+        scanned = sys.getrecursionlimit() > _MSGSPEC_RECURSION_SAFE
+        if scanned:
+            check_depth(raw, max_depth=max_depth, what=what)
         try:
             value = _DECODER.decode(raw)
         except RecursionError:
@@ -115,15 +118,13 @@ def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass  # the standard parser decides, and words the error
         else:
-            if value_depth(value, max_depth) > max_depth:
+            if not scanned and value_depth(value, max_depth) > max_depth:
                 raise TooDeep(max_depth, what)
             return value
-    check_depth(raw, max_depth=max_depth, what=what)
-    if isinstance(raw, bytes) and sys.getrecursionlimit() > _MSGSPEC_RECURSION_SAFE:
-        try:
-            return _DECODER.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            pass
+        if not scanned:
+            check_depth(raw, max_depth=max_depth, what=what)
+    else:
+        check_depth(raw, max_depth=max_depth, what=what)
     try:
         return json.loads(raw)
     except RecursionError:

@@ -16,15 +16,15 @@ from tests.factories import snapshot
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _wait_for_blocked_copy(timeout: float = 20.0) -> bool:
-    """True once another backend waits on a lock in `COPY ingest_snapshot` (ours holds it)."""
+def _wait_for_blocked(query_like: str, timeout: float = 20.0) -> bool:
+    """True once another backend waits on a lock in a statement LIKE QUERY_LIKE (ours holds it)."""
     deadline = time.monotonic() + timeout
     with connection.cursor() as cur:
         while time.monotonic() < deadline:
             cur.execute("SELECT pg_stat_clear_snapshot()")
             cur.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'COPY ingest_snapshot %%'"
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [query_like],
             )
             if cur.fetchone()[0]:
                 return True
@@ -49,7 +49,7 @@ def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(
             with transaction.atomic():
                 snapshot_batch_ingest(project=project, batch=[resent])
                 holding.set()
-                saw_blocked.append(_wait_for_blocked_copy())
+                saw_blocked.append(_wait_for_blocked("COPY ingest_snapshot %"))
         finally:
             holding.set()
             connection.close()
@@ -71,22 +71,6 @@ def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(
     assert AgentSession.objects.get(project=project, session_id="first").turn_count == 1
 
 
-def _wait_for_blocked_session_upsert(timeout: float = 20.0) -> bool:
-    """True once another backend waits on a lock in the sessions' upsert (ours holds the row)."""
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cur:
-        while time.monotonic() < deadline:
-            cur.execute("SELECT pg_stat_clear_snapshot()")
-            cur.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%INSERT INTO ingest_session %%'"
-            )
-            if cur.fetchone()[0]:
-                return True
-            time.sleep(0.02)
-    return False
-
-
 @pytest.mark.parametrize("stored_before", [5, 0], ids=["stored-session", "new-session"])
 def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is_the_previous_turn(
     project: Any, stored_before: int
@@ -96,7 +80,9 @@ def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is
     another batch stores the next turn meanwhile: the later turn must still find it as its
     previous turn, whether the session existed before or that other batch created it."""
     if stored_before:
-        snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=t) for t in range(stored_before)])
+        snapshot_batch_ingest(
+            project=project, batch=[snapshot(session_id="s", turn=t) for t in range(stored_before)]
+        )
     holding = threading.Event()
     saw_blocked: list[bool] = []
 
@@ -105,7 +91,7 @@ def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is
             with transaction.atomic():
                 snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=stored_before)])
                 holding.set()
-                saw_blocked.append(_wait_for_blocked_session_upsert())
+                saw_blocked.append(_wait_for_blocked("%INSERT INTO ingest_session %"))
         finally:
             holding.set()
             connection.close()

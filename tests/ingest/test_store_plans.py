@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,8 +33,13 @@ def _rows_read(plan: dict[str, Any], table: str) -> int:
     return read
 
 
-@pytest.mark.django_db
-def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(project: Project) -> None:
+def _day_stored_and_explained(
+    project: Project, sql: str, params: Callable[[list[int], datetime], list[Any]]
+) -> dict[str, Any]:
+    """Store TURNS turns of SESSIONS sessions today, then EXPLAIN ANALYZE SQL with PARAMS (a
+    function of the refs of sessions s0-s2 and the start of today), today's partition analysed first:
+    statistics left by whatever ran before (autovacuum's view of rows other tests wrote and rolled
+    back) would decide the plan."""
     for turn in range(TURNS):
         snapshot_batch_ingest(
             project=project, batch=[snapshot(session_id=f"s{i}", turn=turn) for i in range(SESSIONS)]
@@ -43,18 +49,23 @@ def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(pr
         .order_by("id").values_list("id", flat=True)
     )
     since = partitions.day_start(datetime.now(tz=UTC))
-    pid = project.pk
-    # The next turn of three sessions: each one's neighbourhood is its last stored turn.
-    params = [refs, [TURNS] * 3, [TURNS] * 3, pid, since, pid, since, pid, since]
-    # Today's partition analysed first: statistics left by whatever ran before (autovacuum's view of
-    # rows other tests wrote and rolled back) would decide the plan. Without the OFFSET 0 fence the
-    # planner reads the whole day even with true statistics (a hash join over the day's turns).
     today = partitions.partition_name("ingest_snapshot", since.date())
     with connection.cursor() as cur:
         cur.execute(f'ANALYZE "{today}"')
-        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._NEIGHBOURS_SQL, params)
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params(refs, since))
         (explained,) = cur.fetchone()
-    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    plan: dict[str, Any] = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    return plan
+
+
+@pytest.mark.django_db
+def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(project: Project) -> None:
+    pid = project.pk
+    # The next turn of three sessions: each one's neighbourhood is its last stored turn. Without the
+    # OFFSET 0 fence the planner reads the whole day even with true statistics (a hash join over the
+    # day's turns).
+    plan = _day_stored_and_explained(project, store._NEIGHBOURS_SQL, lambda refs, since: [
+        refs, [TURNS] * 3, [TURNS] * 3, pid, since, pid, since, pid, since])
 
     assert plan["Actual Rows"] == 3
     # Three rows read, not the day's SESSIONS * TURNS turns (nor the three sessions' turns).
@@ -64,21 +75,8 @@ def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(pr
 @pytest.mark.django_db
 def test_the_next_turns_of_sessions_read_only_each_session_s_last_stored_turn(project: Project) -> None:
     """The short way (new turns after every stored one): one index lookup per session."""
-    for turn in range(TURNS):
-        snapshot_batch_ingest(
-            project=project, batch=[snapshot(session_id=f"s{i}", turn=turn) for i in range(SESSIONS)]
-        )
-    refs = list(
-        AgentSession.objects.filter(project=project, session_id__in=["s0", "s1", "s2"])
-        .order_by("id").values_list("id", flat=True)
-    )
-    since = partitions.day_start(datetime.now(tz=UTC))
-    today = partitions.partition_name("ingest_snapshot", since.date())
-    with connection.cursor() as cur:
-        cur.execute(f'ANALYZE "{today}"')
-        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._TAILS_SQL, [refs, [TURNS - 1] * 3, project.pk, since])
-        (explained,) = cur.fetchone()
-    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    plan = _day_stored_and_explained(
+        project, store._TAILS_SQL, lambda refs, since: [refs, [TURNS - 1] * 3, project.pk, since])
 
     assert plan["Actual Rows"] == 3
     assert _rows_read(plan, "ingest_snapshot") == 3

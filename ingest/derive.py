@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ctxobs.tokens import REPLY_PRIMING
@@ -48,24 +49,40 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
             "unchanged": 0,
             "delta_tokens": sum(b.tokens for b in cur),
         }
-    p, c = _keyed(prev), _keyed(cur)
     entered: list[BlockMoved] = []
     left: list[BlockMoved] = []
     grew: list[BlockResized] = []
     shrank: list[BlockResized] = []
     changed: list[BlockResized] = []
     unchanged = 0
-    for key, b in c.items():
-        old = p.get(key)
-        if old is None:
+    pairs: Iterable[tuple[str, BlockRef | None, BlockRef]]
+    prev_keys = [b.key for b in prev]
+    if prev_keys == [b.key for b in cur]:
+        # The same keys in the same order, as on most turns: each occurrence meets its own, and
+        # their occurrence names are needed only for the blocks that differ.
+        named: list[str] | None = None
+        pairs = []
+        for i, (old, b) in enumerate(zip(prev, cur, strict=True)):
+            if old.hash == b.hash:
+                unchanged += 1
+            else:
+                named = named or occurrence_keys(prev_keys)
+                pairs.append((named[i], old, b))
+        p: dict[str, BlockRef] = {}
+        c: dict[str, BlockRef] = {}
+    else:
+        p, c = _keyed(prev), _keyed(cur)
+        pairs = [(key, p.get(key), b) for key, b in c.items()]
+    for key, found, b in pairs:
+        if found is None:
             entered.append({"key": key, "kind": b.kind, "tokens": b.tokens})
-        elif old.hash == b.hash:
+        elif found.hash == b.hash:
             unchanged += 1
         else:
-            row: BlockResized = {"key": key, "kind": b.kind, "before": old.tokens, "after": b.tokens}
-            if b.tokens > old.tokens:
+            row: BlockResized = {"key": key, "kind": b.kind, "before": found.tokens, "after": b.tokens}
+            if b.tokens > found.tokens:
                 grew.append(row)
-            elif b.tokens < old.tokens:
+            elif b.tokens < found.tokens:
                 shrank.append(row)
             else:
                 changed.append(row)

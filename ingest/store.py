@@ -321,9 +321,9 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> Stored:
 
 def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps) -> Stored:
     """One batch's transaction, step by step, each step's time marked on STEPS: the duplicates
-    and the new ids, the blocks sent by hash, the sessions (whose row locks order concurrent
-    batches of a session from here to the commit), the turn-to-turn changes, the snapshots, the
-    block and message texts, the child rows, the stored turns a late turn changed, and the signal
+    and the new ids, the blocks sent by hash, the block and message texts, the sessions (whose row
+    locks order concurrent batches of a session from here to the commit), the turn-to-turn
+    changes, the snapshots, the child rows, the stored turns a late turn changed, and the signal
     to the other apps."""
     pid = project.pk
     today = now.astimezone(UTC).date()
@@ -343,16 +343,20 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         if not fresh:
             return Stored({}, unknown)
         steps.mark("by_hash")
+        # The texts go first: they name no session, so a concurrent batch of the same sessions,
+        # waiting on their row locks from the upsert below to our commit, does not wait for them.
+        # Every batch takes its content rows (sorted by hash) before its session rows (sorted by
+        # session id), so two batches never wait on each other in a cycle.
+        touched_blocks = _blocks_upsert(cur, pid, contents, now, today)
+        steps.mark("blocks")
+        messages = _messages_upsert(cur, pid, contents, touched_blocks, today)
+        steps.mark("messages")
         since, counts = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
         updates = _derive_changes(cur, pid, fresh, since, before, counts)
         steps.mark("changes")
         _snapshots_copy(raw, pid, now, fresh)
         steps.mark("snapshots")
-        touched_blocks = _blocks_upsert(cur, pid, contents, now, today)
-        steps.mark("blocks")
-        messages = _messages_upsert(cur, pid, contents, touched_blocks, today)
-        steps.mark("messages")
         _children_copy(raw, pid, now, fresh)
         steps.mark("children")
         _late_turns_update(cur, pid, updates, since)

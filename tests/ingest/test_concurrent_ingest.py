@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from ingest.models import AgentSession, Snapshot
 from ingest.services import snapshot_batch_ingest
-from tests.factories import snapshot
+from tests.factories import block, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,14 +32,22 @@ def _wait_for_blocked(query_like: str, timeout: float = 20.0) -> bool:
     return False
 
 
+def _own_blocks(tag: str) -> list[dict[str, Any]]:
+    """Blocks no other batch of the test brings. A batch stores its texts before it locks its
+    sessions, so a second batch bringing the same new texts would wait on those rows, before
+    reaching the lock a test is about."""
+    return [block("system", "system", f"System prompt of {tag}"), block("user", "user", f"Question of {tag}")]
+
+
 def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(project: Any) -> None:
     """A resend that reaches another connection while the first send is still being written:
     the second batch's duplicate check cannot see the uncommitted row, so its COPY meets it at
     the unique index. The batch is then run again and reports the snapshot as a duplicate, and
     the rest of it is stored once."""
     resent = snapshot(session_id="first", turn=0)
-    other = snapshot(session_id="second", turn=1)
-    moved = dict(resent, session_id="second")  # same snapshot_id, another session: no shared lock
+    other = snapshot(session_id="second", turn=1, blocks=_own_blocks("other"))
+    # The same snapshot_id in another session, with other texts: no lock shared before the COPY.
+    moved = dict(resent, session_id="second", blocks=_own_blocks("moved"))
 
     holding = threading.Event()
     saw_blocked: list[bool] = []
@@ -99,7 +107,8 @@ def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is
     t = threading.Thread(target=first_batch)
     t.start()
     assert holding.wait(20)
-    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=stored_before + 1)])
+    later = snapshot(session_id="s", turn=stored_before + 1, blocks=_own_blocks("the later turn"))
+    snapshot_batch_ingest(project=project, batch=[later])
     t.join(30)
 
     assert saw_blocked == [True], "the second batch's session upsert never waited on the first batch"
@@ -107,3 +116,45 @@ def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is
     assert prev[stored_before + 1] == stored_before
     assert prev[stored_before] == (stored_before - 1 if stored_before else None)
     assert AgentSession.objects.get(project=project, session_id="s").turn_count == stored_before + 2
+
+
+def test_a_batch_waiting_on_its_sessions_has_already_written_its_texts(project: Any) -> None:
+    """Texts name no session: a batch stores its new block and message texts before it takes its
+    sessions' row locks, so a batch of the same sessions waits for the other only from the session
+    upsert on, with its texts already written (the locks its backend holds say so)."""
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=0)])
+    holding = threading.Event()
+    held: list[set[str]] = []
+
+    def first_batch() -> None:
+        try:
+            with transaction.atomic():
+                snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=1)])
+                holding.set()
+                if _wait_for_blocked("%INSERT INTO ingest_session %"):
+                    with connection.cursor() as cur:
+                        cur.execute(
+                            """
+                            SELECT DISTINCT c.relname FROM pg_locks l
+                            JOIN pg_class c ON c.oid = l.relation
+                            JOIN pg_stat_activity a ON a.pid = l.pid
+                            WHERE a.wait_event_type = 'Lock' AND a.query LIKE '%%INSERT INTO ingest_session %%'
+                              AND l.mode = 'RowExclusiveLock' AND l.granted
+                            """
+                        )
+                        held.append({r[0] for r in cur.fetchall()})
+        finally:
+            holding.set()
+            connection.close()
+
+    t = threading.Thread(target=first_batch)
+    t.start()
+    assert holding.wait(20)
+    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=2, blocks=_own_blocks("turn 2"))])
+    t.join(30)
+
+    assert held, "the second batch never waited on the first batch's session lock"
+    assert {"ingest_blockcontent", "ingest_messagecontent"} <= held[0], held
+    assert "ingest_snapshot" not in held[0]
+    prev = dict(Snapshot.objects.filter(project=project, session_id="s").values_list("turn", "prev_turn"))
+    assert prev == {0: None, 1: 0, 2: 1}

@@ -138,7 +138,8 @@ def test_a_batch_waiting_on_its_sessions_has_already_written_its_texts(project: 
                             SELECT DISTINCT c.relname FROM pg_locks l
                             JOIN pg_class c ON c.oid = l.relation
                             JOIN pg_stat_activity a ON a.pid = l.pid
-                            WHERE a.wait_event_type = 'Lock' AND a.query LIKE '%%INSERT INTO ingest_session %%'
+                            WHERE a.wait_event_type = 'Lock'
+                              AND a.query LIKE '%%INSERT INTO ingest_session %%'
                               AND l.mode = 'RowExclusiveLock' AND l.granted
                             """
                         )
@@ -150,7 +151,8 @@ def test_a_batch_waiting_on_its_sessions_has_already_written_its_texts(project: 
     t = threading.Thread(target=first_batch)
     t.start()
     assert holding.wait(20)
-    snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=2, blocks=_own_blocks("turn 2"))])
+    later = snapshot(session_id="s", turn=2, blocks=_own_blocks("turn 2"))
+    snapshot_batch_ingest(project=project, batch=[later])
     t.join(30)
 
     assert held, "the second batch never waited on the first batch's session lock"

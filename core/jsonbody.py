@@ -80,7 +80,7 @@ def check_depth(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, wha
 # msgspec recurses in C once per level, up to the interpreter's recursion limit: about 0.5 KB of C
 # stack a level, so at the default limit (1,000) a thread needs 0.5 MB, where threads get 2-8 MB.
 # An interpreter whose limit was raised past this parses only after the byte scan.
-_MSGSPEC_RECURSION_SAFE = 3000
+MSGSPEC_RECURSION_SAFE = 3000
 
 
 def value_depth(value: Any, stop_after: int) -> int:
@@ -108,7 +108,7 @@ def value_depth(value: Any, stop_after: int) -> int:
 def loads(raw: bytes | str, *, max_depth: int = LIMITS.max_body_depth, what: str = "body") -> Any:
     """json.loads(RAW), refusing nesting beyond MAX_DEPTH with TooDeep."""
     if isinstance(raw, bytes):
-        scanned = sys.getrecursionlimit() > _MSGSPEC_RECURSION_SAFE
+        scanned = sys.getrecursionlimit() > MSGSPEC_RECURSION_SAFE
         if scanned:
             check_depth(raw, max_depth=max_depth, what=what)
         try:

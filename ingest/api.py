@@ -22,7 +22,7 @@ from core.errors import NotFound
 from core.params import FiniteFloat, Instant, PageLimit, PageOffset
 from core.schemas import Detail
 from ctxobs.wire import LIMITS, limits_doc, usable_window
-from ingest import selectors, services
+from ingest import selectors, services, wirebody
 from ingest.errors import IngestError, LimitExceeded, RateLimited
 from ingest.ratelimit import retry_after_seconds, take_token
 from ingest.schemas import SNAPSHOTS_BATCH_SCHEMA, BatchOut, SessionOut, SessionPage, SnapshotOut, TimelineOut
@@ -117,6 +117,14 @@ def read_body(
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _snapshots(data: Any) -> list[Any]:
+    """The snapshots of a batch body decoded the general way."""
+    if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
+        raise BadRequest('body must be an object {"snapshots": [...]}')
+    snapshots: list[Any] = data["snapshots"]
+    return snapshots
+
+
 @router.post(
     "/snapshots",
     auth=IngestKeyAuth(),
@@ -159,7 +167,9 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
     body = read_body(request)
     with _cyclic_gc_paused():
         try:
-            data = jsonbody.loads(body)
+            batch = wirebody.batch_decode(body)
+            if batch is None:
+                batch = _snapshots(jsonbody.loads(body))
         except jsonbody.TooDeep as exc:
             raise BadRequest(str(exc)) from None
         except UnicodeDecodeError as exc:
@@ -171,15 +181,12 @@ def snapshots_ingest(request: HttpRequest) -> HttpResponse:
             ) from None
         except ValueError as exc:
             raise BadRequest(f"body is not valid JSON: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
-            raise BadRequest('body must be an object {"snapshots": [...]}')
-        batch: list[Any] = data["snapshots"]
         if len(batch) > LIMITS.max_items_per_batch:
             raise LimitExceeded(
                 f"{len(batch)} snapshots exceed the limit max_items_per_batch={LIMITS.max_items_per_batch}"
             )
         result = services.snapshot_batch_ingest(project=caller.project, batch=batch)
-        del data, batch  # freed now, so the next collection does not walk them
+        del batch  # freed now, so the next collection does not walk them
     if result.rejected == 0:
         status = 200
     elif result.created + result.duplicate == 0:

@@ -1,0 +1,148 @@
+"""The body of a snapshot batch, decoded with each repeated block checked once.
+
+Most blocks of a turn are the blocks of the turn before, sent again byte for byte (the system
+prompt, the tools, the memory, the documents). Decoded as plain JSON, each of them would be parsed,
+checked and hashed again on every turn. Here the batch is decoded with its blocks left as their
+bytes (msgspec's `Raw`); a block whose bytes this process has checked before is the same
+`CheckedBlock` again (validation takes it as it is, and its messages' texts, the same string
+objects, hash from their cached hashes), and only the others are parsed and checked.
+
+A block passes into the cache only through the one-pass check of the usual case
+(`ctxobs.validate.block_checked`); any other block is left parsed for `validate_snapshot`, which
+words its errors. A body this decoder does not take as `{"snapshots": [{...}, ...]}` with lists of
+blocks (invalid JSON, another shape) gets None, and the caller decodes it the general way
+(`core.jsonbody.loads`), which decides what is accepted and words the errors, as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import msgspec
+
+from core.jsonbody import MSGSPEC_RECURSION_SAFE, TooDeep, value_depth
+from ctxobs.validate import CheckedBlock, block_checked
+from ctxobs.wire import LIMITS
+
+_UNSET: Any = msgspec.UNSET
+
+
+class _Item(msgspec.Struct, forbid_unknown_fields=True):
+    """The fields of a wire snapshot (`ctxobs.wire.WireSnapshot`), each as the sender sent it
+    (absent: UNSET), the blocks as their bytes. A field beyond these leaves the body to the general
+    decoding, which measures how deep it nests."""
+
+    snapshot_id: Any = _UNSET
+    session_id: Any = _UNSET
+    turn: Any = _UNSET
+    agent: Any = _UNSET
+    ts: Any = _UNSET
+    model: Any = _UNSET
+    params: Any = _UNSET
+    blocks: list[msgspec.Raw] = _UNSET
+    compression: Any = _UNSET
+    recall: Any = _UNSET
+    validation: Any = _UNSET
+    output: Any = _UNSET
+    tags: Any = _UNSET
+    retries: Any = _UNSET
+    fallback_used: Any = _UNSET
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    snapshots: list[_Item]
+
+
+_BODY = msgspec.json.Decoder(_Body)
+_PLAIN = msgspec.json.Decoder()
+_FIELDS = _Item.__struct_fields__
+# Levels above a snapshot's own fields: the body object and its "snapshots" array; above a
+# block's, the snapshot and its "blocks" array as well.
+_ITEM_LEVEL = 2
+_BLOCK_LEVEL = 4
+
+
+class CheckedBlocks:
+    """Blocks this process checked, by their bytes. Bounded by the bytes it holds (the parsed
+    blocks take a few times that): cleared when full. Checking is a function of the bytes alone,
+    so one cache serves every project."""
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        self._blocks: dict[bytes, CheckedBlock] = {}
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def get(self, raw: bytes) -> CheckedBlock | None:
+        return self._blocks.get(raw)
+
+    def put(self, raw: bytes, block: CheckedBlock) -> None:
+        if self.held_bytes + len(raw) > self.max_bytes:
+            self._blocks.clear()
+            self.held_bytes = 0
+        if len(raw) <= self.max_bytes:
+            self._blocks[raw] = block
+            self.held_bytes += len(raw)
+
+
+_checked = CheckedBlocks()
+
+
+def batch_decode(
+    raw: bytes, *, max_depth: int = LIMITS.max_body_depth, checked: CheckedBlocks | None = None
+) -> list[Any] | None:
+    """The snapshots of the batch body RAW, each a dict of the fields `validate_snapshot` reads,
+    its blocks checked (`CheckedBlock`) or parsed; None when RAW is not such a body (decode it with
+    `core.jsonbody.loads`). TooDeep when it nests deeper than MAX_DEPTH."""
+    if sys.getrecursionlimit() > MSGSPEC_RECURSION_SAFE:
+        return None  # the general way measures the nesting on the bytes first
+    cache = _checked if checked is None else checked
+    try:
+        body = _BODY.decode(raw)
+    except RecursionError:
+        raise TooDeep(max_depth) from None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    levels = max_depth - _ITEM_LEVEL
+    items: list[Any] = []
+    try:
+        for it in body.snapshots:
+            item = {name: value for name in _FIELDS if (value := getattr(it, name)) is not _UNSET}
+            blocks = it.blocks
+            if blocks is not _UNSET:
+                item["blocks"] = [_block(bytes(b), cache, max_depth) for b in blocks]
+            # A checked block was measured when its bytes were first parsed; the walk measures the rest.
+            if value_depth(item, levels) > levels:
+                raise TooDeep(max_depth)
+            items.append(item)
+    except msgspec.DecodeError:
+        # A block's bytes are only delimited by the first pass, not decoded (invalid UTF-8 in a
+        # string, say): the general way words the error.
+        return None
+    return items
+
+
+def _block(raw: bytes, cache: CheckedBlocks, max_depth: int) -> Any:
+    """The block RAW: checked (from the cache, or now), or parsed as it is. DecodeError when its
+    bytes are not JSON after all."""
+    hit = cache.get(raw)
+    if hit is not None:
+        return hit
+    try:
+        value = _PLAIN.decode(raw)
+    except RecursionError:
+        raise TooDeep(max_depth) from None
+    # Measured before the check, which reads only the fields it knows: a block is cached with all
+    # of its bytes, so none of them may nest beyond the bound.
+    levels = max_depth - _BLOCK_LEVEL
+    if value_depth(value, levels) > levels:
+        raise TooDeep(max_depth)
+    block = block_checked(value)
+    if block is None:
+        return value
+    found = CheckedBlock(block)
+    cache.put(raw, found)
+    return found

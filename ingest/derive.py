@@ -36,6 +36,16 @@ def _keyed(blocks: list[BlockRef]) -> dict[str, BlockRef]:
     return dict(zip(occurrence_keys(b.key for b in blocks), blocks, strict=True))
 
 
+def _names_distinct(keys: list[str]) -> bool:
+    """Whether the occurrence names of KEYS are all different: a key spelled like another's
+    occurrence name ("doc#2" beside two "doc") makes two blocks one name, and the comparison by name
+    then keeps the later of them, which a comparison by position would not."""
+    if len(set(keys)) == len(keys):
+        return True
+    names = occurrence_keys(keys)
+    return len(set(names)) == len(names)
+
+
 def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: int | None) -> BlockChange:
     """Blocks that entered, left, grew, shrank or changed (same size, new content) since PREV."""
     if prev is None:
@@ -57,7 +67,7 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
     unchanged = 0
     pairs: Iterable[tuple[str, BlockRef | None, BlockRef]]
     prev_keys = [b.key for b in prev]
-    if prev_keys == [b.key for b in cur]:
+    if prev_keys == [b.key for b in cur] and _names_distinct(prev_keys):
         # The same keys in the same order, as on most turns: each occurrence meets its own, and
         # their occurrence names are needed only for the blocks that differ.
         named: list[str] | None = None

@@ -1190,10 +1190,15 @@ class Transport:
             )
 
     def _write_spool(self, items: list[_Item]) -> bool:
-        """Append ITEMS to the spool in files of bounded size; from now on the sender drains it."""
+        """Append ITEMS to the spool in files of bounded size; from now on the sender drains it.
+
+        A file holds at most a quarter of the spool's bound: the spool makes room by dropping
+        whole files, oldest first, so a batch bigger than the bound keeps its newest snapshots,
+        and making room never takes more than a quarter of what is kept."""
         assert self._spool is not None
         written = 0
-        for chunk in _chunks(items, _FILE_ITEMS, _FILE_BYTES):
+        file_bytes = min(_FILE_BYTES, max(1, self._spool.max_bytes // 4))
+        for chunk in _chunks(items, _FILE_ITEMS, file_bytes):
             if not self._spool.append([i.body for i in chunk], chunk[0].ts_ns or None):
                 break
             written += len(chunk)

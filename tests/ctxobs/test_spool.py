@@ -392,6 +392,30 @@ def test_spool_is_bounded_and_drops_the_oldest_counted(ingest_down, tmp_path) ->
         obs.close(timeout=1)
 
 
+def test_a_batch_bigger_than_the_spool_keeps_its_newest_snapshots(ingest_down, tmp_path) -> None:
+    """One failed batch of more bytes than the whole bound (a sender that fell behind sends
+    many at once) goes to the spool in files small enough that only its oldest are dropped."""
+    spool = tmp_path / "spool"
+    obs = ctxobs.Client(
+        ingest_down.url, KEY, spool=spool, spool_max_bytes=6000, max_retries=0, batch_size=60,
+        flush_interval=30, backoff_base=0.05, backoff_max=0.3, flush_at_exit=False,
+    )
+    try:
+        ids = []
+        for i in range(60):
+            s = wire("big-batch", i)
+            obs.record(s)
+            ids.append(s["snapshot_id"])
+        wait_for(lambda: obs.stats()["spooled"] == 60, 20, "the batch to be spooled")
+        kept = [json.loads(line)["snapshot_id"] for line in spool_lines(spool)]
+        held = sum(p.stat().st_size for p in spool.glob("*.jsonl"))
+        assert 6000 // 2 <= held <= 6000  # most of the bound is used
+        assert obs.stats()["spool_dropped"] + len(kept) == 60
+        assert kept == ids[-len(kept) :]
+    finally:
+        obs.close(timeout=1)
+
+
 def test_default_spool_is_per_endpoint_and_key_in_the_cache_and_can_be_turned_off(
     ingest_down, cache_home, monkeypatch
 ) -> None:

@@ -60,7 +60,7 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
             "delta_tokens": sum(b.tokens for b in cur),
         }
     entered: list[BlockMoved] = []
-    left: list[BlockMoved] = []
+    left: list[BlockMoved] = []  # only where the keys differ
     grew: list[BlockResized] = []
     shrank: list[BlockResized] = []
     changed: list[BlockResized] = []
@@ -78,11 +78,10 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
             else:
                 named = named or occurrence_keys(prev_keys)
                 pairs.append((named[i], old, b))
-        p: dict[str, BlockRef] = {}
-        c: dict[str, BlockRef] = {}
     else:
         p, c = _keyed(prev), _keyed(cur)
         pairs = [(key, p.get(key), b) for key, b in c.items()]
+        left = [{"key": k, "kind": old.kind, "tokens": old.tokens} for k, old in p.items() if k not in c]
     for key, found, b in pairs:
         if found is None:
             entered.append({"key": key, "kind": b.kind, "tokens": b.tokens})
@@ -96,9 +95,6 @@ def block_change(prev: list[BlockRef] | None, cur: list[BlockRef], prev_turn: in
                 shrank.append(row)
             else:
                 changed.append(row)
-    for key, old in p.items():
-        if key not in c:
-            left.append({"key": key, "kind": old.kind, "tokens": old.tokens})
     return {
         "prev_turn": prev_turn,
         "entered": entered,

@@ -23,38 +23,23 @@ import msgspec
 
 from core.jsonbody import MSGSPEC_RECURSION_SAFE, TooDeep, value_depth
 from ctxobs.validate import CheckedBlock, block_checked
-from ctxobs.wire import LIMITS
+from ctxobs.wire import LIMITS, WireSnapshot
 
 _UNSET: Any = msgspec.UNSET
 
 
-class _Item(msgspec.Struct, forbid_unknown_fields=True):
-    """The fields of a wire snapshot (`ctxobs.wire.WireSnapshot`), each as the sender sent it
-    (absent: UNSET), the blocks as their bytes. A field beyond these leaves the body to the general
-    decoding, which measures how deep it nests."""
-
-    snapshot_id: Any = _UNSET
-    session_id: Any = _UNSET
-    turn: Any = _UNSET
-    agent: Any = _UNSET
-    ts: Any = _UNSET
-    model: Any = _UNSET
-    params: Any = _UNSET
-    blocks: list[msgspec.Raw] = _UNSET
-    compression: Any = _UNSET
-    recall: Any = _UNSET
-    validation: Any = _UNSET
-    output: Any = _UNSET
-    tags: Any = _UNSET
-    retries: Any = _UNSET
-    fallback_used: Any = _UNSET
+# The fields of a wire snapshot (`ctxobs.wire.WireSnapshot`), each as the sender sent it (absent:
+# UNSET), the blocks as their bytes. A field beyond these leaves the body to the general decoding,
+# which measures how deep it nests.
+_Item = msgspec.defstruct(
+    "_Item",
+    [(name, list[msgspec.Raw] if name == "blocks" else Any, _UNSET) for name in WireSnapshot.__annotations__],
+    forbid_unknown_fields=True,
+)
+_Body = msgspec.defstruct("_Body", [("snapshots", list[_Item])], forbid_unknown_fields=True)  # type: ignore[valid-type]
 
 
-class _Body(msgspec.Struct, forbid_unknown_fields=True):
-    snapshots: list[_Item]
-
-
-_BODY = msgspec.json.Decoder(_Body)
+_BODY: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_Body)
 _PLAIN = msgspec.json.Decoder()
 _FIELDS = _Item.__struct_fields__
 # Levels above a snapshot's own fields: the body object and its "snapshots" array; above a
@@ -80,12 +65,13 @@ class CheckedBlocks:
         return self._blocks.get(raw)
 
     def put(self, raw: bytes, block: CheckedBlock) -> None:
+        if len(raw) > self.max_bytes:
+            return  # never kept: it would empty the cache for nothing
         if self.held_bytes + len(raw) > self.max_bytes:
             self._blocks.clear()
             self.held_bytes = 0
-        if len(raw) <= self.max_bytes:
-            self._blocks[raw] = block
-            self.held_bytes += len(raw)
+        self._blocks[raw] = block
+        self.held_bytes += len(raw)
 
 
 _checked = CheckedBlocks()

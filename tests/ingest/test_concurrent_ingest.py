@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 from django.db import connection, transaction
@@ -14,6 +15,8 @@ from ingest.services import snapshot_batch_ingest
 from tests.factories import block, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T")
 
 
 def _wait_for_blocked(query_like: str, timeout: float = 20.0) -> bool:
@@ -30,6 +33,33 @@ def _wait_for_blocked(query_like: str, timeout: float = 20.0) -> bool:
                 return True
             time.sleep(0.02)
     return False
+
+
+def _second_while_first_held(
+    project: Any, first: list[dict[str, Any]], second: list[dict[str, Any]], check: Callable[[], T]
+) -> tuple[list[T], Any]:
+    """Stores the batch FIRST in a transaction another thread holds open, and while it is held
+    the batch SECOND here. The holding thread runs CHECK (which waits for SECOND to block) before
+    it commits. What CHECK returned (nothing if FIRST failed) and SECOND's result."""
+    holding = threading.Event()
+    seen: list[T] = []
+
+    def first_batch() -> None:
+        try:
+            with transaction.atomic():
+                snapshot_batch_ingest(project=project, batch=first)
+                holding.set()
+                seen.append(check())
+        finally:
+            holding.set()
+            connection.close()
+
+    t = threading.Thread(target=first_batch)
+    t.start()
+    assert holding.wait(20)
+    result = snapshot_batch_ingest(project=project, batch=second)
+    t.join(30)
+    return seen, result
 
 
 def _own_blocks(tag: str) -> list[dict[str, Any]]:
@@ -49,24 +79,9 @@ def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(
     # The same snapshot_id in another session, with other texts: no lock shared before the COPY.
     moved = dict(resent, session_id="second", blocks=_own_blocks("moved"))
 
-    holding = threading.Event()
-    saw_blocked: list[bool] = []
-
-    def first_batch() -> None:
-        try:
-            with transaction.atomic():
-                snapshot_batch_ingest(project=project, batch=[resent])
-                holding.set()
-                saw_blocked.append(_wait_for_blocked("COPY ingest_snapshot %"))
-        finally:
-            holding.set()
-            connection.close()
-
-    t = threading.Thread(target=first_batch)
-    t.start()
-    assert holding.wait(20)
-    result = snapshot_batch_ingest(project=project, batch=[moved, other])
-    t.join(30)
+    saw_blocked, result = _second_while_first_held(
+        project, [resent], [moved, other], lambda: _wait_for_blocked("COPY ingest_snapshot %")
+    )
 
     assert saw_blocked == [True], "the second batch's COPY never waited on the first batch"
     assert [(r["snapshot_id"], r["status"]) for r in result.results] == [
@@ -91,25 +106,13 @@ def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is
         snapshot_batch_ingest(
             project=project, batch=[snapshot(session_id="s", turn=t) for t in range(stored_before)]
         )
-    holding = threading.Event()
-    saw_blocked: list[bool] = []
-
-    def first_batch() -> None:
-        try:
-            with transaction.atomic():
-                snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=stored_before)])
-                holding.set()
-                saw_blocked.append(_wait_for_blocked("%INSERT INTO ingest_session %"))
-        finally:
-            holding.set()
-            connection.close()
-
-    t = threading.Thread(target=first_batch)
-    t.start()
-    assert holding.wait(20)
     later = snapshot(session_id="s", turn=stored_before + 1, blocks=_own_blocks("the later turn"))
-    snapshot_batch_ingest(project=project, batch=[later])
-    t.join(30)
+    saw_blocked, _ = _second_while_first_held(
+        project,
+        [snapshot(session_id="s", turn=stored_before)],
+        [later],
+        lambda: _wait_for_blocked("%INSERT INTO ingest_session %"),
+    )
 
     assert saw_blocked == [True], "the second batch's session upsert never waited on the first batch"
     prev = dict(Snapshot.objects.filter(project=project, session_id="s").values_list("turn", "prev_turn"))
@@ -123,37 +126,28 @@ def test_a_batch_waiting_on_its_sessions_has_already_written_its_texts(project: 
     sessions' row locks, so a batch of the same sessions waits for the other only from the session
     upsert on, with its texts already written (the locks its backend holds say so)."""
     snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=0)])
-    holding = threading.Event()
-    held: list[set[str]] = []
 
-    def first_batch() -> None:
-        try:
-            with transaction.atomic():
-                snapshot_batch_ingest(project=project, batch=[snapshot(session_id="s", turn=1)])
-                holding.set()
-                if _wait_for_blocked("%INSERT INTO ingest_session %"):
-                    with connection.cursor() as cur:
-                        cur.execute(
-                            """
-                            SELECT DISTINCT c.relname FROM pg_locks l
-                            JOIN pg_class c ON c.oid = l.relation
-                            JOIN pg_stat_activity a ON a.pid = l.pid
-                            WHERE a.wait_event_type = 'Lock'
-                              AND a.query LIKE '%%INSERT INTO ingest_session %%'
-                              AND l.mode = 'RowExclusiveLock' AND l.granted
-                            """
-                        )
-                        held.append({r[0] for r in cur.fetchall()})
-        finally:
-            holding.set()
-            connection.close()
+    def locks_of_the_waiting_batch() -> set[str] | None:
+        if not _wait_for_blocked("%INSERT INTO ingest_session %"):
+            return None
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                SELECT DISTINCT c.relname FROM pg_locks l
+                JOIN pg_class c ON c.oid = l.relation
+                JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE a.wait_event_type = 'Lock'
+                  AND a.query LIKE '%%INSERT INTO ingest_session %%'
+                  AND l.mode = 'RowExclusiveLock' AND l.granted
+                """
+            )
+            return {r[0] for r in cur.fetchall()}
 
-    t = threading.Thread(target=first_batch)
-    t.start()
-    assert holding.wait(20)
     later = snapshot(session_id="s", turn=2, blocks=_own_blocks("turn 2"))
-    snapshot_batch_ingest(project=project, batch=[later])
-    t.join(30)
+    seen, _ = _second_while_first_held(
+        project, [snapshot(session_id="s", turn=1)], [later], locks_of_the_waiting_batch
+    )
+    held = [h for h in seen if h is not None]
 
     assert held, "the second batch never waited on the first batch's session lock"
     assert {"ingest_blockcontent", "ingest_messagecontent"} <= held[0], held

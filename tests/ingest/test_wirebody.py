@@ -133,6 +133,17 @@ def test_the_cache_holds_no_more_bytes_than_its_bound() -> None:
     assert 0 < len(cache) < 40 * 3
 
 
+def test_a_block_bigger_than_the_cache_is_checked_and_leaves_the_cache_as_it_was() -> None:
+    cache = CheckedBlocks(max_bytes=2_000)
+    small = block("system", "system", "A short system prompt")
+    batch_decode(json.dumps({"snapshots": [snapshot(blocks=[small])]}).encode(), checked=cache)
+    held = (len(cache), cache.held_bytes)
+    big = block("doc", "retrieval", "words " * 1_000)
+    decoded = batch_decode(json.dumps({"snapshots": [snapshot(blocks=[small, big])]}).encode(), checked=cache)
+    assert decoded is not None and all(type(b) is CheckedBlock for b in decoded[0]["blocks"])
+    assert (len(cache), cache.held_bytes) == held
+
+
 def test_the_decoder_knows_every_field_of_the_wire_snapshot() -> None:
     """A field it did not know would leave every batch that sends it to the general decoding."""
     from ctxobs.wire import WireSnapshot

@@ -18,7 +18,8 @@ the HTTP API, then starts leave-one-out jobs through `POST /api/v1/replays` (K b
    from dispatch (the API call) to the job's last stored result is the time from the previous
    unit's stored result (or the dispatch) to its own; overhead = that share minus the model's
    own time for it. Reported as % of the model time, p50/p95 over units, and for the whole job;
-2. model calls: the requests the proxy saw for the job == D + K; then every run of the job is
+2. model calls: the requests the proxy saw for the job == its runs (K baseline samples and K of
+   each of the D variants); then every run of the job is
    delivered to the worker a second time and the proxy must see no new request;
 3. throughput: variants/s of the same job with 1 worker process and with 2 (two `celery worker`
    instances with one process each, as two hosts would run them).
@@ -510,8 +511,9 @@ def main() -> None:
         # 1 + 2: one worker process, units one at a time.
         job_id, dispatched = start_job(client, key, loo)
         job = wait_job(job_id)
-        if job.status != "done" or job.n_done != d + K:
-            raise RuntimeError(f"leave-one-out job ended {job.status} with {job.n_done} of {d + K} done")
+        # Its runs: the K baseline samples and each of the D variants as many times.
+        if job.status != "done" or job.n_done != job.n_runs:
+            raise RuntimeError(f"leave-one-out job ended {job.status} with {job.n_done} of {job.n_runs} done")
         calls = proxy.completions_since(dispatched)
         one = overhead(job, dispatched, calls)
         bookkept = sum(ReplayRun.objects.filter(job=job).values_list("model_calls", flat=True))
@@ -559,7 +561,7 @@ def main() -> None:
                 "blocks": d,
                 "baseline_samples": K,
                 "prompt_tokens_baseline": turn["baseline_runs"][0].prompt_tokens,
-                "model_calls_expected": d + K,
+                "model_calls_expected": job.n_runs,
                 "model_calls_at_server": len(calls),
                 "model_calls_bookkept": bookkept,
                 "model_calls_after_redelivery": extra_calls,

@@ -82,6 +82,32 @@ def test_the_same_context_gets_the_same_answer_whatever_the_server_answered_befo
     assert first and first == again == after_variant, (first, again, after_variant)
 
 
+def test_a_completion_decodes_only_its_last_position_and_embeddings_still_answer(local_model: Any) -> None:
+    """The server is built for /v1/embeddings, which needs an output at every position; a
+    completion needs the last one only, and computing the vocabulary's logits at every position
+    of its prompt made it about 1.8 times as slow. llama.cpp logs when it has to produce every
+    position for a batch whose positions were not all asked for: a completion must not."""
+    url = local_model.base_url
+    log = local_model.log_path
+    assert log is not None
+
+    def embedding(text: str) -> list[float]:
+        return endpoints.embed(
+            base_url=url, model=LOCAL_MODEL_NAME, text=text, api_key="", timeout=60.0, allow_private=True
+        )
+
+    before = embedding("The launch code is 7291.")
+    start = log.stat().st_size
+    first = _answer(url, f.snapshot(turn=3)["blocks"])
+    between = embedding("The launch code is 7291.")
+    again = _answer(url, f.snapshot(turn=3)["blocks"])
+    written = log.read_bytes()[start:].decode(errors="replace")
+    assert "POST /v1/completions" in written  # the log is the server's own
+    assert "not marked as outputs" not in written, written[-2000:]
+    assert first and first == again
+    assert len(before) == 640 and before == between
+
+
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_the_local_model_command_stops_within_3_s_of_sigterm_without_a_traceback(tmp_path: Any) -> None:

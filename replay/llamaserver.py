@@ -67,7 +67,7 @@ def _clear_cells(ctx: Any) -> None:
 def _embed(self: Llama, *args: Any, **kwargs: Any) -> Any:
     _embedding_mode(self, True)
     ctx = self._ctx
-    ctx.kv_cache_clear = lambda: _clear_cells(ctx)
+    ctx.kv_cache_clear = lambda: _clear_cells(ctx)  # type: ignore[method-assign]
     try:
         return _library_embed(self, *args, **kwargs)
     finally:

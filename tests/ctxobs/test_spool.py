@@ -401,11 +401,7 @@ def test_a_batch_bigger_than_the_spool_keeps_its_newest_snapshots(ingest_down, t
         flush_interval=30, backoff_base=0.05, backoff_max=0.3, flush_at_exit=False,
     )
     try:
-        ids = []
-        for i in range(60):
-            s = wire("big-batch", i)
-            obs.record(s)
-            ids.append(s["snapshot_id"])
+        ids = record(obs, "big-batch", 60)
         wait_for(lambda: obs.stats()["spooled"] == 60, 20, "the batch to be spooled")
         kept = [json.loads(line)["snapshot_id"] for line in spool_lines(spool)]
         held = sum(p.stat().st_size for p in spool.glob("*.jsonl"))

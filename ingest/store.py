@@ -389,6 +389,23 @@ class _Before(NamedTuple):
     turn_count: int
 
 
+# The batch's snapshot ids already stored from SINCE on, and as many new ids as the batch has
+# snapshots. One lookup per id on each partition's unique (project_id, snapshot_id) index: with
+# `snapshot_id = ANY(...)` instead, a day partition whose statistics date from when it was nearly
+# empty (every partition in its first hours, until autovacuum analyses it again) was read whole
+# through its primary key, every turn the project stored that day, on every batch (5 ms of
+# PostgreSQL's CPU a batch at 6,500 turns, against 0.8 ms; BENCHMARKS.md).
+_DUPLICATES_SQL = """
+    SELECT ARRAY(SELECT s.snapshot_id::text FROM unnest(%s::uuid[]) AS b(snapshot_id)
+                 JOIN LATERAL (
+                     SELECT snapshot_id FROM ingest_snapshot x
+                     WHERE x.project_id = %s AND x.snapshot_id = b.snapshot_id AND x.received_at >= %s
+                     OFFSET 0
+                 ) s ON true),
+           ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
+    """
+
+
 def _fresh_numbered(
     cur: Any, pid: int, prepared: list[PreparedSnapshot], now: datetime
 ) -> tuple[list[PreparedSnapshot], dict[str, _Before]]:
@@ -416,13 +433,7 @@ def _fresh_numbered(
         before[sid] = _Before(max_turn, turn_count)
         since = min(since, first)
     cur.execute(
-        """
-        SELECT ARRAY(SELECT snapshot_id::text FROM ingest_snapshot
-                     WHERE project_id = %s AND snapshot_id = ANY(%s::uuid[]) AND received_at >= %s),
-               ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
-        """,
-        [pid, [p.snap["snapshot_id"] for p in prepared], since, len(prepared)],
-        prepare=True,
+        _DUPLICATES_SQL, [[p.snap["snapshot_id"] for p in prepared], pid, since, len(prepared)], prepare=True
     )
     existing_ids, new_ids = _row(cur)
     existing = set(existing_ids)

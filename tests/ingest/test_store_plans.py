@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -113,3 +114,57 @@ def test_the_store_s_lookups_are_prepared_and_work_unprepared_too(project: Proje
     finally:
         pg.prepare_threshold = threshold
     assert Snapshot.objects.get(project=project, session_id="p", turn=1).prev_turn == 0
+
+
+@pytest.mark.django_db
+def test_the_duplicate_lookup_reads_one_entry_per_stored_id_though_the_day_s_statistics_are_stale(
+    project: Project,
+) -> None:
+    """Today's partition was analysed while it held one batch (as autovacuum finds every new day
+    partition in its first hours), then took the day's turns: the lookup of a batch's snapshot ids
+    still probes each partition's unique index once per id instead of reading the day's turns."""
+    pid = project.pk
+    since = partitions.day_start(datetime.now(tz=UTC))
+    today = partitions.partition_name("ingest_snapshot", since.date())
+    snapshot_batch_ingest(
+        project=project, batch=[snapshot(session_id=f"s{i}", turn=0) for i in range(SESSIONS)]
+    )
+    with connection.cursor() as cur:
+        cur.execute(f'ANALYZE "{today}"')
+        # Autovacuum would bring the statistics up to date at its own moment: not during this test.
+        cur.execute(f'ALTER TABLE "{today}" SET (autovacuum_enabled = false)')
+    try:
+        for turn in range(1, TURNS):
+            snapshot_batch_ingest(
+                project=project, batch=[snapshot(session_id=f"s{i}", turn=turn) for i in range(SESSIONS)]
+            )
+        last = Snapshot.objects.filter(project=project, session_id__in=["s0", "s1", "s2"], turn=TURNS - 1)
+        stored = [str(u) for u in last.values_list("snapshot_id", flat=True)]
+        ids = [*stored, *(str(uuid.uuid4()) for _ in range(SESSIONS - 3))]
+        with connection.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._DUPLICATES_SQL, [ids, pid, since, 1])
+            (explained,) = cur.fetchone()
+    finally:
+        with connection.cursor() as cur:
+            cur.execute(f'ALTER TABLE "{today}" RESET (autovacuum_enabled)')
+    plan: dict[str, Any] = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    lookup = next(p for p in plan["Plans"] if p.get("Subplan Name", "").startswith("InitPlan 1"))
+
+    assert lookup["Actual Rows"] == 3
+    # Today's partition is probed by id on its unique index (a loop per id, EXPLAIN's row counts
+    # averaged per loop), not read through its primary key: the day's SESSIONS * TURNS turns.
+    # (an index scan, or a bitmap scan of that index: one probe either way).
+    (scan,) = _scans(lookup, today)
+    probe = scan if scan["Node Type"] == "Index Scan" else scan["Plans"][0]
+    assert probe["Node Type"] in ("Index Scan", "Bitmap Index Scan")
+    assert probe["Index Name"] == f"{today}_uniq_snapshot_id"
+    assert "snapshot_id = b.snapshot_id" in probe["Index Cond"]
+    assert scan["Actual Loops"] == len(ids)
+
+
+def _scans(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
+    """The nodes of PLAN that scan RELATION."""
+    found = [plan] if plan.get("Relation Name") == relation else []
+    for child in plan.get("Plans", []):
+        found.extend(_scans(child, relation))
+    return found

@@ -18,7 +18,7 @@ from core.models import Project
 from ingest import dashboard, partitions, selectors
 from ingest.models import AgentSession, CompressionEvent, Snapshot
 from ingest.services import snapshot_batch_ingest
-from tests.factories import full_snapshot, snapshot
+from tests.factories import block, full_snapshot, snapshot
 from tests.ingest.aging import age
 from tests.scratch_db import migrate, scratch_database
 
@@ -230,3 +230,37 @@ def test_existing_rows_move_into_the_day_partitions_and_back(scratch_db: BaseDat
 
     migrate(scratch_db)
     _check(seed)
+
+
+def _reloptions(name: str) -> list[str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = %s::regclass", [name])
+        return list(cur.fetchone()[0])
+
+
+@pytest.mark.django_db
+def test_every_turn_partition_stores_rows_up_to_half_a_page_uncompressed(project: Project) -> None:
+    """A turn of 16 blocks makes a row of about 2.5 KB, over the size from which PostgreSQL
+    compresses a row's values by default: stored as it is, in a day partition made by the
+    migrations, in one made later and in the default partition."""
+    later = datetime.now(tz=UTC).date() + timedelta(days=partitions.DAYS_AHEAD + 3)
+    partitions.partitions_ensure(start=later, today=later, days_ahead=0)
+    names = [p.name for p in partitions.partitions_list("ingest_snapshot")]
+    assert partitions.partition_name("ingest_snapshot", later) in names
+    for name in names:
+        assert "toast_tuple_target=4080" in _reloptions(name), name
+
+    blocks = [block(f"doc-{i:02d}", "retrieval", f"Document {i} about the fare rules") for i in range(15)]
+    blocks.append(block("user", "user", "Which fare can I change for free?"))
+    snap = snapshot(blocks=blocks, output={"text": "The flexible fare. " * 20})
+    assert snapshot_batch_ingest(project=project, batch=[snap]).created == 1
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_column_size(s.*), pg_column_compression(change), pg_column_compression(kind_tokens), "
+            "pg_column_compression(output), pg_column_compression(block_hashes) "
+            "FROM ingest_snapshot s WHERE project_id = %s",
+            [project.pk],
+        )
+        size, *compressed = cur.fetchone()
+    assert 2032 < size <= 4080
+    assert compressed == [None, None, None, None]

@@ -27,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
 from typing import Any
 
-from django.core.wsgi import get_wsgi_application
-
+from config.wsgi import application as wsgi_application
 from core.env import env_float, env_int
 from ctxobs.wire import LIMITS
 
@@ -206,7 +205,7 @@ def _environ(scope: Scope, body: bytes) -> dict[str, Any]:
 
 
 application = BufferedWSGI(
-    get_wsgi_application(),
+    wsgi_application,
     threads=env_int("CTXOBS_WEB_THREADS", 8),
     max_body=LIMITS.max_body_bytes,
     body_idle_s=env_float("CTXOBS_WEB_BODY_IDLE_S", 30.0),

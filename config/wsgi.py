@@ -1,6 +1,13 @@
+"""The WSGI application, ready to answer: each server process loads the URL configuration (and
+with it every app's API schemas and views) when it imports this module, not on its first request,
+which would otherwise wait half a second or more for it, and a configuration that cannot load
+stops the process at its start instead of failing every request."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
+get_resolver().url_patterns  # noqa: B018 - loads the URL configuration now

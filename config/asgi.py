@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -31,7 +30,6 @@ from config.wsgi import application as wsgi_application
 from core.env import env_float, env_int
 from ctxobs.wire import LIMITS
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 logger = logging.getLogger(__name__)
 
 # Response bytes handed from a view thread to the event loop at a time (at most one such piece

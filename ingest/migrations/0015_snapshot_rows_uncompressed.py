@@ -8,25 +8,22 @@ from django.db import migrations
 
 from ingest import partitions
 
+OPTION = "toast_tuple_target"
+VALUE = 4080
+
 
 def _partitions(schema_editor: Any) -> list[str]:
-    with schema_editor.connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = 'ingest_snapshot'::regclass ORDER BY c.relname"
-        )
-        return [name for (name,) in cur.fetchall()]
+    return [p.name for p in partitions.partitions_list("ingest_snapshot", using=schema_editor.connection.alias)]
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
-    options = partitions.PARTITION_OPTIONS["ingest_snapshot"]
     for name in _partitions(schema_editor):
-        schema_editor.execute(f'ALTER TABLE "{name}" SET ({options})')
+        schema_editor.execute(f'ALTER TABLE "{name}" SET ({OPTION} = {VALUE})')
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
     for name in _partitions(schema_editor):
-        schema_editor.execute(f'ALTER TABLE "{name}" RESET (toast_tuple_target)')
+        schema_editor.execute(f'ALTER TABLE "{name}" RESET ({OPTION})')
 
 
 class Migration(migrations.Migration):

@@ -1,8 +1,14 @@
 """The WSGI application, ready to answer: each server process loads the URL configuration (and
 with it every app's API schemas and views) when it imports this module, not on its first request,
 which would otherwise wait half a second or more for it, and a configuration that cannot load
-stops the process at its start instead of failing every request."""
+stops the process at its start instead of failing every request.
 
+What the process has loaded by then (Django, the apps, their libraries: about 190,000 objects the
+cyclic garbage collector tracks) is moved out of the collector's reach (`gc.freeze`): nothing in
+it becomes garbage while the process serves, yet every full collection walked all of it again
+(150 ms each, one every few dozen ingest batches: 2% of the web server's CPU under ingest)."""
+
+import gc
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -11,3 +17,4 @@ from django.urls import get_resolver
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
 get_resolver().url_patterns  # noqa: B018 - loads the URL configuration now
+gc.freeze()

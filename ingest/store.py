@@ -334,7 +334,7 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.
         # The per-batch statements are prepared (`prepare=True`; settings' CTXOBS_DB_PREPARED): the
         # planning of a lookup over the day partitions cost several times its execution.
-        cur = psycopg.Cursor(raw.connection)
+        cur = _store_cursor(raw.connection)
 
         fresh, before = _fresh_numbered(cur, pid, prepared, now)
         steps.mark("duplicates")
@@ -404,6 +404,24 @@ _DUPLICATES_SQL = """
                  ) s ON true),
            ARRAY(SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s))
     """
+
+
+# psycopg's own (C) loader for timestamptz. Django registers a pure-Python one on its connections
+# (a subclass that sets the tzinfo again); on the store's few hundred timestamps a batch (the
+# sessions' first_received, the previous turns' ts) it cost 3% of a batch's CPU. Both give the same
+# instant in UTC: the connection's TimeZone is Django's (UTC).
+_TIMESTAMPTZ_LOADER = psycopg.adapters.get_loader(
+    psycopg.adapters.types["timestamptz"].oid, psycopg.pq.Format.TEXT
+)
+
+
+def _store_cursor(conn: Any) -> psycopg.Cursor[Any]:
+    """A cursor on Django's psycopg connection CONN that binds parameters server-side and loads
+    timestamps with psycopg's C loader."""
+    cur: psycopg.Cursor[Any] = psycopg.Cursor(conn)
+    if _TIMESTAMPTZ_LOADER is not None:
+        cur.adapters.register_loader("timestamptz", _TIMESTAMPTZ_LOADER)
+    return cur
 
 
 def _fresh_numbered(

@@ -168,3 +168,26 @@ def _scans(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
     for child in plan.get("Plans", []):
         found.extend(_scans(child, relation))
     return found
+
+
+@pytest.mark.django_db
+def test_the_store_reads_timestamps_with_psycopg_s_own_loader_and_the_same_instants() -> None:
+    """Django's connections load timestamptz in Python; the store's cursor uses psycopg's C loader
+    (3% of a batch's CPU) and reads the same UTC instants."""
+    import psycopg
+
+    oid = psycopg.adapters.types["timestamptz"].oid
+    sql = "SELECT '2020-01-01 10:00:00.123456+02'::timestamptz, NULL::timestamptz"
+    with connection.cursor() as django_cur:
+        cur = store._store_cursor(django_cur.cursor.connection)
+        loader = cur.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert loader is psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert loader is not django_cur.cursor.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert loader is not None and loader.__module__.startswith("psycopg_binary")
+        cur.execute(sql)
+        ours = cur.fetchone()
+        django_cur.execute(sql)
+        djangos = django_cur.fetchone()
+    expected = datetime(2020, 1, 1, 8, 0, 0, 123456, tzinfo=UTC)
+    assert ours == djangos == (expected, None)
+    assert ours is not None and ours[0].utcoffset() == djangos[0].utcoffset()

@@ -4,7 +4,9 @@ block goes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -119,6 +121,42 @@ def test_the_body_nesting_bound_holds_in_a_snapshot_and_in_its_blocks(make: Any)
     loads(within)
     with pytest.raises(TooDeep):
         loads(beyond)
+
+
+def _blocks_sharing_a_crc() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two blocks whose bytes differ, of the same length and CRC-32: found by trying, as the
+    birthday bound allows (a few hundred thousand tries at most)."""
+    seen: dict[int, dict[str, Any]] = {}
+    for i in range(2_000_000):
+        # Texts as varied as hashes: CRC-32 is linear, so texts differing only in a counter's
+        # digits might never meet.
+        candidate = block("note", "memory", f"Remember {hashlib.sha256(str(i).encode()).hexdigest()[:16]}")
+        crc = zlib.crc32(json.dumps(candidate).encode())
+        if crc in seen:
+            return seen[crc], candidate
+        seen[crc] = candidate
+    raise AssertionError("no two blocks share a CRC-32")
+
+
+def test_blocks_whose_bytes_share_the_cache_s_key_are_told_apart() -> None:
+    first, second = _blocks_sharing_a_crc()
+    raw_first, raw_second = json.dumps(first).encode(), json.dumps(second).encode()
+    assert raw_first != raw_second and len(raw_first) == len(raw_second)
+    cache = CheckedBlocks()
+
+    def decoded(b: dict[str, Any]) -> Any:
+        found = batch_decode(json.dumps({"snapshots": [snapshot(blocks=[b])]}).encode(), checked=cache)
+        assert found is not None
+        return found[0]["blocks"][0]
+
+    one = decoded(first)
+    assert type(one) is CheckedBlock and one.block["messages"] == first["messages"]
+    # The second block, under the same key, is its own and replaces the first.
+    two = decoded(second)
+    assert type(two) is CheckedBlock and two.block["messages"] == second["messages"]
+    assert (len(cache), cache.held_bytes) == (1, len(raw_second))
+    assert decoded(second) is two
+    assert decoded(first) is not one and decoded(first).block["messages"] == first["messages"]
 
 
 def test_the_cache_holds_no_more_bytes_than_its_bound() -> None:

@@ -12,7 +12,7 @@ from ctxobs.hashing import HASH_CHARS, block_hashes, canonical_json, message_has
 
 
 def _fresh(message: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(message).encode("utf-8")).hexdigest()[:HASH_CHARS]
+    return hashlib.sha256(canonical_json(message).encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,11 @@ def _fresh(message: dict[str, Any]) -> str:
     [
         pytest.param({"role": "system", "content": "Ünïcode \"quoted\" \\ text"}, id="pair"),
         pytest.param({"content": "same text", "role": "user"}, id="pair-other-key-order"),
+        pytest.param({"role": "user", "content": "\x00\x01\x1f\n\r\t\b\f\x7f \u2028\u2029 / </script>"},
+                     id="pair-control-characters"),
+        pytest.param({"role": "assistant", "content": "\U0001f600 non-BMP, and \ud800 a lone surrogate"},
+                     id="pair-astral-and-lone-surrogate"),
+        pytest.param({"role": "a \"role\"", "content": ""}, id="pair-escaped-role-empty-content"),
         pytest.param({"role": "user", "name": "ann"}, id="two-keys-no-content"),
         pytest.param({"role": "user", "content": None}, id="null-content"),
         pytest.param({"role": "tool", "tool_call_id": "c1", "content": "42"}, id="tool"),
@@ -58,3 +63,20 @@ def test_an_absent_field_and_a_null_one_hash_apart() -> None:
     absent, null = {"role": "user", "name": None}, {"role": "user", "content": None}
     assert message_hash(absent) == _fresh(absent)
     assert message_hash(null) == _fresh(null)
+
+
+def test_every_text_of_the_usual_message_hashes_as_its_canonical_json() -> None:
+    """The usual message ({"role", "content"}, both text) is written out as its canonical JSON by
+    hand: the same bytes as the encoder's for any text."""
+    import random
+
+    rng = random.Random(5)
+    alphabet = [chr(c) for c in range(0x30)] + list("\\\"/aZ é€")
+    alphabet += ["\u2028", "\ud83d", "\U0001f600", "\ufeff"]
+    for _ in range(2_000):
+        content = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        role = rng.choice(["user", "system", "a\"b", "\n"])
+        message = {"role": role, "content": content}
+        if rng.random() < 0.5:
+            message = {"content": content, "role": role}
+        assert message_hash(message) == _fresh(message), message

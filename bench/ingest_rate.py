@@ -2,14 +2,16 @@
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
                                 [--block-hashes] [--step-batches 50] [--server uvicorn|gunicorn]
+                                [--segments 4]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts the web server
 (gunicorn's sync workers serving config.wsgi, as BENCHMARKS.md's series has measured it;
 --server uvicorn for config.asgi under uvicorn, as scripts/up runs it) on a free port, sends
 realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the previous turn of
 their 50-turn session) in batches of 100, gzip-compressed as the SDK sends them and built before
-the clock starts, and COPYs the same rows straight into the same tables
-before and after (the ratio is to the mean of the two COPY rates).
+the clock starts, and COPYs the same rows straight into the same tables. The two alternate: the
+HTTP phase runs in --segments parts, each between two parts of the COPY, and the ratio is of
+their totals, so that the machine's drifting speed weighs on both alike.
 With --block-hashes, as the SDK does with `send_block_hashes=True`, a block whose content an earlier
 batch brought and the server acknowledged goes as its content address (`hash`) instead of its
 messages; by default every block goes whole, as the SDK sends it by default.
@@ -41,7 +43,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -320,6 +322,7 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzip
         "p50_ms": 1000 * lat[len(lat) // 2],
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "errors": len(errors),
+        "latencies": lat,
     }
 
 
@@ -340,11 +343,10 @@ def _copy_data(rows: list[tuple[Any, ...]]) -> bytes:
     return "".join("\t".join(map(_copy_value, row)) + "\n" for row in rows).encode()
 
 
-def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
-    """The same rows COPYed straight into the same tables: the store's physical limit.
-
-    Rows are built and encoded in COPY's text format before the clock starts, so only the
-    database's work is timed.
+def copy_parts(project: Project, batches: list[list[dict[str, Any]]], parts: int) -> list[CopyPart]:
+    """The rows of BATCHES as the store would hold them, in COPY's text format, in PARTS parts of
+    consecutive batches: a raw COPY of the same rows straight into the same tables, the store's
+    physical limit. Built before any clock starts, so only the database's work is timed.
     """
     pid = project.pk
     now = datetime.now(UTC)
@@ -352,10 +354,15 @@ def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
     with connection.cursor() as cur:
         cur.execute("SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s)", [n])
         ids = iter([r[0] for r in cur.fetchall()])
-    snap_rows, content_rows, message_rows = [], [], []
+    # Each part's rows: the snapshots of its batches, and the texts they bring first.
+    size = max(1, len(batches) // parts)
+    bounds = [min(len(batches), (k + 1) * size) for k in range(parts)]
+    bounds[-1] = len(batches)
+    rows: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in range(parts)]
     seen: set[str] = set()
     seen_m: set[str] = set()
-    for batch in batches:
+    for i, batch in enumerate(batches):
+        snap_rows, content_rows, message_rows = rows[next(k for k, b in enumerate(bounds) if i < b)]
         for s in batch:
             sid = next(ids)
             total = sum(b["tokens"] for b in s["blocks"])
@@ -409,11 +416,21 @@ def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
                     [0] * len(s["blocks"]),
                 )
             )
-    snap_data, content_data, message_data = (
-        _copy_data(snap_rows),
-        _copy_data(content_rows),
-        _copy_data(message_rows),
-    )
+    return [
+        CopyPart(len(snap_rows), _copy_data(snap_rows), _copy_data(content_rows), _copy_data(message_rows))
+        for snap_rows, content_rows, message_rows in rows
+    ]
+
+
+class CopyPart(NamedTuple):
+    snapshots: int
+    snapshot_data: bytes
+    content_data: bytes
+    message_data: bytes
+
+
+def copy_timed(part: CopyPart) -> float:
+    """COPY PART into its tables; the seconds it took."""
     t0 = time.perf_counter()
     with connection.cursor() as cur:
         raw = cur.cursor
@@ -424,16 +441,15 @@ def raw_copy(project: Project, batches: list[list[dict[str, Any]]]) -> float:
             " n_recall_injected, n_validation, n_validation_failed, retries, fallback_used, output,"
             " change, block_keys, block_kinds, block_hashes, block_tokens, block_flags) FROM STDIN"
         ) as c:
-            c.write(snap_data)
+            c.write(part.snapshot_data)
         with raw.copy(
             "COPY ingest_blockcontent (project_id, hash, message_hashes, chars, tokens, encoding,"
             " created_at) FROM STDIN"
         ) as c:
-            c.write(content_data)
+            c.write(part.content_data)
         with raw.copy("COPY ingest_messagecontent (project_id, hash, message) FROM STDIN") as c:
-            c.write(message_data)
-    elapsed = time.perf_counter() - t0
-    return n / elapsed
+            c.write(part.message_data)
+    return time.perf_counter() - t0
 
 
 class _StepLog(logging.Handler):
@@ -541,6 +557,8 @@ def main() -> None:
                     help="gunicorn's sync workers serving config.wsgi (the series in BENCHMARKS.md), or"
                          " uvicorn serving config.asgi as scripts/up and docker-compose.yml run it")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--segments", type=int, default=4,
+                    help="parts of the HTTP phase, each between two parts of the raw COPY")
     ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
     ap.add_argument("--block-hashes", action="store_true",
                     help="send acknowledged blocks by hash, as the SDK does with send_block_hashes=True")
@@ -555,7 +573,7 @@ def main() -> None:
     call_command("migrate", interactive=False, verbosity=0)
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
     http_project, key = project_create(name=f"bench-http-{stamp}")
-    copy_projects = [project_create(name=f"bench-copy-{when}-{stamp}")[0] for when in ("before", "after")]
+    copy_project = project_create(name=f"bench-copy-{stamp}")[0]
     steps_project, _ = project_create(name=f"bench-steps-{stamp}")
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
@@ -574,11 +592,17 @@ def main() -> None:
         flush=True,
     )
 
-    # The raw COPY is taken before and after the HTTP phase and the ratio is to their mean: this
-    # machine's speed moves by a third over minutes, so one COPY taken after the HTTP phase could
-    # set the ratio more than ingest did. Their spread is reported with them.
-    copy_before = raw_copy(copy_projects[0], batches)
-    print(f"raw COPY before: {copy_before:.0f} snapshots/s", flush=True)
+    # The HTTP phase runs in SEGMENTS parts, each between two parts of the raw COPY of the same
+    # rows, and the ratio is of the totals: this machine's speed moves by a third over minutes,
+    # so a COPY taken only before and after the HTTP phase could set the ratio more than ingest
+    # did. Each part's rate is reported with them.
+    copies = copy_parts(copy_project, batches, args.segments + 1)
+    size = len(bodies) // args.segments
+    segments = [bodies[k * size : (k + 1) * size if k < args.segments - 1 else None]
+                for k in range(args.segments)]
+    copy_s: list[float] = []
+    http_parts: list[dict[str, Any]] = []
+    cpu_used: dict[str, float] = {}
     proc, base = start_server(args.web_workers, args.server)
     try:
         # Warm-up (connections, caches), not counted.
@@ -587,17 +611,33 @@ def main() -> None:
         if not args.no_gzip:
             warm = [gzip.compress(b, compresslevel=5) for b in warm]
         http_ingest(base, key, warm, 2, not args.no_gzip)
-        cpu0 = cpu_snapshot(proc.pid)
-        http = http_ingest(base, key, bodies, args.concurrency, not args.no_gzip)
-        cpu1 = cpu_snapshot(proc.pid)
+        for k, part in enumerate(copies):
+            copy_s.append(copy_timed(part))
+            if k == len(segments):
+                break
+            cpu0 = cpu_snapshot(proc.pid)
+            http_parts.append(http_ingest(base, key, segments[k], args.concurrency, not args.no_gzip))
+            cpu1 = cpu_snapshot(proc.pid)
+            for name in cpu0:
+                cpu_used[name] = cpu_used.get(name, 0.0) + cpu1[name] - cpu0[name]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    print(f"http: {http}", flush=True)
-
-    copy_after = raw_copy(copy_projects[1], batches)
-    copy_rate = (copy_before + copy_after) / 2
-    print(f"raw COPY after: {copy_after:.0f} snapshots/s", flush=True)
+    http_s = sum(h["elapsed_s"] for h in http_parts)
+    lat = sorted(x for h in http_parts for x in h["latencies"])
+    http = {
+        "elapsed_s": http_s,
+        "snapshots_per_s": len(bodies) * BATCH / http_s,
+        "parts_snapshots_per_s": [h["snapshots_per_s"] for h in http_parts],
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "errors": sum(h["errors"] for h in http_parts),
+    }
+    copy_rate = sum(c.snapshots for c in copies) / sum(copy_s)
+    copy_rates = [c.snapshots / t for c, t in zip(copies, copy_s, strict=True)]
+    http_rates = [round(x) for x in http["parts_snapshots_per_s"]]
+    print(f"http: {http['snapshots_per_s']:.0f} snapshots/s, parts {http_rates}", flush=True)
+    print(f"raw COPY: {copy_rate:.0f} snapshots/s, parts {[round(x) for x in copy_rates]}", flush=True)
     steps = None
     if args.step_batches:
         step_batches = make_batches(args.step_batches, args.seed + 2)
@@ -618,15 +658,15 @@ def main() -> None:
         "tokens_per_snapshot": round(avg_tokens),
         "http_snapshots_per_s": round(http["snapshots_per_s"]),
         "raw_copy_snapshots_per_s": round(copy_rate),
-        "raw_copy_before_after": [round(copy_before), round(copy_after)],
+        "segments": args.segments,
+        "http_parts_snapshots_per_s": [round(x) for x in http["parts_snapshots_per_s"]],
+        "raw_copy_parts_snapshots_per_s": [round(x) for x in copy_rates],
         "http_vs_copy": round(http["snapshots_per_s"] / copy_rate, 3),
         "p50_request_ms": round(http["p50_ms"], 1),
         "p99_request_ms": round(http["p99_ms"], 1),
         "http_errors": http["errors"],
-        "cpu_ms_per_snapshot": {
-            k: round(1000 * (cpu1[k] - cpu0[k]) / (args.batches * BATCH), 3) for k in cpu0
-        },
-        "cpu_cores_busy": round(sum(cpu1[k] - cpu0[k] for k in cpu0) / http["elapsed_s"], 2),
+        "cpu_ms_per_snapshot": {k: round(1000 * v / (args.batches * BATCH), 3) for k, v in cpu_used.items()},
+        "cpu_cores_busy": round(sum(cpu_used.values()) / http["elapsed_s"], 2),
         "stored_bytes_per_snapshot": round(actual),
         "naive_bytes_per_snapshot": round(naive),
         "stored_vs_naive": round(actual / naive, 3),

@@ -79,21 +79,34 @@ class _KnownHashes:
 
     def __init__(self, maxsize: int = 400_000) -> None:
         self.maxsize = maxsize
-        self._set: set[tuple[int, str]] = set()
+        # A set of hashes per project: one set of (project, hash) pairs built a tuple for every
+        # hash of every batch, twice (2% of a batch's CPU).
+        self._known: dict[int, set[str]] = {}
+        self._size = 0
         self._day: date | None = None
+
+    def clear(self) -> None:
+        self._known.clear()
+        self._size = 0
 
     def unknown(self, project_id: int, hashes: Any, day: date) -> list[str]:
         if day != self._day:
-            self._set.clear()
+            self.clear()
             self._day = day
-        return [h for h in hashes if (project_id, h) not in self._set]
+        known = self._known.get(project_id)
+        if not known:
+            return list(hashes)
+        return [h for h in hashes if h not in known]
 
     def add(self, project_id: int, hashes: Any, day: date) -> None:
         if day != self._day:
             return
-        if len(self._set) > self.maxsize:
-            self._set.clear()
-        self._set.update((project_id, h) for h in hashes)
+        if self._size > self.maxsize:
+            self.clear()
+        known = self._known.setdefault(project_id, set())
+        held = len(known)
+        known.update(hashes)
+        self._size += len(known) - held
 
 
 _known_blocks = _KnownHashes()

@@ -37,5 +37,5 @@ def age(project: Project, days: int, *, legacy: bool = False) -> None:
 
 def forget_contents() -> None:
     """As on a new day: this process no longer knows which texts are stored."""
-    store._known_blocks._set.clear()
-    store._known_messages._set.clear()
+    store._known_blocks.clear()
+    store._known_messages.clear()

@@ -51,8 +51,8 @@ def _texts(project: Project, session: str) -> list[dict[str, Any]]:
 
 
 def _forget() -> None:
-    store._known_blocks._set.clear()
-    store._known_messages._set.clear()
+    store._known_blocks.clear()
+    store._known_messages.clear()
 
 
 def _words() -> tuple[str, str]:

@@ -73,3 +73,28 @@ def test_a_stored_snapshot_holds_each_value_in_its_column(project: Project) -> N
     v = ValidationOutcome.objects.get(**flt)
     assert (v.layer, v.check_name, v.passed, v.code, v.message, v.attempt) == (
         "structure", "json_schema", False, "E_MISSING_FIELD", "order_id missing", 1)
+
+
+def test_hashes_known_after_a_commit_are_per_project_per_day_and_bounded() -> None:
+    from datetime import date
+
+    from ingest.store import _KnownHashes
+
+    known = _KnownHashes(maxsize=5)
+    today, tomorrow = date(2026, 12, 6), date(2026, 12, 7)
+    assert known.unknown(1, ["a", "b"], today) == ["a", "b"]
+    known.add(1, ["a", "b"], today)
+    assert known.unknown(1, ["b", "c", "a"], today) == ["c"]
+    # Another project's hashes are its own: the same content address is not known there.
+    assert known.unknown(2, ["a", "c"], today) == ["a", "c"]
+    known.add(2, ["a", "c", "d"], today)
+    assert known.unknown(2, ["a", "b"], today) == ["b"]
+    # Held past its bound, it starts over.
+    known.add(1, ["e", "f"], today)
+    known.add(1, ["g"], today)
+    assert known.unknown(1, ["a", "g"], today) == ["a"]
+    assert known.unknown(2, ["a"], today) == ["a"]
+    # A new day forgets the last (`last_seen` is per day), and what comes late for it is not kept.
+    assert known.unknown(1, ["g"], tomorrow) == ["g"]
+    known.add(1, ["h"], today)
+    assert known.unknown(1, ["h"], tomorrow) == ["h"]

@@ -364,11 +364,16 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         steps.mark("blocks")
         messages = _messages_upsert(cur, pid, contents, touched_blocks, today)
         steps.mark("messages")
+        # The turn rows are built before the session rows are locked (all but what the locks
+        # decide: the session's row id and the change from the previous turn), so a concurrent
+        # batch of the same sessions waits for less.
+        rows = [_snapshot_row(pid, now, p) for p in fresh]
+        steps.mark("rows")
         since, counts = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
         updates = _derive_changes(cur, pid, fresh, since, before, counts)
         steps.mark("changes")
-        _snapshots_copy(raw, pid, now, fresh)
+        _snapshots_copy(raw, fresh, rows)
         steps.mark("snapshots")
         _children_copy(raw, pid, now, fresh)
         steps.mark("children")
@@ -682,12 +687,14 @@ def _sessions_upsert(
     return since, {ref: count for ref, _, _, count in session_rows}
 
 
-def _snapshots_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:
-    """COPY the rows of FRESH. Their ids are new; a snapshot_id stored meanwhile fails the COPY
-    (see snapshots_store)."""
+def _snapshots_copy(raw: Any, fresh: list[PreparedSnapshot], rows: list[SnapshotRow]) -> None:
+    """COPY the ROWS of FRESH (built by `_snapshot_row` before the session upsert), with what
+    the upsert and the turn-to-turn changes set since. Their ids are new; a snapshot_id stored
+    meanwhile fails the COPY (see snapshots_store)."""
     with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
-        for p in fresh:
-            copy.write_row(_snapshot_row(pid, now, p))
+        for p, row in zip(fresh, rows, strict=True):
+            copy.write_row(row._replace(session_ref=p.session_ref, prev_turn=p.prev_turn,
+                                        change=_j(p.change or {})))
 
 
 def _children_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:

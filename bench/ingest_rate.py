@@ -492,9 +492,9 @@ def store_steps(project: Project, batches: list[list[dict[str, Any]]]) -> dict[s
     n = len(handler.batches)
     steps = {k: round(sum(b.get(k, 0.0) for b in handler.batches) / n, 1) for k in handler.batches[0]}
     # The steps are logged in the order they run: from the sessions' upsert to the commit, the
-    # batch holds its sessions' row locks.
+    # batch holds its sessions' row locks (released before the on-commit hooks run).
     names = list(steps)
-    locked = names[names.index("sessions"):]
+    locked = names[names.index("sessions"):names.index("commit") + 1]
     return {
         "batches": n,
         "steps_ms": steps,

@@ -325,7 +325,7 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> Stored:
     now = timezone.now()
     steps = _Steps()
     stored = _store_steps(project, prepared, now, steps)
-    steps.mark("commit")
+    steps.mark("hooks")
     if stored.created and logger.isEnabledFor(logging.DEBUG):
         logger.debug("ingest.store_steps project_id=%s n=%d %s", pid, len(stored.created),
                      " ".join(f"{k}={v}" for k, v in steps.ms.items()))
@@ -342,6 +342,9 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
     today = now.astimezone(UTC).date()
     # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
     with transaction.atomic(), connection.wrap_database_errors:
+        # The first hook after the commit: "commit" ends when the locks are released, and what the
+        # other hooks (queueing the follow-up work) take is "hooks".
+        transaction.on_commit(lambda: steps.mark("commit"))
         raw = connection.cursor().cursor  # Django's psycopg cursor (client-side binding), for COPY
         # Parameters bound server-side: the batch's arrays and JSON travel apart from the SQL text
         # instead of being escaped into it, which cost PostgreSQL's parser more than the rows did.

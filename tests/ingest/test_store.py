@@ -98,3 +98,22 @@ def test_hashes_known_after_a_commit_are_per_project_per_day_and_bounded() -> No
     assert known.unknown(1, ["g"], tomorrow) == ["g"]
     known.add(1, ["h"], today)
     assert known.unknown(1, ["h"], tomorrow) == ["h"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_store_logs_its_steps_with_the_commit_apart_from_the_hooks_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`ingest.store_steps` (DEBUG): the steps in the order they ran; "commit" ends at the COMMIT
+    (the session locks are released there) and "hooks" is the on-commit queueing after it."""
+    import logging
+
+    project = Project.objects.create(name="steps")
+    with caplog.at_level(logging.DEBUG, logger="ingest.store"):
+        res = snapshot_batch_ingest(project=project, batch=[full_snapshot(turn=t) for t in range(3)])
+    assert res.created == 3
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ingest.store_steps")]
+    steps = [part.split("=")[0] for part in line.split()[3:]]
+    assert steps[:2] == ["duplicates", "by_hash"]
+    assert steps.index("rows") < steps.index("sessions") < steps.index("snapshots")
+    assert steps[-3:] == ["signals", "commit", "hooks"]

@@ -12,10 +12,9 @@ from django.db import connection
 
 from core.models import RETENTION_DAYS_MAX, Project
 from ctxobs import tokens as tok
-from ctxobs.hashing import block_hashes
 from ctxobs.validate import validate_snapshot
 from ctxobs.wire import FieldError, Snapshot, WireMessage, tier_for
-from ingest import derive
+from ingest import derive, wirebody
 from ingest.store import PreparedBlock, PreparedSnapshot, snapshots_store
 from ingest.types import BatchItemResult, BatchReport, Message
 
@@ -64,8 +63,9 @@ def _prepare(index: int, snap: Snapshot, thresholds: tuple[float, float, float, 
     blocks: list[PreparedBlock] = []
     for b in snap["blocks"]:
         messages = b["messages"]
-        # A block sent by hash brings its content address and token count, not its messages.
-        h, mh = (b["hash"], []) if b["hash"] is not None else block_hashes(messages)
+        # A block sent by hash brings its content address and token count, not its messages. A
+        # block the server checked before (the same bytes) keeps its addresses from then.
+        h, mh = (b["hash"], []) if b["hash"] is not None else wirebody.block_hashes(b)
         n = b["tokens"]
         estimated = b["estimated"]
         if n is None:

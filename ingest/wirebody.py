@@ -23,8 +23,9 @@ import msgspec
 from isal import isal_zlib
 
 from core.jsonbody import MSGSPEC_RECURSION_SAFE, TooDeep, value_depth
+from ctxobs import hashing
 from ctxobs.validate import CheckedBlock, block_checked
-from ctxobs.wire import LIMITS, WireSnapshot
+from ctxobs.wire import LIMITS, Block, WireSnapshot
 
 _UNSET: Any = msgspec.UNSET
 
@@ -49,6 +50,17 @@ _ITEM_LEVEL = 2
 _BLOCK_LEVEL = 4
 
 
+class _Held:
+    """A checked block the cache holds: its bytes, and its content addresses once hashed."""
+
+    __slots__ = ("raw", "checked", "hashes")
+
+    def __init__(self, raw: bytes, checked: CheckedBlock) -> None:
+        self.raw = raw
+        self.checked = checked
+        self.hashes: tuple[str, list[str]] | None = None
+
+
 class CheckedBlocks:
     """Blocks this process checked, by their bytes. Bounded by the bytes it holds (the parsed
     blocks take a few times that): cleared when full. Checking is a function of the bytes alone,
@@ -57,20 +69,25 @@ class CheckedBlocks:
     Keyed by the bytes' length and CRC-32, which ISA-L computes at several GB/s (a dict keyed by
     the bytes themselves ran SipHash over every block of every batch: 2% of a batch's CPU); a hit
     compares the bytes, so two blocks sharing a key are told apart, the later one replacing the
-    earlier."""
+    earlier.
+
+    A held block's content addresses are kept with it (`block_hashes`): the blocks repeated turn
+    after turn are hashed once, not once per turn."""
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
         self.held_bytes = 0
-        self._blocks: dict[int, tuple[bytes, CheckedBlock]] = {}
+        self._blocks: dict[int, _Held] = {}
+        # The same, by the identity of the normalised block validation takes from them.
+        self._by_block: dict[int, _Held] = {}
 
     def __len__(self) -> int:
         return len(self._blocks)
 
     def get(self, raw: bytes) -> CheckedBlock | None:
         found = self._blocks.get(_address(raw))
-        if found is not None and found[0] == raw:
-            return found[1]
+        if found is not None and found.raw == raw:
+            return found.checked
         return None
 
     def put(self, raw: bytes, block: CheckedBlock) -> None:
@@ -79,12 +96,27 @@ class CheckedBlocks:
         address = _address(raw)
         replaced = self._blocks.pop(address, None)
         if replaced is not None:
-            self.held_bytes -= len(replaced[0])
+            self.held_bytes -= len(replaced.raw)
+            del self._by_block[id(replaced.checked.block)]
         if self.held_bytes + len(raw) > self.max_bytes:
             self._blocks.clear()
+            self._by_block.clear()
             self.held_bytes = 0
-        self._blocks[address] = (raw, block)
+        held = _Held(raw, block)
+        self._blocks[address] = held
+        self._by_block[id(block.block)] = held
         self.held_bytes += len(raw)
+
+    def block_hashes(self, block: Block) -> tuple[str, list[str]]:
+        """The content addresses of BLOCK and of its messages (`ctxobs.hashing.block_hashes`):
+        kept with the checked block BLOCK is, if it is one this cache holds (the lists are shared:
+        read, never change them)."""
+        held = self._by_block.get(id(block))
+        if held is None or held.checked.block is not block:
+            return hashing.block_hashes(block["messages"])
+        if held.hashes is None:
+            held.hashes = hashing.block_hashes(block["messages"])
+        return held.hashes
 
 
 def _address(raw: bytes) -> int:
@@ -92,6 +124,12 @@ def _address(raw: bytes) -> int:
 
 
 _checked = CheckedBlocks()
+
+
+def block_hashes(block: Block) -> tuple[str, list[str]]:
+    """The content addresses of the validated BLOCK and of its messages, hashed once for all the
+    turns that send its bytes again (see `CheckedBlocks.block_hashes`)."""
+    return _checked.block_hashes(block)
 
 
 def batch_decode(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from core.jsonbody import TooDeep, loads, nesting_depth
+from ctxobs import hashing
 from ctxobs.validate import CheckedBlock, validate_snapshot
 from ctxobs.wire import LIMITS
 from ingest.wirebody import CheckedBlocks, batch_decode
@@ -210,3 +211,31 @@ def test_a_field_of_a_block_the_check_does_not_read_counts_towards_the_bound() -
     assert nesting_depth(body) == bound + 1
     with pytest.raises(TooDeep):
         batch_decode(body, checked=CheckedBlocks())
+
+
+def test_a_held_block_is_hashed_once_and_every_other_block_as_its_messages_say() -> None:
+    system = block("system", "system", "You are a travel assistant.")
+    cache = CheckedBlocks(max_bytes=2_000)
+
+    def validated(turn: int, blocks: list[Any]) -> list[Any]:
+        decoded = batch_decode(json.dumps({"snapshots": [snapshot(turn=turn, blocks=blocks)]}).encode(),
+                               checked=cache)
+        assert decoded is not None
+        snap, errors = validate_snapshot(decoded[0], 0)
+        assert snap is not None, errors
+        return list(snap["blocks"])
+
+    first = validated(0, [system])[0]
+    hashes = cache.block_hashes(first)
+    assert hashes == hashing.block_hashes(system["messages"])
+    # The next turn sends the same bytes: the same checked block, its addresses kept from before.
+    again = validated(1, [system])[0]
+    assert again is first and cache.block_hashes(again) is hashes
+    # An equal block that is not the held one (another object) is hashed from its messages.
+    other = dict(first)
+    assert cache.block_hashes(other) == hashes and cache.block_hashes(other) is not hashes
+    # Once the cache lets the block go (full: emptied), its addresses go with it.
+    for i in range(20):
+        validated(2 + i, [block(f"doc{i}", "retrieval", f"Document {i} " + "words " * 30)])
+    assert cache.get(json.dumps(system).encode()) is None
+    assert cache.block_hashes(first) == hashes and cache.block_hashes(first) is not hashes

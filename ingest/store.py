@@ -372,9 +372,9 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         # batch of the same sessions waits for less.
         rows = [_snapshot_row(pid, now, p) for p in fresh]
         steps.mark("rows")
-        since, counts = _sessions_upsert(cur, pid, fresh, now)
+        since, after = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
-        updates = _derive_changes(cur, pid, fresh, since, before, counts)
+        updates = _derive_changes(cur, pid, fresh, since, before, after)
         steps.mark("changes")
         _snapshots_copy(raw, fresh, rows)
         steps.mark("snapshots")
@@ -408,6 +408,13 @@ class _Before(NamedTuple):
 
     max_turn: int
     turn_count: int
+
+
+class _After(NamedTuple):
+    """A session as the batch's upsert left it (its row locked until the commit)."""
+
+    turn_count: int
+    max_turn: int
 
 
 # The batch's snapshot ids already stored from SINCE on, and as many new ids as the batch has
@@ -614,10 +621,10 @@ def _messages_upsert(
 
 def _sessions_upsert(
     cur: Any, pid: int, fresh: list[PreparedSnapshot], now: datetime
-) -> tuple[datetime, dict[int, int]]:
+) -> tuple[datetime, dict[int, _After]]:
     """Upsert the sessions of FRESH with their aggregates and set each snapshot's `session_ref`;
     the moment before which no stored turn of these sessions was received, and each session's
-    `turn_count` after the upsert by `session_ref`.
+    `turn_count` and `max_turn` after the upsert by `session_ref`.
 
     The aggregates are commutative, so arrival order does not matter; `first_received` is when the
     session's first turn was stored (kept NULL for a session stored before the column existed: its
@@ -676,18 +683,18 @@ def _sessions_upsert(
             compression_events = s.compression_events + EXCLUDED.compression_events,
             first_received = CASE WHEN s.first_received IS NULL THEN NULL
                                   ELSE LEAST(s.first_received, EXCLUDED.first_received) END
-        RETURNING id, session_id, first_received, turn_count
+        RETURNING id, session_id, first_received, turn_count, max_turn
         """,
         [pid, now, *map(_text_array, text_cols), *map(_plain_array, num_cols)],
         prepare=True,
     )
     session_rows = cur.fetchall()
-    session_refs = {sid: ref for ref, sid, _, _ in session_rows}
+    session_refs = {sid: ref for ref, sid, _, _, _ in session_rows}
     for p in fresh:
         p.session_ref = session_refs[p.snap["session_id"]]
     # The upsert's answer, so a session another batch created meanwhile counts too.
-    since: datetime = min(first or RECEIVED_EVER for _, _, first, _ in session_rows)
-    return since, {ref: count for ref, _, _, count in session_rows}
+    since: datetime = min(first or RECEIVED_EVER for _, _, first, _, _ in session_rows)
+    return since, {ref: _After(count, top) for ref, _, _, count, top in session_rows}
 
 
 def _snapshots_copy(raw: Any, fresh: list[PreparedSnapshot], rows: list[SnapshotRow]) -> None:
@@ -750,14 +757,16 @@ def _late_turns_update(cur: Any, pid: int, updates: list[_ChangeUpdate], since: 
 
 
 # The stored neighbourhood of the new turns of each session (`session_ref`, earliest new turn,
-# latest new turn), with their blocks: from the last stored turn before the earliest new one to the
-# first stored turn after the latest new one. `OFFSET 0` keeps the lateral subquery a per-session
-# index range scan: pulled up into the join, the planner read every turn the project stored since
-# the lower bound and ran both bounds' lookups for each of them, so that a batch's cost grew with
-# the day's turns (268 ms instead of 8 ms under EXPLAIN ANALYZE with 5,000 turns stored that day;
-# BENCHMARKS.md).
+# latest new turn, whether a stored turn may follow the latest), with their blocks: from the last
+# stored turn before the earliest new one to the first stored turn after the latest new one, which
+# is looked for only where one may be (the session's `max_turn` is above the latest new turn).
+# `OFFSET 0` keeps the lateral subquery a per-session index range scan: pulled up into the join,
+# the planner read every turn the project stored since the lower bound and ran both bounds' lookups
+# for each of them, so that a batch's cost grew with the day's turns (268 ms instead of 8 ms under
+# EXPLAIN ANALYZE with 5,000 turns stored that day; BENCHMARKS.md).
 _NEIGHBOURS_SQL = """
-    WITH b(session_ref, lo, hi) AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]))
+    WITH b(session_ref, lo, hi, later) AS (
+        SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::bool[]))
     SELECT s.id, s.session_ref, s.turn, s.ts, s.snapshot_id::text,
            s.block_keys, s.block_kinds, s.block_hashes, s.block_tokens FROM b
     JOIN LATERAL (
@@ -767,9 +776,11 @@ _NEIGHBOURS_SQL = """
           AND s.turn >= COALESCE((SELECT max(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
                                   AND x.session_ref = b.session_ref AND x.received_at >= %s
                                   AND x.turn < b.lo), b.lo)
-          AND s.turn <= COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
-                                  AND x.session_ref = b.session_ref AND x.received_at >= %s
-                                  AND x.turn > b.hi), b.hi)
+          AND s.turn <= CASE WHEN b.later
+                        THEN COALESCE((SELECT min(x.turn) FROM ingest_snapshot x WHERE x.project_id = %s
+                                       AND x.session_ref = b.session_ref AND x.received_at >= %s
+                                       AND x.turn > b.hi), b.hi)
+                        ELSE b.hi END
         OFFSET 0
     ) s ON true
     """
@@ -799,30 +810,32 @@ class _ChangeUpdate(TypedDict):
 
 def _derive_changes(
     cur: Any, pid: int, fresh: list[PreparedSnapshot], since: datetime, before: dict[str, _Before],
-    counts: dict[int, int],
+    after: dict[int, _After],
 ) -> list[_ChangeUpdate]:
     """Set `change`/`prev_turn` on FRESH and return the updates for stored turns that follow them.
     No stored turn of FRESH's sessions was received before SINCE: the partitions before it are not
     visited.
 
-    BEFORE (the sessions as `_fresh_numbered` read them) and COUNTS (their `turn_count` after the
-    upsert, which holds their row locks) give most sessions a shorter way. A session the batch
-    created, whose count is the batch's own, has nothing stored: no lookup. A session whose count
-    grew by exactly the batch's turns, all after its `max_turn`, had no other batch between the two
-    reads, so its neighbourhood is its stored turns numbered `max_turn`: one index lookup each.
-    The others (a late turn, a batch of another process in between, a count that retention
-    rewrote) and any tail no longer stored take the full neighbourhood lookup."""
+    BEFORE (the sessions as `_fresh_numbered` read them) and AFTER (as the upsert, which holds
+    their row locks, left them) give most sessions a shorter way. A session the batch created,
+    whose count is the batch's own, has nothing stored: no lookup. A session whose count grew by
+    exactly the batch's turns, all after its `max_turn`, had no other batch between the two reads,
+    so its neighbourhood is its stored turns numbered `max_turn`: one index lookup each. The others
+    (a late turn, a batch of another process in between, a count that retention rewrote) and any
+    tail no longer stored take the neighbourhood lookup, which looks for stored turns after the
+    batch's latest only where the session's `max_turn` after the upsert is above it (a session's
+    `max_turn` is never below a turn it stores)."""
     by_ref: dict[int, list[PreparedSnapshot]] = defaultdict(list)
     for p in fresh:
         by_ref[p.session_ref].append(p)
     tails: dict[int, int] = {}
     full: list[int] = []
     for ref, ps in by_ref.items():
-        was = before.get(ps[0].snap["session_id"])
+        was, count = before.get(ps[0].snap["session_id"]), after[ref].turn_count
         if was is None:
-            if counts[ref] != len(ps):
+            if count != len(ps):
                 full.append(ref)
-        elif counts[ref] == was.turn_count + len(ps) and min(p.snap["turn"] for p in ps) > was.max_turn:
+        elif count == was.turn_count + len(ps) and min(p.snap["turn"] for p in ps) > was.max_turn:
             tails[ref] = was.max_turn
         else:
             full.append(ref)
@@ -834,7 +847,9 @@ def _derive_changes(
     if full:
         los = [min(p.snap["turn"] for p in by_ref[ref]) for ref in full]
         his = [max(p.snap["turn"] for p in by_ref[ref]) for ref in full]
-        cur.execute(_NEIGHBOURS_SQL, [full, los, his, pid, since, pid, since, pid, since], prepare=True)
+        later = [after[ref].max_turn > hi for ref, hi in zip(full, his, strict=True)]
+        cur.execute(_NEIGHBOURS_SQL, [full, los, his, later, pid, since, pid, since, pid, since],
+                    prepare=True)
         rows.extend(cur.fetchall())
     # One ordered line per session of (turn, ts, snapshot_id) with either a stored turn's blocks
     # or a new turn.

@@ -95,29 +95,35 @@ def test_snapshot_id_committed_meanwhile_by_another_batch_is_reported_duplicate(
 
 
 @pytest.mark.parametrize("stored_before", [5, 0], ids=["stored-session", "new-session"])
+@pytest.mark.parametrize("meanwhile", [0, 2], ids=["turn-before-ours", "turn-after-ours"])
 def test_a_turn_stored_by_another_batch_between_the_session_read_and_its_lock_is_the_previous_turn(
-    project: Any, stored_before: int
+    project: Any, stored_before: int, meanwhile: int
 ) -> None:
     """A batch reads its sessions before it locks them, and takes the short way to the previous
     turn (the session's `max_turn` as read) only when nothing else was stored in between. Here
-    another batch stores the next turn meanwhile: the later turn must still find it as its
-    previous turn, whether the session existed before or that other batch created it."""
+    another batch stores a turn meanwhile: the turn before ours must still be found as its previous
+    turn, whether the session existed before or that other batch created it; and a turn after ours
+    (ours arrives late) must be found and given ours as its previous turn."""
     if stored_before:
         snapshot_batch_ingest(
             project=project, batch=[snapshot(session_id="s", turn=t) for t in range(stored_before)]
         )
-    later = snapshot(session_id="s", turn=stored_before + 1, blocks=_own_blocks("the later turn"))
+    ours = stored_before + 1
+    other = stored_before + meanwhile
     saw_blocked, _ = _second_while_first_held(
         project,
-        [snapshot(session_id="s", turn=stored_before)],
-        [later],
+        [snapshot(session_id="s", turn=other)],
+        [snapshot(session_id="s", turn=ours, blocks=_own_blocks("our turn"))],
         lambda: _wait_for_blocked("%INSERT INTO ingest_session %"),
     )
 
     assert saw_blocked == [True], "the second batch's session upsert never waited on the first batch"
     prev = dict(Snapshot.objects.filter(project=project, session_id="s").values_list("turn", "prev_turn"))
-    assert prev[stored_before + 1] == stored_before
-    assert prev[stored_before] == (stored_before - 1 if stored_before else None)
+    before_both = stored_before - 1 if stored_before else None
+    if other < ours:
+        assert (prev[other], prev[ours]) == (before_both, other)
+    else:
+        assert (prev[ours], prev[other]) == (before_both, ours)
     assert AgentSession.objects.get(project=project, session_id="s").turn_count == stored_before + 2
 
 

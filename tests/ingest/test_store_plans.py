@@ -60,13 +60,16 @@ def _day_stored_and_explained(
 
 
 @pytest.mark.django_db
-def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(project: Project) -> None:
+@pytest.mark.parametrize("later", [True, False], ids=["turns-after-looked-for", "none-after"])
+def test_the_previous_turn_lookup_reads_each_session_s_neighbours_not_the_day(
+    project: Project, later: bool
+) -> None:
     pid = project.pk
     # The next turn of three sessions: each one's neighbourhood is its last stored turn. Without the
     # OFFSET 0 fence the planner reads the whole day even with true statistics (a hash join over the
     # day's turns).
     plan = _day_stored_and_explained(project, store._NEIGHBOURS_SQL, lambda refs, since: [
-        refs, [TURNS] * 3, [TURNS] * 3, pid, since, pid, since, pid, since])
+        refs, [TURNS] * 3, [TURNS] * 3, [later] * 3, pid, since, pid, since, pid, since])
 
     assert plan["Actual Rows"] == 3
     # Three rows read, not the day's SESSIONS * TURNS turns (nor the three sessions' turns).

@@ -334,10 +334,10 @@ def _store_once(project: Project, prepared: list[PreparedSnapshot]) -> Stored:
 
 def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: datetime, steps: _Steps) -> Stored:
     """One batch's transaction, step by step, each step's time marked on STEPS: the duplicates
-    and the new ids, the blocks sent by hash, the block and message texts, the sessions (whose row
-    locks order concurrent batches of a session from here to the commit), the turn-to-turn
-    changes, the snapshots, the child rows, the stored turns a late turn changed, and the signal
-    to the other apps."""
+    and the new ids, the blocks sent by hash, the block and message texts, the turn rows, the
+    signal to the other apps, the sessions (whose row locks order concurrent batches of a session
+    from here to the commit), the turn-to-turn changes, the snapshots, the child rows and the
+    stored turns a late turn changed."""
     pid = project.pk
     today = now.astimezone(UTC).date()
     # Database errors of the psycopg cursors below reach callers as Django's (503 handling).
@@ -372,6 +372,14 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         # batch of the same sessions waits for less.
         rows = [_snapshot_row(pid, now, p) for p in fresh]
         steps.mark("rows")
+        # The other apps record the follow-up work they owe these turns (rows of their own, and
+        # hooks after the commit) before the session rows are locked too: they name no session.
+        refs = [p.ref for p in fresh]
+        failed = [p.ref for p in fresh if any(not v["passed"] for v in p.snap["validation"])]
+        snapshots_stored.send(
+            sender=Project, project_id=pid, snapshot_refs=refs, validation_failed_refs=failed
+        )
+        steps.mark("signals")
         since, after = _sessions_upsert(cur, pid, fresh, now)
         steps.mark("sessions")
         updates = _derive_changes(cur, pid, fresh, since, before, after)
@@ -382,13 +390,6 @@ def _store_steps(project: Project, prepared: list[PreparedSnapshot], now: dateti
         steps.mark("children")
         _late_turns_update(cur, pid, updates, since)
         steps.mark("late")
-
-        refs = [p.ref for p in fresh]
-        failed = [p.ref for p in fresh if any(not v["passed"] for v in p.snap["validation"])]
-        snapshots_stored.send(
-            sender=Project, project_id=pid, snapshot_refs=refs, validation_failed_refs=failed
-        )
-        steps.mark("signals")
 
         # Blocks that came by hash are held and now last seen today, as the stored ones are.
         block_keys = [*contents, *(b.hash for p in fresh for b in p.blocks if b.block["hash"] is not None)]

@@ -316,15 +316,20 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzip
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    lat = sorted(latencies)
     return {
         "elapsed_s": elapsed,
         "snapshots_per_s": len(bodies) * BATCH / elapsed,
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        **_latency_ms(latencies),
         "errors": len(errors),
-        "latencies": lat,
+        "latencies": latencies,
     }
+
+
+def _latency_ms(latencies: list[float]) -> dict[str, float]:
+    """The median and 99th percentile of LATENCIES (seconds), in milliseconds."""
+    lat = sorted(latencies)
+    return {"p50_ms": 1000 * lat[len(lat) // 2],
+            "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))]}
 
 
 def _copy_value(v: Any) -> str:
@@ -356,14 +361,12 @@ def copy_parts(project: Project, batches: list[list[dict[str, Any]]], parts: int
         cur.execute("SELECT nextval('ingest_snapshot_id_seq') FROM generate_series(1, %s)", [n])
         ids = iter([r[0] for r in cur.fetchall()])
     # Each part's rows: the snapshots of its batches, and the texts they bring first.
-    size = max(1, len(batches) // parts)
-    bounds = [min(len(batches), (k + 1) * size) for k in range(parts)]
-    bounds[-1] = len(batches)
+    size = max(1, len(batches) // parts)  # the last part takes the rest
     rows: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in range(parts)]
     seen: set[str] = set()
     seen_m: set[str] = set()
     for i, batch in enumerate(batches):
-        snap_rows, content_rows, message_rows = rows[next(k for k, b in enumerate(bounds) if i < b)]
+        snap_rows, content_rows, message_rows = rows[min(i // size, parts - 1)]
         for s in batch:
             sid = next(ids)
             total = sum(b["tokens"] for b in s["blocks"])
@@ -632,13 +635,11 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=30)
     http_s = sum(h["elapsed_s"] for h in http_parts)
-    lat = sorted(x for h in http_parts for x in h["latencies"])
     http = {
         "elapsed_s": http_s,
         "snapshots_per_s": len(bodies) * BATCH / http_s,
         "parts_snapshots_per_s": [h["snapshots_per_s"] for h in http_parts],
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        **_latency_ms([x for h in http_parts for x in h["latencies"]]),
         "errors": sum(h["errors"] for h in http_parts),
     }
     copy_rate = sum(c.snapshots for c in copies) / sum(copy_s)

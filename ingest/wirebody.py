@@ -3,9 +3,10 @@
 Most blocks of a turn are the blocks of the turn before, sent again byte for byte (the system
 prompt, the tools, the memory, the documents). Decoded as plain JSON, each of them would be parsed,
 checked and hashed again on every turn. Here the batch is decoded with its blocks left as their
-bytes (msgspec's `Raw`); a block whose bytes this process has checked before is the same
-`CheckedBlock` again (validation takes it as it is, and its messages' texts, the same string
-objects, hash from their cached hashes), and only the others are parsed and checked.
+bytes (msgspec's `Raw`); a block whose bytes this process holds (from the second time they
+came on) is the same `CheckedBlock` again (validation takes it as it is, and its messages' texts,
+the same string objects, hash from their cached hashes), and only the others are parsed and
+checked.
 
 A block passes into the cache only through the one-pass check of the usual case
 (`ctxobs.validate.block_checked`); any other block is left parsed for `validate_snapshot`, which
@@ -72,28 +73,50 @@ class CheckedBlocks:
     earlier.
 
     A held block's content addresses are kept with it (`block_hashes`): the blocks repeated turn
-    after turn are hashed once, not once per turn."""
+    after turn are hashed once, not once per turn.
 
-    def __init__(self, max_bytes: int = 32 << 20) -> None:
+    With REPEATS_ONLY a block is held from the second time its bytes come, its key alone kept
+    the first time (at most SEEN_MAX keys, forgotten all at once when full). The block that grows
+    every turn (the history) or comes once (a user's input, a tool's result) is then never held:
+    held, it filled most of the cache, and its parsed messages, surviving the batch, were walked
+    again and again by the cyclic garbage collector as they aged through its generations."""
+
+    def __init__(
+        self, max_bytes: int = 32 << 20, *, repeats_only: bool = False, seen_max: int = 1 << 16
+    ) -> None:
         self.max_bytes = max_bytes
         self.held_bytes = 0
+        self.repeats_only = repeats_only
+        self.seen_max = seen_max
         self._blocks: dict[int, _Held] = {}
         # The same, by the identity of the normalised block validation takes from them.
         self._by_block: dict[int, _Held] = {}
+        # The keys of blocks seen once and not held (REPEATS_ONLY): ints, which the collector skips.
+        self._seen: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def get(self, raw: bytes) -> CheckedBlock | None:
-        found = self._blocks.get(_address(raw))
+    def get(self, raw: bytes, address: int | None = None) -> CheckedBlock | None:
+        """The checked block held for the bytes RAW (ADDRESS: their key, if already computed)."""
+        found = self._blocks.get(_address(raw) if address is None else address)
         if found is not None and found.raw == raw:
             return found.checked
         return None
 
-    def put(self, raw: bytes, block: CheckedBlock) -> None:
+    def put(self, raw: bytes, block: CheckedBlock, address: int | None = None) -> None:
+        """Hold BLOCK, checked from the bytes RAW (ADDRESS: their key, if already computed); with
+        `repeats_only`, only if these bytes came before."""
         if len(raw) > self.max_bytes:
             return  # never kept: it would empty the cache for nothing
-        address = _address(raw)
+        if address is None:
+            address = _address(raw)
+        if self.repeats_only and address not in self._seen:
+            if len(self._seen) >= self.seen_max:
+                self._seen.clear()
+            self._seen.add(address)
+            return
+        self._seen.discard(address)
         replaced = self._blocks.pop(address, None)
         if replaced is not None:
             self.held_bytes -= len(replaced.raw)
@@ -123,7 +146,7 @@ def _address(raw: bytes) -> int:
     return len(raw) << 32 | isal_zlib.crc32(raw)
 
 
-_checked = CheckedBlocks()
+_checked = CheckedBlocks(repeats_only=True)
 
 
 def block_hashes(block: Block) -> tuple[str, list[str]]:
@@ -169,7 +192,8 @@ def batch_decode(
 def _block(raw: bytes, cache: CheckedBlocks, max_depth: int) -> Any:
     """The block RAW: checked (from the cache, or now), or parsed as it is. DecodeError when its
     bytes are not JSON after all."""
-    hit = cache.get(raw)
+    address = _address(raw)
+    hit = cache.get(raw, address)
     if hit is not None:
         return hit
     try:
@@ -185,5 +209,5 @@ def _block(raw: bytes, cache: CheckedBlocks, max_depth: int) -> Any:
     if block is None:
         return value
     found = CheckedBlock(block)
-    cache.put(raw, found)
+    cache.put(raw, found, address)
     return found

@@ -239,3 +239,53 @@ def test_a_held_block_is_hashed_once_and_every_other_block_as_its_messages_say()
         validated(2 + i, [block(f"doc{i}", "retrieval", f"Document {i} " + "words " * 30)])
     assert cache.get(json.dumps(system).encode()) is None
     assert cache.block_hashes(first) == hashes and cache.block_hashes(first) is not hashes
+
+
+def _turn(cache: CheckedBlocks, turn: int, blocks: list[Any]) -> list[Any]:
+    body = json.dumps({"snapshots": [snapshot(turn=turn, blocks=blocks)]}).encode()
+    decoded = batch_decode(body, checked=cache)
+    assert decoded is not None
+    found: list[Any] = decoded[0]["blocks"]
+    return found
+
+
+def test_with_repeats_only_a_block_is_held_from_the_second_time_its_bytes_come() -> None:
+    system = block("system", "system", "You are a travel assistant.")
+    cache = CheckedBlocks(repeats_only=True)
+    history: list[Any] = []
+    seen: list[Any] = []
+    for turn in range(30):
+        history.append(message("user" if turn % 2 == 0 else "assistant", f"Message {turn} " + "words " * 10))
+        blocks = _turn(cache, turn, [system, block("history", "history", messages=list(history))])
+        # Every block is checked, held or not.
+        assert all(type(b) is CheckedBlock for b in blocks)
+        seen.append(blocks[0])
+        # The system prompt is held from its second turn on, and taken from the cache after that;
+        # the history, new bytes every turn, is never held.
+        assert len(cache) == (0 if turn == 0 else 1)
+        if turn >= 2:
+            assert blocks[0] is seen[1]
+    assert seen[1] is not seen[0]
+    assert cache.held_bytes == len(json.dumps(system).encode())
+
+
+def test_the_keys_of_blocks_seen_once_are_bounded() -> None:
+    cache = CheckedBlocks(repeats_only=True, seen_max=3)
+    a, b, c, d = (block(f"doc{i}", "retrieval", f"Document {i}") for i in range(4))
+    for x in (a, b, c):
+        _turn(cache, 0, [x])
+    assert len(cache) == 0
+    # A fourth key finds the set full: the keys seen so far are forgotten, the fourth kept.
+    _turn(cache, 1, [d])
+    _turn(cache, 2, [a])
+    assert len(cache) == 0  # a's first sighting was forgotten: this is its first again
+    _turn(cache, 3, [a])
+    _turn(cache, 4, [d])
+    assert len(cache) == 2
+    assert _turn(cache, 5, [a])[0] is _turn(cache, 6, [a])[0]
+
+
+def test_the_server_s_cache_holds_only_blocks_that_repeat() -> None:
+    from ingest import wirebody
+
+    assert wirebody._checked.repeats_only

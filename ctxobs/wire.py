@@ -26,7 +26,7 @@ class Limits:
     """Enforced limits of the ingest API. Documented in the README and the OpenAPI schema."""
 
     max_items_per_batch: int = 500
-    max_body_bytes: int = 16 * 1024 * 1024  # after gzip decompression too
+    max_body_bytes: int = 16 * 1024 * 1024  # after decompression too (gzip or zstd)
     max_blocks_per_snapshot: int = 200
     max_chars_per_block: int = 500_000
     max_messages_per_block: int = 5_000

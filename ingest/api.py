@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import zstandard
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -88,8 +89,14 @@ def read_body(
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
         return body
+    if encoding == "zstd":
+        return _unzstd(body, limit, bad_request)
     if encoding != "gzip":
-        raise unsupported(f"unsupported Content-Encoding {encoding!r}: send gzip or none")
+        raise unsupported(f"unsupported Content-Encoding {encoding!r}: send zstd, gzip or none")
+    return _gunzip(body, limit, bad_request)
+
+
+def _gunzip(body: bytes, limit: int, bad_request: type[IngestError]) -> bytes:
     # ISA-L inflates the same gzip streams about 2.5x faster than zlib: for a batch of 100
     # snapshots that is ~10 ms of CPU saved per request.
     parts: list[bytes] = []
@@ -117,6 +124,55 @@ def read_body(
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+# A zstd frame that does not declare its size and whose window is larger is refused (the decoder
+# would hold that much); levels 19 and below stay within it.
+ZSTD_MAX_WINDOW = 8 << 20
+_ZSTD_SIZE_UNKNOWN = zstandard.CONTENTSIZE_UNKNOWN
+
+
+def _unzstd(body: bytes, limit: int, bad_request: type[IngestError]) -> bytes:
+    """BODY, one zstd frame (RFC 8878), decompressed: OpenTelemetry exporters and other senders may
+    compress with zstd, which inflates in less than half the time of gzip by ISA-L. The byte limit
+    applies to the size the frame declares before anything is decompressed, and to the output of a
+    frame that declares none. Data after the frame (a second frame, padding) is refused."""
+    try:
+        frame = zstandard.get_frame_parameters(body)
+    except zstandard.ZstdError as exc:
+        raise bad_request(f"body is not valid zstd (one frame, nothing after it): {exc}") from None
+    declared = frame.content_size
+    if declared != _ZSTD_SIZE_UNKNOWN:
+        # Decompressed in one pass into a buffer of the declared size, whatever the window.
+        if declared > limit:
+            raise LimitExceeded(
+                f"decompressed body of {declared} bytes exceeds the limit max_body_bytes={limit}"
+            )
+    elif frame.window_size > ZSTD_MAX_WINDOW:
+        raise bad_request(
+            f"body's zstd window of {frame.window_size} bytes exceeds {ZSTD_MAX_WINDOW} in a frame that does "
+            "not declare its size: compress at level 19 or below, or with the size in the frame"
+        )
+    dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    try:
+        out = dctx.decompress(body, max_output_size=limit + 1, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        if declared == _ZSTD_SIZE_UNKNOWN and _zstd_exceeds(body, limit):
+            raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}") from None
+        raise bad_request(f"body is not valid zstd (one frame, nothing after it): {exc}") from None
+    if len(out) > limit:
+        raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
+    return out
+
+
+def _zstd_exceeds(body: bytes, limit: int) -> bool:
+    """Whether the frame BODY, which declares no size and did not decompress within LIMIT + 1 bytes,
+    holds more than LIMIT bytes (rather than being corrupt): read, at most LIMIT + 1 bytes of it."""
+    try:
+        reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(body)
+        return len(reader.read(limit + 1)) > limit
+    except zstandard.ZstdError:
+        return False
+
+
 def _snapshots(data: Any) -> list[Any]:
     """The snapshots of a batch body decoded the general way."""
     if not isinstance(data, dict) or not isinstance(data.get("snapshots"), list):
@@ -132,7 +188,8 @@ def _snapshots(data: Any) -> list[Any]:
               422: BatchOut, 429: Detail, 503: Detail},
     summary="Ingest a batch of context snapshots",
     description=(
-        "Body: `{\"snapshots\": [...]}` in the wire form, optionally `Content-Encoding: gzip`. "
+        "Body: `{\"snapshots\": [...]}` in the wire form, optionally `Content-Encoding: gzip` (as the SDK "
+        "sends it) or `zstd` (one frame). "
         "Each item is `created`, `duplicate` (same snapshot_id again: stored once) or `rejected` "
         "with field errors (loc, msg, hint); good items are stored even when others are rejected "
         "(207). The answer comes after the commit. Limits: " + _LIMITS_TEXT + ". "

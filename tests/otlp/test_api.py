@@ -168,6 +168,23 @@ def test_json_gzip_export_is_accepted(client: Client, project: Project, ingest_k
     assert stored(project, spans[0])["session_id"] == "json-conv"
 
 
+def test_zstd_protobuf_export_is_accepted_and_a_bad_frame_refused(
+    client: Client, project: Project, ingest_key: str
+) -> None:
+    """The collector's otlphttp exporter sends `compression: zstd` as one frame."""
+    import zstandard
+
+    spans = recorded_spans(("chat", genai_chat_attributes(conversation="zstd-conv")))
+    packed = zstandard.ZstdCompressor(level=3).compress(traces_protobuf(spans))
+    headers = {"Content-Encoding": "zstd"}
+    resp = post(client, TRACES, packed, ingest_key, headers=headers)
+    assert resp.status_code == 200
+    assert stored(project, spans[0])["session_id"] == "zstd-conv"
+    resp = post(client, TRACES, packed[:-4], ingest_key, headers=headers)
+    assert resp.status_code == 400
+    assert "body is not valid zstd" in status_message(resp)
+
+
 def test_standard_exporter_header_form_of_the_key_is_accepted(
     client: Client, project: Project, ingest_key: str
 ) -> None:

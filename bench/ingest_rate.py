@@ -1,14 +1,15 @@
 """Ingest throughput over HTTP against a raw COPY of the same rows, and stored bytes per snapshot.
 
-    python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2] [--no-gzip]
-                                [--block-hashes] [--step-batches 50] [--server uvicorn|gunicorn]
-                                [--segments 4]
+    python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2]
+                                [--encoding zstd|gzip|none] [--block-hashes] [--step-batches 50]
+                                [--server uvicorn|gunicorn] [--segments 4]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts the web server
 (gunicorn's sync workers serving config.wsgi, as BENCHMARKS.md's series has measured it;
 --server uvicorn for config.asgi under uvicorn, as scripts/up runs it) on a free port, sends
 realistic snapshots (12 blocks, about 6k tokens, most blocks repeating from the previous turn of
-their 50-turn session) in batches of 100, gzip-compressed as the SDK sends them and built before
+their 50-turn session) in batches of 100, gzip-compressed as the SDK sends them (--encoding zstd:
+one zstd frame at level 3, which the API takes too; none: plain JSON) and built before
 the clock starts, and COPYs the same rows straight into the same tables. The two alternate: the
 HTTP phase runs in --segments parts, each between two parts of the COPY, and the ratio is of
 their totals, so that the machine's drifting speed weighs on both alike.
@@ -55,6 +56,7 @@ import django  # noqa: E402
 django.setup()
 
 import httpx  # noqa: E402
+import zstandard  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 
@@ -275,7 +277,17 @@ def cpu_snapshot(server_pid: int) -> dict[str, float]:
     }
 
 
-def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzipped: bool) -> dict[str, Any]:
+def encoded(body: bytes, encoding: str) -> bytes:
+    """BODY compressed for the Content-Encoding ENCODING: gzip as the SDK compresses it, zstd (one
+    frame with its checksum), or none."""
+    if encoding == "gzip":
+        return gzip.compress(body, compresslevel=5)
+    if encoding == "zstd":
+        return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(body)
+    return body
+
+
+def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, encoding: str) -> dict[str, Any]:
     """POST the pre-built BODIES over keep-alive connections from CONCURRENCY threads.
 
     The standard library's client keeps the load generator's share of the two cores small.
@@ -286,8 +298,8 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, gzip
     it = iter(bodies)
     host, port = base.removeprefix("http://").split(":")
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    if gzipped:
-        headers["Content-Encoding"] = "gzip"
+    if encoding != "none":
+        headers["Content-Encoding"] = encoding
 
     def worker() -> None:
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -570,7 +582,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--segments", type=int, default=4,
                     help="parts of the HTTP phase, each between two parts of the raw COPY")
-    ap.add_argument("--no-gzip", action="store_true", help="send plain JSON (the SDK sends gzip, level 5)")
+    ap.add_argument("--encoding", choices=("gzip", "zstd", "none"), default="gzip",
+                    help="the bodies' Content-Encoding: gzip (level 5) as the SDK sends them, zstd (one"
+                         " frame, level 3), or none (plain JSON)")
     ap.add_argument("--block-hashes", action="store_true",
                     help="send acknowledged blocks by hash, as the SDK does with send_block_hashes=True")
     ap.add_argument("--step-batches", type=int, default=50,
@@ -594,8 +608,7 @@ def main() -> None:
         sum("hash" in bl for s in b for bl in s["blocks"]) / sum(len(s["blocks"]) for s in b) for b in wire)
     bodies = [json.dumps({"snapshots": b}).encode() for b in wire]
     json_mb = statistics.mean(map(len, bodies)) / 1e6
-    if not args.no_gzip:
-        bodies = [gzip.compress(b, compresslevel=5) for b in bodies]
+    bodies = [encoded(b, args.encoding) for b in bodies]
     avg_tokens = statistics.mean(sum(bl["tokens"] for bl in s["blocks"]) for s in batches[0])
     print(
         f"body {json_mb:.2f} MB of JSON per batch, {statistics.mean(map(len, bodies)) / 1e6:.2f} MB sent,"
@@ -619,15 +632,14 @@ def main() -> None:
         # Warm-up (connections, caches), not counted.
         warm_batches = make_batches(2, args.seed + 1)
         warm = [json.dumps({"snapshots": b}).encode() for b in warm_batches]
-        if not args.no_gzip:
-            warm = [gzip.compress(b, compresslevel=5) for b in warm]
-        http_ingest(base, key, warm, 2, not args.no_gzip)
+        warm = [encoded(b, args.encoding) for b in warm]
+        http_ingest(base, key, warm, 2, args.encoding)
         for k, part in enumerate(copies):
             copy_s.append(copy_timed(part))
             if k == len(segments):
                 break
             cpu0 = cpu_snapshot(proc.pid)
-            http_parts.append(http_ingest(base, key, segments[k], args.concurrency, not args.no_gzip))
+            http_parts.append(http_ingest(base, key, segments[k], args.concurrency, args.encoding))
             cpu1 = cpu_snapshot(proc.pid)
             for name in cpu0:
                 cpu_used[name] = cpu_used.get(name, 0.0) + cpu1[name] - cpu0[name]
@@ -660,7 +672,7 @@ def main() -> None:
         "concurrency": args.concurrency,
         "web_workers": args.web_workers,
         "server": args.server,
-        "gzip": not args.no_gzip,
+        "encoding": args.encoding,
         "json_mb_per_batch": round(json_mb, 2),
         "sent_mb_per_batch": round(statistics.mean(map(len, bodies)) / 1e6, 3),
         "blocks_by_hash": round(by_hash_share, 3),

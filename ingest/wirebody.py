@@ -4,7 +4,7 @@ Most blocks of a turn are the blocks of the turn before, sent again byte for byt
 prompt, the tools, the memory, the documents). Decoded as plain JSON, each of them would be parsed,
 checked and hashed again on every turn. Here the batch is decoded with its blocks left as their
 bytes (msgspec's `Raw`); a block whose bytes this process holds (from the second time they
-came on) is the same `CheckedBlock` again (validation takes it as it is, and its messages' texts,
+come) is the same `CheckedBlock` again (validation takes it as it is, and its messages' texts,
 the same string objects, hash from their cached hashes), and only the others are parsed and
 checked.
 

@@ -160,7 +160,20 @@ def _unzstd(body: bytes, limit: int, bad_request: type[IngestError]) -> bytes:
         raise bad_request(f"body is not valid zstd (one frame, nothing after it): {exc}") from None
     if len(out) > limit:
         raise LimitExceeded(f"decompressed body exceeds the limit max_body_bytes={limit}")
+    if not out and _zstd_trailing(body):
+        # decompress() lets anything after a frame that holds nothing through.
+        raise bad_request("body is not valid zstd (one frame, nothing after it): data after an empty frame")
     return out
+
+
+def _zstd_trailing(body: bytes) -> bool:
+    """Whether BODY, a frame that decompresses to nothing, is followed by anything or incomplete."""
+    reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).decompressobj()
+    try:
+        reader.decompress(body)
+    except zstandard.ZstdError:
+        return True
+    return bool(reader.unused_data) or not reader.eof
 
 
 def _zstd_exceeds(body: bytes, limit: int) -> bool:

@@ -64,7 +64,7 @@ def _prepare(index: int, snap: Snapshot, thresholds: tuple[float, float, float, 
     for b in snap["blocks"]:
         messages = b["messages"]
         # A block sent by hash brings its content address and token count, not its messages. A
-        # block the server checked before (the same bytes) keeps its addresses from then.
+        # block the server holds (the same bytes, sent before) keeps its addresses from then.
         h, mh = (b["hash"], []) if b["hash"] is not None else wirebody.block_hashes(b)
         n = b["tokens"]
         estimated = b["estimated"]

@@ -151,7 +151,7 @@ _checked = CheckedBlocks(repeats_only=True)
 
 def block_hashes(block: Block) -> tuple[str, list[str]]:
     """The content addresses of the validated BLOCK and of its messages, hashed once for all the
-    turns that send its bytes again (see `CheckedBlocks.block_hashes`)."""
+    turns that send its bytes again once the cache holds it (see `CheckedBlocks.block_hashes`)."""
     return _checked.block_hashes(block)
 
 

@@ -84,6 +84,8 @@ def test_an_undeclared_size_over_the_limit_is_413(api, project):
         pytest.param(lambda p: b"not zstd at all", id="not-zstd"),
         pytest.param(lambda p: b"", id="empty"),
         pytest.param(lambda p: b"\x28\xb5\x2f\xfd", id="magic-only"),
+        pytest.param(lambda p: zstandard.ZstdCompressor().compress(b"") + p, id="after-an-empty-frame"),
+        pytest.param(lambda p: _streamed(b"") + p, id="after-an-empty-frame-of-no-declared-size"),
     ],
 )
 def test_a_bad_frame_is_400_and_stores_nothing(api, project, tamper):

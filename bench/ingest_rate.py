@@ -291,7 +291,10 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, enco
     """POST the pre-built BODIES over keep-alive connections from CONCURRENCY threads.
 
     The standard library's client keeps the load generator's share of the two cores small.
+    ENCODING names the bodies' Content-Encoding ("gzip", "zstd") or "none".
     """
+    if encoding not in ("gzip", "zstd", "none"):
+        raise ValueError(f"encoding must be gzip, zstd or none, not {encoding!r}")
     latencies: list[float] = []
     errors: list[int] = []
     lock = threading.Lock()

@@ -190,10 +190,10 @@ def run(lint_on: bool, bodies: list[bytes], n: int, log: Path, *, label: str) ->
     worker = start_worker(lint_on, log)
     web, base = start_web(lint_on)
     try:
-        IR.http_ingest(base, key, bodies[:1], 1, True)  # warm-up, counted in nothing below
+        IR.http_ingest(base, key, bodies[:1], 1, "gzip")  # warm-up, counted in nothing below
         drained(project.pk)
         t0 = time.perf_counter()
-        http = IR.http_ingest(base, key, bodies[1:], 4, True)
+        http = IR.http_ingest(base, key, bodies[1:], 4, "gzip")
         done = drained(project.pk)
     finally:
         stop(web)
@@ -215,7 +215,7 @@ def end_to_end_scores(cases: list[Case], log: Path) -> dict[str, set[str]]:
         snaps = [s for c in cases for s in wire(c, prefix="b")]
         bodies = [gzip.compress(json.dumps({"snapshots": snaps[i : i + 100]}).encode())
                   for i in range(0, len(snaps), 100)]
-        res = IR.http_ingest(base, key, bodies, 2, True)
+        res = IR.http_ingest(base, key, bodies, 2, "gzip")
         assert res["errors"] == 0, res
         drained(project.pk)
     finally:

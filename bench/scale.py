@@ -401,7 +401,7 @@ def http_rate(base: str, key: str, n_batches: int, seed: int, rounds: int = ROUN
     runs = []
     for r in range(rounds):
         bodies = [json.dumps({"snapshots": b}).encode() for b in make_batches(n_batches, seed * 100 + r)]
-        runs.append(http_ingest(base, key, bodies, 4, False))
+        runs.append(http_ingest(base, key, bodies, 4, "none"))
     runs.sort(key=lambda x: x["snapshots_per_s"])
     median = dict(runs[len(runs) // 2])
     median["errors"] = sum(x["errors"] for x in runs)

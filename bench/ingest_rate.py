@@ -2,7 +2,7 @@
 
     python bench/ingest_rate.py [--batches 200] [--concurrency 4] [--web-workers 2]
                                 [--encoding zstd|gzip|none] [--block-hashes] [--step-batches 50]
-                                [--server uvicorn|gunicorn] [--segments 4]
+                                [--server uvicorn|gunicorn] [--segments 4] [--own-sessions]
 
 Uses DATABASE_URL / REDIS_URL, or the embedded PostgreSQL and Redis. Starts the web server
 (gunicorn's sync workers serving config.wsgi, as BENCHMARKS.md's series has measured it;
@@ -16,6 +16,11 @@ their totals, so that the machine's drifting speed weighs on both alike.
 With --block-hashes, as the SDK does with `send_block_hashes=True`, a block whose content an earlier
 batch brought and the server acknowledged goes as its content address (`hash`) instead of its
 messages; by default every block goes whole, as the SDK sends it by default.
+By default every batch carries one turn of the same 100 sessions and any client thread sends the
+next batch, so two batches of the same sessions are always in flight together and wait for each
+other's session rows (the store's worst case). With --own-sessions each thread sends the batches of
+sessions of its own (as many sets of 100 as the default run has in all), in order and one at a
+time, as an SDK process sends its agent's turns.
 Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
 generator. Then stores --step-batches more batches in process, one at a time, and reports what
 each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
@@ -160,15 +165,20 @@ class SessionGen:
         }
 
 
-def make_batches(n_batches: int, seed: int) -> list[list[dict[str, Any]]]:
-    """Batches of 100 snapshots: 100 sessions advance one turn per batch, 50 turns each."""
+def make_batches(n_batches: int, seed: int, lanes: int = 1) -> list[list[dict[str, Any]]]:
+    """Batches of 100 snapshots: 100 sessions advance one turn per batch, 50 turns each. With
+    LANES, batch i belongs to lane i % LANES and each lane has sessions of its own, which advance
+    one turn per batch of that lane."""
     rng = random.Random(seed)
-    sessions: list[SessionGen] = []
+    sessions: dict[int, list[SessionGen]] = {}
+    made = [0] * lanes
     batches = []
     for b in range(n_batches):
-        if b % TURNS_PER_SESSION == 0:
-            sessions = [SessionGen(rng, f"bench-{seed}-{b}-{i}") for i in range(BATCH)]
-        batches.append([s.next() for s in sessions])
+        lane = b % lanes
+        if made[lane] % TURNS_PER_SESSION == 0:
+            sessions[lane] = [SessionGen(rng, f"bench-{seed}-{b}-{i}") for i in range(BATCH)]
+        made[lane] += 1
+        batches.append([s.next() for s in sessions[lane]])
     return batches
 
 
@@ -287,8 +297,13 @@ def encoded(body: bytes, encoding: str) -> bytes:
     return body
 
 
-def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, encoding: str) -> dict[str, Any]:
-    """POST the pre-built BODIES over keep-alive connections from CONCURRENCY threads.
+def http_ingest(
+    base: str, key: str, bodies: list[bytes], concurrency: int, encoding: str, *,
+    lanes_from: int | None = None,
+) -> dict[str, Any]:
+    """POST the pre-built BODIES over keep-alive connections from CONCURRENCY threads, each taking
+    the next body; with LANES_FROM (the index of the first body in `make_batches(..., lanes=
+    CONCURRENCY)`), thread k sends the bodies of lane k only, in order, one at a time.
 
     The standard library's client keeps the load generator's share of the two cores small.
     ENCODING names the bodies' Content-Encoding ("gzip", "zstd") or "none".
@@ -299,17 +314,21 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, enco
     errors: list[int] = []
     lock = threading.Lock()
     it = iter(bodies)
+    lanes = [it] * concurrency
+    if lanes_from is not None:
+        lanes = [iter([b for j, b in enumerate(bodies) if (lanes_from + j) % concurrency == k])
+                 for k in range(concurrency)]
     host, port = base.removeprefix("http://").split(":")
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     if encoding != "none":
         headers["Content-Encoding"] = encoding
 
-    def worker() -> None:
+    def worker(k: int) -> None:
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
         try:
             while True:
                 with lock:
-                    body = next(it, None)
+                    body = next(lanes[k], None)
                 if body is None:
                     return
                 t0 = time.perf_counter()
@@ -324,7 +343,7 @@ def http_ingest(base: str, key: str, bodies: list[bytes], concurrency: int, enco
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -590,6 +609,11 @@ def main() -> None:
                          " frame, level 3), or none (plain JSON)")
     ap.add_argument("--block-hashes", action="store_true",
                     help="send acknowledged blocks by hash, as the SDK does with send_block_hashes=True")
+    ap.add_argument("--own-sessions", action="store_true",
+                    help="each client thread sends the batches of sessions of its own, in order and one at"
+                         " a time, as an SDK process does (by default every batch carries one turn of the"
+                         " same 100 sessions and any thread sends the next, so that two batches of the"
+                         " same sessions are always in flight together)")
     ap.add_argument("--step-batches", type=int, default=50,
                     help="batches stored in process for the per-step breakdown (0: none)")
     args = ap.parse_args()
@@ -605,7 +629,7 @@ def main() -> None:
     steps_project, _ = project_create(name=f"bench-steps-{stamp}")
 
     print(f"generating {args.batches} batches of {BATCH} snapshots...", flush=True)
-    batches = make_batches(args.batches, args.seed)
+    batches = make_batches(args.batches, args.seed, args.concurrency if args.own_sessions else 1)
     wire = by_hash(batches, args.concurrency) if args.block_hashes else batches
     by_hash_share = statistics.mean(
         sum("hash" in bl for s in b for bl in s["blocks"]) / sum(len(s["blocks"]) for s in b) for b in wire)
@@ -642,7 +666,8 @@ def main() -> None:
             if k == len(segments):
                 break
             cpu0 = cpu_snapshot(proc.pid)
-            http_parts.append(http_ingest(base, key, segments[k], args.concurrency, args.encoding))
+            http_parts.append(http_ingest(base, key, segments[k], args.concurrency, args.encoding,
+                                          lanes_from=k * size if args.own_sessions else None))
             cpu1 = cpu_snapshot(proc.pid)
             for name in cpu0:
                 cpu_used[name] = cpu_used.get(name, 0.0) + cpu1[name] - cpu0[name]
@@ -676,6 +701,7 @@ def main() -> None:
         "web_workers": args.web_workers,
         "server": args.server,
         "encoding": args.encoding,
+        "own_sessions": args.own_sessions,
         "json_mb_per_batch": round(json_mb, 2),
         "sent_mb_per_batch": round(statistics.mean(map(len, bodies)) / 1e6, 3),
         "blocks_by_hash": round(by_hash_share, 3),

@@ -22,7 +22,10 @@ other's session rows (the store's worst case). With --own-sessions each thread s
 sessions of its own (as many sets of 100 as the default run has in all), in order and one at a
 time, as an SDK process sends its agent's turns.
 Also reports the CPU time per snapshot of the web server, of PostgreSQL and of the load
-generator. Then stores --step-batches more batches in process, one at a time, and reports what
+generator, and how the machine's time went during the HTTP phase and the raw COPY
+(`machine_time_shares`, from /proc/stat: on a virtual machine, `steal` is the time the hypervisor
+gave to others while this one had work to run, which slows both phases by a share that drifts
+from minute to minute). Then stores --step-batches more batches in process, one at a time, and reports what
 each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
 its PostgreSQL backend spent, and how long the batch holds its sessions' row locks (concurrent
 batches of the same sessions wait for each other through them). The last line printed is one
@@ -264,6 +267,22 @@ def _pids(match: Any) -> list[int]:
             if match(comm, ppid, cmdline):
                 out.append(int(d.name))
     return out
+
+
+_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_ticks() -> list[int]:
+    """The machine's CPU time so far by kind (/proc/stat's first line: user, nice, system, idle,
+    iowait, irq, softirq, steal), in clock ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def ticks_shares(ticks: list[int]) -> dict[str, float]:
+    """TICKS (summed differences of `machine_ticks`) as shares of the time: the steal share is
+    the time the hypervisor ran something else while this machine had work to run."""
+    total = sum(ticks) or 1
+    return {name: round(t / total, 3) for name, t in zip(_STAT_FIELDS, ticks, strict=True)}
 
 
 def cpu_snapshot(server_pid: int) -> dict[str, float]:
@@ -652,6 +671,7 @@ def main() -> None:
     segments = [bodies[k * size : (k + 1) * size if k < args.segments - 1 else None]
                 for k in range(args.segments)]
     copy_s: list[float] = []
+    http_ticks, copy_ticks = [0] * len(_STAT_FIELDS), [0] * len(_STAT_FIELDS)
     http_parts: list[dict[str, Any]] = []
     cpu_used: dict[str, float] = {}
     proc, base = start_server(args.web_workers, args.server)
@@ -662,13 +682,16 @@ def main() -> None:
         warm = [encoded(b, args.encoding) for b in warm]
         http_ingest(base, key, warm, 2, args.encoding)
         for k, part in enumerate(copies):
+            t0 = machine_ticks()
             copy_s.append(copy_timed(part))
+            copy_ticks = [a + b - c for a, b, c in zip(copy_ticks, machine_ticks(), t0, strict=True)]
             if k == len(segments):
                 break
-            cpu0 = cpu_snapshot(proc.pid)
+            cpu0, t0 = cpu_snapshot(proc.pid), machine_ticks()
             http_parts.append(http_ingest(base, key, segments[k], args.concurrency, args.encoding,
                                           lanes_from=k * size if args.own_sessions else None))
             cpu1 = cpu_snapshot(proc.pid)
+            http_ticks = [a + b - c for a, b, c in zip(http_ticks, machine_ticks(), t0, strict=True)]
             for name in cpu0:
                 cpu_used[name] = cpu_used.get(name, 0.0) + cpu1[name] - cpu0[name]
     finally:
@@ -717,6 +740,7 @@ def main() -> None:
         "http_errors": http["errors"],
         "cpu_ms_per_snapshot": {k: round(1000 * v / (args.batches * BATCH), 3) for k, v in cpu_used.items()},
         "cpu_cores_busy": round(sum(cpu_used.values()) / http["elapsed_s"], 2),
+        "machine_time_shares": {"http": ticks_shares(http_ticks), "raw_copy": ticks_shares(copy_ticks)},
         "stored_bytes_per_snapshot": round(actual),
         "naive_bytes_per_snapshot": round(naive),
         "stored_vs_naive": round(actual / naive, 3),

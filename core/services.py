@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from core.errors import AuthError
@@ -129,11 +131,68 @@ def ingest_key_revoke(*, prefix: str, project: Project | None = None) -> IngestK
     return key
 
 
+M = TypeVar("M", bound=models.Model)
+
+
+@functools.cache
+def _key_lookup_sql() -> str:
+    """The statement that reads a key by its hash with its project: every column of both models,
+    the key's first. Written once: through the ORM, compiling the query cost more than running it
+    (about 1 ms of CPU on every request the API authenticates)."""
+    def q(field: Any) -> str:
+        return connection.ops.quote_name(str(field.column))
+
+    key, project = IngestKey._meta, Project._meta
+    columns = [f"k.{q(f)}" for f in key.concrete_fields] + [f"p.{q(f)}" for f in project.concrete_fields]
+    return (
+        f"SELECT {', '.join(columns)} FROM {key.db_table} k JOIN {project.db_table} p"  # noqa: S608 - the models' own names
+        f" ON p.{q(project.pk)} = k.{q(key.get_field('project'))} WHERE k.{q(key.get_field('key_hash'))} = %s"
+    )
+
+
+@functools.cache
+def _readers(model: type[models.Model]) -> tuple[list[str], list[tuple[int, Any, list[Any]]]]:
+    """MODEL's concrete fields' attribute names in order, and for each field the ORM converts on
+    reading, its position, its column and its converters (the backend's, then the field's)."""
+    fields = model._meta.concrete_fields
+    converting = []
+    for i, field in enumerate(fields):
+        col = field.get_col(model._meta.db_table)
+        converters = [*connection.ops.get_db_converters(col), *field.get_db_converters(connection)]
+        if converters:
+            converting.append((i, col, converters))
+    return [f.attname for f in fields], converting
+
+
+def _instance(model: type[M], values: Sequence[Any]) -> M:
+    """An instance of MODEL from VALUES, its concrete fields' columns in order, converted as the
+    ORM converts what it reads (a JSON field's text parsed, and so on)."""
+    names, converting = _readers(model)
+    row = list(values)
+    for i, col, converters in converting:
+        for convert in converters:
+            row[i] = convert(row[i], col, connection)
+    return model.from_db(connection.alias, names, row)
+
+
+def _key_with_project(key_hash: str) -> IngestKey | None:
+    """The key stored under KEY_HASH with its project, in one statement; None when there is none."""
+    with connection.cursor() as cur:
+        cur.execute(_key_lookup_sql(), [key_hash])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    n = len(IngestKey._meta.concrete_fields)
+    key = _instance(IngestKey, row[:n])
+    key.project = _instance(Project, row[n:])
+    return key
+
+
 def ingest_key_authenticate(*, raw: str | None) -> IngestKey:
     """The active key for RAW, or AuthError saying what is wrong (missing/unknown/revoked)."""
     if not raw:
         raise AuthError("missing ingest key: send 'Authorization: Bearer <key>'")
-    key = IngestKey.objects.select_related("project").filter(key_hash=hash_key(raw.strip())).first()
+    key = _key_with_project(hash_key(raw.strip()))
     if key is None:
         raise AuthError("unknown ingest key")
     if key.revoked_at is not None:

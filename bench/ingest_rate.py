@@ -25,12 +25,12 @@ Also reports the CPU time per snapshot of the web server, of PostgreSQL and of t
 generator, and how the machine's time went during the HTTP phase and the raw COPY
 (`machine_time_shares`, from /proc/stat: on a virtual machine, `steal` is the time the hypervisor
 gave to others while this one had work to run, which slows both phases by a share that drifts
-from minute to minute). Then stores --step-batches more batches in process, one at a time, and reports what
-each step of the store costs a batch on average (`ingest.store_steps`, wall milliseconds), the CPU
-its PostgreSQL backend spent, and how long the batch holds its sessions' row locks (concurrent
-batches of the same sessions wait for each other through them). The last line printed is one
-JSON object with the headline figures. BENCH_SERVER_LOG_LEVEL=DEBUG lets the web server log the
-same steps for each batch it stores (`ingest.store_steps`).
+from minute to minute). Then stores --step-batches more batches in process, one at a time, and
+reports what each step of the store costs a batch on average (`ingest.store_steps`, wall
+milliseconds), the CPU its PostgreSQL backend spent, and how long the batch holds its sessions'
+row locks (concurrent batches of the same sessions wait for each other through them). The last
+line printed is one JSON object with the headline figures. BENCH_SERVER_LOG_LEVEL=DEBUG lets the
+web server log the same steps for each batch it stores (`ingest.store_steps`).
 """
 
 from __future__ import annotations

@@ -295,7 +295,8 @@ def cpu_snapshot(server_pid: int) -> dict[str, float]:
     def is_store(comm: str, _ppid: int, cmd: str) -> bool:
         if not comm.startswith("postgres"):
             return False
-        backend = re.match(r"postgres: (?:\S+: )?\S+ (\S+) \S+\(\d+\)", cmd)  # user db host(port)
+        # user db host(port), or user db [local] on a unix socket
+        backend = re.match(r"postgres: (?:\S+: )?\S+ (\S+) (?:\S+\(\d+\)|\[local\])", cmd)
         return backend is None or backend.group(1) == db
 
     postgres = _pids(is_store)

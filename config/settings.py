@@ -253,8 +253,12 @@ CELERY_TASK_ANNOTATIONS = ["config.celery.TaskTimeLimits"]
 # The broker's own backstop: Redis hands an unacknowledged message to another worker after this
 # long. It must outlast the longest hard time limit and retry countdown, or a healthy long task
 # would run twice; dead workers' replay runs are reclaimed far sooner through their leases.
+# Message priorities (replay.models.QueuePriority): Redis keeps a list per step in each queue and
+# a worker takes from the lowest step that holds a message, so a person's replay goes ahead of
+# the calls of an experiment queued before it. A message without a priority is at step 0.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": max(3600.0, max(hard for _, hard in CTXOBS_TASK_TIME_LIMITS.values()) + 600.0)
+    "visibility_timeout": max(3600.0, max(hard for _, hard in CTXOBS_TASK_TIME_LIMITS.values()) + 600.0),
+    "priority_steps": [0, 3, 6, 9],
 }
 
 # A replay run holds a lease while its model call is under way, renewed every third of it; a run

@@ -15,7 +15,7 @@ from core.schemas import Detail
 from ingest import selectors as ingest_selectors
 from replay import selectors
 from replay.errors import NotFound
-from replay.models import ReplayJob, ReplayRun, Triage
+from replay.models import QueuePriority, ReplayJob, ReplayRun, Triage
 from replay.schemas import JobOut, PreviewOut, ReplayIn, TriageOut
 from replay.services import jobs, triage
 from replay.types import ReplayJobSpec
@@ -97,6 +97,7 @@ def _job_out(job: ReplayJob, *, full: bool) -> dict[str, Any]:
         "n_done": job.n_done,
         "n_failed": job.n_failed,
         "n_cancelled": job.n_cancelled,
+        "priority": QueuePriority(job.priority).name.lower(),
         "progress": job.progress,
         "created_at": job.created_at,
         "started_at": job.started_at,

@@ -69,6 +69,16 @@ class JobStatus(models.TextChoices):
 JOB_FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+class QueuePriority(models.IntegerChoices):
+    """Where a job's model calls wait in the replay queue: the worker takes every call of a lower
+    number first, and calls of the same number in the order they were queued. The numbers are the
+    Redis transport's priority steps (settings: CELERY_BROKER_TRANSPORT_OPTIONS), a list per step."""
+
+    PERSON = 0, "asked by a person"
+    TRIAGE = 3, "automatic triage"
+    EXPERIMENT = 6, "experiment"
+
+
 class ReplayJob(models.Model):
     class Kind(models.TextChoices):
         PLAIN = "plain", "replay"
@@ -89,6 +99,8 @@ class ReplayJob(models.Model):
     spec = models.JSONField(default=dict)  # what was asked: snapshots, operations, filter
     params = models.JSONField(default=dict)  # sampling overrides on top of snapshot + endpoint params
     samples = models.PositiveSmallIntegerField(default=3)  # baseline replays for the noise floor
+    # A person's replay is not queued behind an experiment's hundreds of calls.
+    priority = models.PositiveSmallIntegerField(choices=QueuePriority.choices, default=QueuePriority.PERSON)
     estimate = models.JSONField(default=dict)  # {"model_calls": n, "prompt_tokens": n}
     n_runs = models.IntegerField(default=0)
     n_done = models.IntegerField(default=0)

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from core.registry import TurnFlagged
+from replay.models import QueuePriority
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def _enqueue(project_id: int, refs: list[int]) -> None:
     from replay.tasks import triage_validation
 
     try:
-        triage_validation.delay(project_id, refs)
+        triage_validation.apply_async(args=[project_id, refs], priority=QueuePriority.TRIAGE)
     except Exception:  # noqa: BLE001 - the broker is down: these turns go untriaged
         logger.exception("replay.triage_validation_enqueue_failed project_id=%s n=%d", project_id, len(refs))
 

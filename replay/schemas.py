@@ -257,6 +257,8 @@ class JobOut(Schema):
     n_done: int
     n_failed: int
     n_cancelled: int
+    # Where its calls wait in the replay queue: "person" ahead of "triage" ahead of "experiment".
+    priority: Literal["person", "triage", "experiment"]
     progress: float
     created_at: datetime
     started_at: datetime | None

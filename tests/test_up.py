@@ -201,7 +201,7 @@ def test_up_starts_the_local_model_fills_the_demo_and_replays_work_offline(tmp_p
                                            "samples": 1, "params": {"max_tokens": 16}})
             assert r.status_code == 201, r.text
             job_id = r.json()["id"]
-            # The demo's experiments share the replay worker: this job may wait behind their calls.
+            # The demo's experiments share the replay worker; this job goes ahead of their queued calls.
             deadline = time.monotonic() + 600
             job = r.json()
             while time.monotonic() < deadline and job["status"] not in ("done", "failed", "cancelled"):

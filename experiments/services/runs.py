@@ -39,7 +39,7 @@ from experiments.services.strategies import sweep_operations
 from insights import prices
 from replay import ablation, compression, endpoints, measures
 from replay.errors import ReplayError, VariantError
-from replay.models import JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+from replay.models import JobStatus, ModelEndpoint, QueuePriority, ReplayJob, ReplayRun, ReplayVariant
 from replay.services import jobs as replay_jobs
 from replay.services.contexts import context_blocks, context_params
 from replay.services.model_endpoints import _api_key
@@ -195,7 +195,8 @@ def experiment_start(
 def _enqueue_prepare(experiment_id: int) -> None:
     from experiments.tasks import experiment_prepare
 
-    experiment_prepare.delay(experiment_id)
+    # Its summaries are model calls on the replay queue, behind a person's replays.
+    experiment_prepare.apply_async(args=[experiment_id], priority=QueuePriority.EXPERIMENT)
 
 
 def _job_plan(

@@ -17,7 +17,15 @@ from ingest import selectors as ingest_selectors
 from ingest.types import StoredBlock, TimelineRow
 from replay import ablation, attribution, signals
 from replay.errors import NotFound, PreconditionFailed, TurnGone, VariantError
-from replay.models import JOB_FINISHED, JobStatus, ModelEndpoint, ReplayJob, ReplayRun, ReplayVariant
+from replay.models import (
+    JOB_FINISHED,
+    JobStatus,
+    ModelEndpoint,
+    QueuePriority,
+    ReplayJob,
+    ReplayRun,
+    ReplayVariant,
+)
 from replay.services.runs import _enqueue, _job_refresh, _lease, reuse_key, run_call_plan
 from replay.types import PlanEstimate, RemoveOp, ReplayJobSpec, SkippedTurn, TurnFilter
 
@@ -316,9 +324,10 @@ def replay_job_create(
     spec: ReplayJobSpec,
     endpoint: ModelEndpoint | None = None,
     user: Any = None,
+    priority: QueuePriority = QueuePriority.PERSON,
 ) -> ReplayJob:
     """Plan SPEC, store the job with its variants and one pending run per (variant, sample),
-    and enqueue one task per run once the transaction commits."""
+    and enqueue one task per run once the transaction commits, at PRIORITY in the replay queue."""
     endpoint = endpoint or ModelEndpoint.objects.filter(project=project, is_default=True).first()
     if endpoint is not None and endpoint.project_id != project.pk:
         raise NotFound("no such endpoint in this project")
@@ -328,7 +337,8 @@ def replay_job_create(
                                  "Model endpoints)")
     stored = spec.copy()
     stored["skipped"] = plan.skipped
-    return replay_job_store(project=project, endpoint=endpoint, plan=plan, spec=stored, user=user)
+    return replay_job_store(project=project, endpoint=endpoint, plan=plan, spec=stored, user=user,
+                            priority=priority)
 
 
 def replay_contexts_plan(
@@ -362,11 +372,15 @@ def replay_contexts_plan(
 
 
 def replay_job_store(
-    *, project: Project, endpoint: ModelEndpoint, plan: JobPlan, spec: ReplayJobSpec, user: Any = None
+    *, project: Project, endpoint: ModelEndpoint, plan: JobPlan, spec: ReplayJobSpec, user: Any = None,
+    priority: QueuePriority = QueuePriority.PERSON,
 ) -> ReplayJob:
     """Store PLAN as a job with its variants and one run per (variant, sample): a run that an
     earlier call answers (PlannedSnapshot.reused) is done at once with that answer, the others
-    are pending and enqueued once the transaction commits."""
+    are pending and enqueued once the transaction commits, at PRIORITY in the replay queue (an
+    experiment's always at QueuePriority.EXPERIMENT)."""
+    if plan.kind == ReplayJob.Kind.EXPERIMENT:
+        priority = QueuePriority.EXPERIMENT
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,
@@ -378,6 +392,7 @@ def replay_job_store(
             params=plan.params,
             samples=plan.samples,
             estimate=plan.estimate,
+            priority=priority,
         )
         variants: list[ReplayVariant] = []
         reuse_of: list[list[int | None]] = []
@@ -444,7 +459,7 @@ def replay_job_store(
         if len(run_ids) < len(runs) or not runs:
             # Reused samples are done already; a job with nothing left to call ends here.
             transaction.on_commit(lambda: _job_refresh(job_id=job.pk))
-        transaction.on_commit(lambda: _enqueue(run_ids))
+        transaction.on_commit(lambda: _enqueue(run_ids, priority))
     logger.info(
         "replay.job_created job_id=%s project_id=%s kind=%s runs=%s",
         job.pk,

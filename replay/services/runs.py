@@ -10,6 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -45,11 +46,12 @@ def _lease() -> timedelta:
     return timedelta(seconds=float(settings.CTXOBS_REPLAY_LEASE_S))
 
 
-def _enqueue(run_ids: list[int]) -> None:
+def _enqueue(run_ids: list[int], priority: int) -> None:
+    """Queue a task for each of RUN_IDS at PRIORITY (`QueuePriority`: its retries keep it)."""
     from replay.tasks import run_execute
 
     for rid in run_ids:
-        run_execute.delay(rid)
+        run_execute.apply_async(args=[rid], priority=priority)
 
 
 def _job_refresh(*, job_id: int) -> None:
@@ -106,6 +108,7 @@ def replay_runs_reclaim(*, replay_queue_depth: int | None) -> ReclaimResult:
     now = timezone.now()
     out = ReclaimResult([], [], [])
     jobs: set[int] = set()
+    by_priority: dict[int, list[int]] = {}  # the requeued runs by their job's queue priority
     with transaction.atomic():
         runs = list(
             ReplayRun.objects.select_for_update(of=("self",), skip_locked=True)
@@ -137,14 +140,15 @@ def replay_runs_reclaim(*, replay_queue_depth: int | None) -> ReclaimResult:
                 run.next_attempt_at = None
                 run.lease_expires_at = now + _lease()
                 out.requeued.append(run.pk)
+                by_priority.setdefault(run.job.priority, []).append(run.pk)
             else:
                 # Its message may still be waiting in a busy queue: look again later.
                 continue
             run.save(update_fields=["status", "error", "finished_at", "claim", "next_attempt_at",
                                     "lease_expires_at"])
             jobs.add(run.job_id)
-        requeued = list(out.requeued)
-        transaction.on_commit(lambda: _enqueue(requeued))
+        for priority, requeued in sorted(by_priority.items()):
+            transaction.on_commit(partial(_enqueue, requeued, priority))
     for job_id in sorted(jobs):
         _job_refresh(job_id=job_id)
     if runs:

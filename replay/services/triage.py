@@ -21,7 +21,15 @@ from core.models import Project
 from ingest import selectors as ingest_selectors
 from replay import selectors, triage
 from replay.errors import ReplayError, TurnGone, turn_expired
-from replay.models import TRIAGE_FINISHED, JobStatus, ReplayJob, ReplayRun, Triage, TriageBudget
+from replay.models import (
+    TRIAGE_FINISHED,
+    JobStatus,
+    QueuePriority,
+    ReplayJob,
+    ReplayRun,
+    Triage,
+    TriageBudget,
+)
 from replay.services import jobs
 
 logger = logging.getLogger(__name__)
@@ -122,7 +130,7 @@ def _enqueue_start(triage_ids: list[int]) -> None:
 
     for tid in triage_ids:
         try:
-            triage_start.delay(tid)
+            triage_start.apply_async(args=[tid], priority=QueuePriority.TRIAGE)
         except Exception:  # noqa: BLE001 - the broker is down: the triage stays queued
             logger.exception("replay.triage_enqueue_failed triage_id=%s", tid)
 
@@ -227,7 +235,8 @@ def triage_start(*, triage_id: int) -> str:
             with transaction.atomic():
                 if not _budget_reserve(project_id=project.pk, day=utc_day(), calls=calls, cap=cap):
                     return _skip(t, f"daily budget of {cap} calls reached")
-                job = jobs.replay_job_create(project=project, spec=spec, endpoint=endpoint)
+                job = jobs.replay_job_create(project=project, spec=spec, endpoint=endpoint,
+                                             priority=QueuePriority.TRIAGE)
                 if job.n_runs != calls:
                     # Never spend more than was reserved.
                     raise ReplayError(f"the job would make {job.n_runs} calls, {calls} were reserved")
@@ -250,7 +259,7 @@ def _enqueue_finish(triage_id: int, *, countdown: float) -> None:
     from replay.tasks import triage_finish
 
     try:
-        triage_finish.apply_async(args=[triage_id], countdown=countdown)
+        triage_finish.apply_async(args=[triage_id], countdown=countdown, priority=QueuePriority.TRIAGE)
     except Exception:  # noqa: BLE001 - the broker is down: the page still shows the job
         logger.exception("replay.triage_finish_enqueue_failed triage_id=%s", triage_id)
 

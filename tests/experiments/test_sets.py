@@ -19,11 +19,11 @@ from experiments.errors import ExperimentError
 from experiments.models import EvalSet, Experiment, ExperimentItem, SummaryCache
 from experiments.services import runs, sets, strategies
 from ingest import retention
-from replay.models import ReplayRun
+from replay.models import QueuePriority, ReplayRun
 from tests import factories as f
 from tests.experiments.conftest import fact_answer, run_pending
 from tests.ingest.aging import age
-from tests.replay.helpers import post
+from tests.replay.helpers import post, queued_run_ids, queued_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -219,7 +219,8 @@ def test_a_set_keeps_its_contexts_after_retention_removed_the_turns(
 
 
 def test_summaries_are_made_once_and_a_failing_summary_fails_only_its_item(
-    api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any
+    api: Any, private_project: Any, stub_endpoint: Any, stub_server: Any,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     wires = [_turn(i, history=True) for i in range(3)]
     for w in wires:
@@ -245,13 +246,21 @@ def test_summaries_are_made_once_and_a_failing_summary_fails_only_its_item(
 
     # The three items share their history: one summary serves them all (by content hash).
     stub_server.answer = answer
-    exp = runs.experiment_start(
-        project=private_project, set_version=sets.latest_version(s), strategy_version=sv, samples=1
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        exp = runs.experiment_start(
+            project=private_project, set_version=sets.latest_version(s), strategy_version=sv, samples=1
+        )
     assert exp.status == Experiment.Status.PREPARING
-    runs.experiment_prepare(experiment_id=exp.pk)
+    # Its summaries are model calls: they wait in the replay queue behind a person's replays.
+    assert [exp.pk] in queued_tasks(QueuePriority.EXPERIMENT, "experiments.prepare")
+    with django_capture_on_commit_callbacks(execute=True):
+        runs.experiment_prepare(experiment_id=exp.pk)
     exp.refresh_from_db()
     assert exp.status == Experiment.Status.RUNNING
+    # So do its replays, whoever started the experiment.
+    assert exp.job.priority == QueuePriority.EXPERIMENT
+    job_runs = set(ReplayRun.objects.filter(job_id=exp.job_id, status="pending").values_list("pk", flat=True))
+    assert job_runs and job_runs <= set(queued_run_ids(QueuePriority.EXPERIMENT))
     summary_calls = [c for c in stub_server.completion_calls() if "Goal" in str(c["body"].get("prompt"))]
     assert len(summary_calls) == 1
     assert SummaryCache.objects.count() == 1

@@ -75,3 +75,24 @@ def planted_code_snapshot(**kw: Any) -> dict[str, Any]:
         },
         **kw,
     )
+
+
+def queued_tasks(priority: int, task: str) -> list[list[Any]]:
+    """The positional arguments of the TASK messages waiting in the replay queue's list for
+    PRIORITY (the Redis transport keeps a list per priority step), oldest last."""
+    import base64
+    import json
+
+    from django.conf import settings
+    from kombu import Connection
+
+    with Connection(settings.REDIS_URL) as conn:
+        channel: Any = conn.default_channel
+        key = channel._q_for_pri("replay", priority)
+        messages = [json.loads(m) for m in channel.client.lrange(key, 0, -1)]
+    return [json.loads(base64.b64decode(m["body"]))[0] for m in messages if m["headers"]["task"] == task]
+
+
+def queued_run_ids(priority: int) -> list[int]:
+    """The runs whose `replay.run_execute` messages wait in the replay queue at PRIORITY."""
+    return [int(args[0]) for args in queued_tasks(priority, "replay.run_execute")]

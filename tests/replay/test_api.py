@@ -68,6 +68,8 @@ def test_a_replay_key_starts_and_reads_a_job(
     assert resp.status_code == 201, resp.content
     job = resp.json()
     assert job["status"] == "pending" and job["n_runs"] == 4 and job["estimate"]["model_calls"] == 4
+    # Asked through the API by a person's key: its calls go ahead of triage and experiments.
+    assert job["priority"] == "person"
     got = api.get(f"/replays/{job['id']}")
     assert got.status_code == 200
     turns = got.json()["turns"]

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from replay.models import ReplayJob, ReplayRun
+from replay.models import QueuePriority, ReplayJob, ReplayRun
 from replay.services.jobs import replay_job_cancel, replay_job_create
 from replay.services.runs import replay_run_execute, replay_runs_reclaim
-from tests.replay.helpers import planted_fact_snapshot, post
+from tests.replay.helpers import planted_fact_snapshot, post, queued_run_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +124,32 @@ def test_runs_a_dead_worker_held_in_a_cancelled_job_end_cancelled(job: ReplayJob
     job.refresh_from_db()
     assert job.status == "cancelled" and job.n_cancelled == job.n_runs
     assert not job.runs.filter(status__in=["pending", "running"]).exists()
+
+
+def test_each_job_s_calls_are_queued_and_requeued_at_its_priority(
+    api: Any, private_project: Any, stub_endpoint: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    wire = planted_fact_snapshot()
+    post(api, wire)
+    spec: Any = {"kind": "plain", "snapshot_id": wire["snapshot_id"], "samples": 2}
+    with django_capture_on_commit_callbacks(execute=True):
+        person = replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec)
+        triage = replay_job_create(project=private_project, endpoint=stub_endpoint, spec=spec,
+                                   priority=QueuePriority.TRIAGE)
+    person_runs = sorted(person.runs.values_list("pk", flat=True))
+    triage_runs = sorted(triage.runs.values_list("pk", flat=True))
+    assert person.priority == QueuePriority.PERSON and triage.priority == QueuePriority.TRIAGE
+    assert set(person_runs) <= set(queued_run_ids(QueuePriority.PERSON))
+    assert set(triage_runs) <= set(queued_run_ids(QueuePriority.TRIAGE))
+    assert not set(triage_runs) & set(queued_run_ids(QueuePriority.PERSON))
+
+    # A worker died holding one run of each: each comes back in its own job's list.
+    for run in ReplayRun.objects.filter(pk__in=[person_runs[0], triage_runs[0]]):
+        _running(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        res = replay_runs_reclaim(replay_queue_depth=4)
+    assert sorted(res.requeued) == sorted([person_runs[0], triage_runs[0]])
+    assert queued_run_ids(QueuePriority.PERSON).count(person_runs[0]) == 2
+    assert queued_run_ids(QueuePriority.TRIAGE).count(triage_runs[0]) == 2
+    assert triage_runs[0] not in queued_run_ids(QueuePriority.PERSON)
+

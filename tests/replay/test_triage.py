@@ -17,7 +17,7 @@ from core import registry
 from core.models import SCOPE_INGEST, SCOPE_REPLAY
 from core.services import ingest_key_create, project_triage_set
 from ingest.models import Snapshot
-from replay.models import ModelEndpoint, ReplayJob, ReplayRun, Triage, TriageBudget
+from replay.models import ModelEndpoint, QueuePriority, ReplayJob, ReplayRun, Triage, TriageBudget
 from replay.services import triage as triage_services
 from tests import factories as f
 from tests.alerts.receiver import Receiver
@@ -117,6 +117,8 @@ def test_an_alert_on_a_planted_fact_turn_is_triaged_by_itself_and_named_everywhe
         assert t.result["score"] == top["score"] == max(r["score"] for r in t.result["ranking"])
         # Cost: reserved before the job, counted in today's budget, and what the model really got.
         assert t.calls_reserved == CALLS_PER_TRIAGE == t.job.n_runs
+        # Its calls waited behind a person's replays, ahead of experiments.
+        assert t.job.priority == QueuePriority.TRIAGE
         assert triage_services.budget_used(project=project) == CALLS_PER_TRIAGE
         assert proxy.started == CALLS_PER_TRIAGE
         assert triage_services.triage_calls_made(triage_row=t) == CALLS_PER_TRIAGE

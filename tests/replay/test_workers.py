@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from replay.models import ReplayJob, ReplayRun
+from replay.models import QueuePriority, ReplayJob, ReplayRun
 from replay.services.jobs import replay_job_create
 from replay.services.model_endpoints import endpoint_create
 from tests import factories as f
@@ -163,3 +163,33 @@ def test_a_model_call_longer_than_the_lease_keeps_it_and_is_made_once(
     assert job.status == "done" and run.status == "done"
     assert run.attempts == 1 and run.model_calls == 1
     assert len(stub_server.completion_calls()) == 1
+
+
+def test_a_person_s_replay_goes_ahead_of_the_experiment_calls_queued_before_it(
+    celery_worker_process: Any, api: Any, stub_endpoint: Any, stub_server: Any
+) -> None:
+    # Both jobs wait in the replay queue while no replay worker runs: an experiment's six calls,
+    # then a person's one.
+    celery_worker_process.stop("worker-replay")
+    bulk_wire, person_wire = five_block_snapshot(), five_block_snapshot()
+    post(api, bulk_wire)
+    post(api, person_wire)
+    bulk = replay_job_create(
+        project=stub_endpoint.project, endpoint=stub_endpoint, priority=QueuePriority.EXPERIMENT,
+        spec={"kind": "plain", "snapshot_id": bulk_wire["snapshot_id"], "samples": 6},
+    )
+    person = replay_job_create(
+        project=stub_endpoint.project, endpoint=stub_endpoint,
+        spec={"kind": "plain", "snapshot_id": person_wire["snapshot_id"], "samples": 1},
+    )
+    assert (bulk.priority, person.priority) == (QueuePriority.EXPERIMENT, QueuePriority.PERSON)
+    assert (bulk.n_runs, person.n_runs) == (6, 1)
+    stub_server.delay = 0.5
+    celery_worker_process.start("worker-replay")
+    assert wait_job(person.pk, timeout=60).status == "done"
+    assert wait_job(bulk.pk, timeout=60).status == "done"
+
+    # The worker's two pool processes took the person's call first, not seventh.
+    claims = sorted(ReplayRun.objects.filter(job__in=[bulk, person]), key=lambda r: r.claimed_at)
+    assert person.runs.get().pk in [r.pk for r in claims[:2]], [(r.job_id, r.claimed_at) for r in claims]
+    assert len(stub_server.completion_calls()) == 7

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from replay.models import ReplayJob
+from replay.models import QueuePriority, ReplayJob
 from replay.services.jobs import replay_job_create
 from replay.services.runs import replay_run_execute
 from tests import factories as f
@@ -161,10 +161,34 @@ def test_the_progress_partial_polls_until_the_job_ends_then_reloads(
     url = f"/p/{private_project.pk}/replays/{job.pk}/progress?was_running=1"
     resp = editor_client.get(url, HTTP_HX_REQUEST="true")
     assert 'hx-trigger="every 1s"' in resp.content.decode() and "HX-Refresh" not in resp
+    # A person's replay goes first in the replay queue: nothing to explain.
+    assert 'id="job-priority"' not in resp.content.decode()
     _run_all(job)
     resp = editor_client.get(url, HTTP_HX_REQUEST="true")
     assert "hx-trigger" not in resp.content.decode() and resp["HX-Refresh"] == "true"
     assert "2 done" in resp.content.decode()
+
+
+BEHIND = "its calls wait in the replay queue behind the replays people ask for"
+
+
+@pytest.mark.parametrize(("priority", "says"), [
+    (QueuePriority.TRIAGE, f"Queued as automatic triage: {BEHIND}."),
+    (QueuePriority.EXPERIMENT, f"Queued as experiment: {BEHIND} and automatic triage."),
+])
+def test_a_job_queued_behind_people_s_replays_says_so_until_it_ends(
+    editor_client: Any, private_project: Any, planted: dict[str, Any], stub_endpoint: Any,
+    priority: QueuePriority, says: str,
+) -> None:
+    job = replay_job_create(
+        project=private_project, endpoint=stub_endpoint, priority=priority,
+        spec={"kind": "plain", "snapshot_id": planted["snapshot_id"], "samples": 1},
+    )
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
+    assert says in page
+    _run_all(job)
+    page = editor_client.get(f"/p/{private_project.pk}/replays/{job.pk}/").content.decode()
+    assert 'id="job-priority"' not in page
 
 
 def test_a_batch_shows_in_how_many_turns_the_answer_changed(

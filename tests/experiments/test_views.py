@@ -246,6 +246,11 @@ def test_while_experiments_run_the_comparison_shows_how_far_each_has_got(
     for e in exps:
         assert f'/experiments/{e.pk}/">#{e.pk} ' in text
     assert "0 of 2 answers" in text
+    # While it runs, its page says a replay started meanwhile does not wait for it.
+    exp_url = reverse("experiments:experiment", kwargs={"project_id": private_project.pk,
+                                                        "experiment_id": exps[1].pk})
+    page = client.get(exp_url).content.decode()
+    assert 'id="exp-queue-note"' in page and "goes ahead of this experiment's model calls" in page
 
 
 def test_the_facts_an_item_lost_are_named_as_the_checks_say_them(

@@ -292,6 +292,7 @@ def _launch(exp: Experiment, plans: list[ItemPlan]) -> None:
         plan=plan,
         spec={"experiment_id": exp.pk},
         user=exp.created_by,
+        priority=QueuePriority.EXPERIMENT,  # behind the replays people ask for meanwhile
     )
     stored = list(ReplayVariant.objects.filter(job=job).order_by("position").values_list("id", flat=True))
     rows: list[ExperimentItem] = []

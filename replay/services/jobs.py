@@ -377,10 +377,7 @@ def replay_job_store(
 ) -> ReplayJob:
     """Store PLAN as a job with its variants and one run per (variant, sample): a run that an
     earlier call answers (PlannedSnapshot.reused) is done at once with that answer, the others
-    are pending and enqueued once the transaction commits, at PRIORITY in the replay queue (an
-    experiment's always at QueuePriority.EXPERIMENT)."""
-    if plan.kind == ReplayJob.Kind.EXPERIMENT:
-        priority = QueuePriority.EXPERIMENT
+    are pending and enqueued once the transaction commits, at PRIORITY in the replay queue."""
     with transaction.atomic():
         job = ReplayJob.objects.create(
             project=project,

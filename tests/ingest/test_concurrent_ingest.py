@@ -20,13 +20,15 @@ T = TypeVar("T")
 
 
 def _wait_for_blocked(query_like: str, timeout: float = 20.0) -> bool:
-    """True once another backend waits on a lock in a statement LIKE QUERY_LIKE (ours holds it)."""
+    """True once another backend of this database waits on a lock in a statement LIKE QUERY_LIKE
+    (ours holds it). Parallel test workers share the server, each with a database of its own."""
     deadline = time.monotonic() + timeout
     with connection.cursor() as cur:
         while time.monotonic() < deadline:
             cur.execute("SELECT pg_stat_clear_snapshot()")
             cur.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE %s",
                 [query_like],
             )
             if cur.fetchone()[0]:
@@ -142,7 +144,7 @@ def test_a_batch_waiting_on_its_sessions_has_already_written_its_texts(project: 
                 SELECT DISTINCT c.relname FROM pg_locks l
                 JOIN pg_class c ON c.oid = l.relation
                 JOIN pg_stat_activity a ON a.pid = l.pid
-                WHERE a.wait_event_type = 'Lock'
+                WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'
                   AND a.query LIKE '%%INSERT INTO ingest_session %%'
                   AND l.mode = 'RowExclusiveLock' AND l.granted
                 """

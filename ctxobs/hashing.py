@@ -58,7 +58,7 @@ def message_hash(message: Mapping[str, Any]) -> str:
                 _pair_memo_chars += len(content)
             return found
     memo_key: tuple[Any, ...] | None = None
-    if message.keys() <= _SIMPLE_KEYS and isinstance(message.get("content"), str | None):
+    if message.keys() <= _SIMPLE_KEYS and all(type(v) is str or v is None for v in message.values()):
         # Absent and null are different JSON, so they key the memo apart.
         memo_key = (
             message.get("role", _ABSENT), message.get("content", _ABSENT), message.get("name", _ABSENT),
@@ -67,9 +67,16 @@ def message_hash(message: Mapping[str, Any]) -> str:
         hit = _hash_memo.get(memo_key)
         if hit is not None:
             return hit
+        # Its canonical JSON written out, as for a pair above (a tool's result, say: new text on
+        # every turn, so the memo rarely has it).
+        fields = (f'"{k}":{"null" if message[k] is None else encode_basestring(message[k])}'
+                  for k in sorted(message))
+        canonical = "{" + ",".join(fields) + "}"
+    else:
+        canonical = _CANONICAL.encode(message)
     # surrogatepass: an unpaired surrogate (binary decoded with surrogateescape) hashes as
     # itself; valid text hashes exactly as with plain UTF-8.
-    h = hashlib.sha256(_CANONICAL.encode(message).encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
+    h = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
     if memo_key is not None:
         if len(_hash_memo) >= _HASH_MEMO_MAX:
             _hash_memo.clear()

@@ -27,18 +27,19 @@ from core import pgtext
 from core.models import Project
 from ctxobs.wire import TIERS, Block, CompressionSource, RecallChannel, Snapshot, Tier, ValidationLayer
 from ingest import derive, partitions
-from ingest.models import RECEIVED_EVER, block_flags
+from ingest.models import BLOCK_COMPRESSED, BLOCK_ESTIMATED, BLOCK_PINNED, RECEIVED_EVER
 from ingest.signals import snapshots_stored
 from ingest.types import BlockChange, Message
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedBlock:
+class PreparedBlock(NamedTuple):
     """A validated block, left as validation returned it, with what ingest derived from it: its
     content address, its messages' addresses, its token count and whether that count is an estimate
-    (the sender's, or the server's when it counted the block)."""
+    (the sender's, or the server's when it counted the block). Immutable, as a tuple: a batch makes
+    1,200 of them, and a frozen dataclass's constructor (an `object.__setattr__` per field) cost
+    twice a tuple's."""
 
     block: Block
     hash: str
@@ -275,34 +276,57 @@ def copy_sql(table: str, columns: tuple[str, ...]) -> str:
 _COPY_SQL = {table: copy_sql(table, columns) for table, columns in COPY_COLUMNS.items()}
 
 
+# The text[] literals of the blocks' keys and kinds, by their tuple: an agent sends the same
+# layout turn after turn, so most turns find theirs here (bounded: cleared when full).
+_layout_arrays: dict[tuple[str, ...], str] = {}
+_LAYOUT_ARRAYS_MAX = 10_000
+
+
+def _layout_array(values: tuple[str, ...]) -> str:
+    found = _layout_arrays.get(values)
+    if found is None:
+        if len(_layout_arrays) >= _LAYOUT_ARRAYS_MAX:
+            _layout_arrays.clear()
+        found = _layout_arrays[values] = _text_array(list(values))
+    return found
+
+
 def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
     s = p.snap
     out = s["output"]
     usage = out["usage"] if out else {}
     model = s["model"]
     blocks = p.blocks
-    refs = [b.block["refs"] for b in blocks] if any(b.block["refs"] for b in blocks) else None
+    # The blocks' columns in one pass over them (a row's arrays were a third of its cost).
+    keys: list[str] = []
+    kinds: list[str] = []
+    hashes: list[str] = []
+    tokens: list[int] = []
+    flags: list[int] = []
+    any_refs = False
+    for b in blocks:
+        blk = b.block
+        keys.append(blk["key"])
+        kinds.append(blk["kind"])
+        hashes.append(b.hash)
+        tokens.append(b.tokens)
+        flags.append((BLOCK_ESTIMATED if b.estimated else 0) | (BLOCK_PINNED if blk["pinned"] else 0)
+                     | (BLOCK_COMPRESSED if blk["compressed"] else 0))
+        any_refs = any_refs or bool(blk["refs"])
+    recall, validation = s["recall"], s["validation"]
+    # Positional, in the row's field order (43 keyword arguments cost a quarter of the row).
     return SnapshotRow(
-        project_id=pid, id=p.ref, snapshot_id=s["snapshot_id"], session_ref=p.session_ref,
-        session_id=s["session_id"], turn=s["turn"], agent=s["agent"], ts=s["ts"], received_at=now,
-        model_name=model["name"], context_window=model["context_window"],
-        reserve_tokens=model["reserve_tokens"], encoding=p.encoding, counts_estimated=p.counts_estimated,
-        params=_j(s["params"]), tags=_j(s["tags"]), total_tokens=p.total, watermark=p.watermark,
-        tier=p.tier, kind_tokens=_j(p.kind_tokens), n_blocks=len(blocks),
-        n_compression=len(s["compression"]), n_recall=len(s["recall"]),
-        n_recall_injected=sum(1 for r in s["recall"] if r["injected"]), n_validation=len(s["validation"]),
-        n_validation_failed=sum(1 for v in s["validation"] if not v["passed"]), retries=s["retries"],
-        fallback_used=s["fallback_used"], output=_j(out) if out is not None else None,
-        prompt_tokens_reported=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-        cached_tokens=usage.get("cached_tokens"), latency_ms=out.get("latency_ms") if out else None,
-        count_drift=p.drift, prev_turn=p.prev_turn, change=_j(p.change or {}),
-        block_keys=_text_array([b.block["key"] for b in blocks]),
-        block_kinds=_text_array([b.block["kind"] for b in blocks]),
-        block_hashes=_plain_array([b.hash for b in blocks]),
-        block_tokens=_plain_array([b.tokens for b in blocks]),
-        block_flags=_plain_array([block_flags(estimated=b.estimated, pinned=b.block["pinned"],
-                                              compressed=b.block["compressed"]) for b in blocks]),
-        block_refs=_j(refs) if refs is not None else None,
+        pid, p.ref, s["snapshot_id"], p.session_ref, s["session_id"], s["turn"], s["agent"], s["ts"], now,
+        model["name"], model["context_window"], model["reserve_tokens"], p.encoding, p.counts_estimated,
+        _j(s["params"]), _j(s["tags"]), p.total, p.watermark, p.tier, _j(p.kind_tokens), len(blocks),
+        len(s["compression"]), len(recall), sum(1 for r in recall if r["injected"]), len(validation),
+        sum(1 for v in validation if not v["passed"]), s["retries"], s["fallback_used"],
+        _j(out) if out is not None else None,
+        usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("cached_tokens"),
+        out.get("latency_ms") if out else None,
+        p.drift, p.prev_turn, _j(p.change or {}),
+        _layout_array(tuple(keys)), _layout_array(tuple(kinds)), _plain_array(hashes), _plain_array(tokens),
+        _plain_array(flags), _j([b.block["refs"] for b in blocks]) if any_refs else None,
     )
 
 
@@ -704,8 +728,14 @@ def _snapshots_copy(raw: Any, fresh: list[PreparedSnapshot], rows: list[Snapshot
     meanwhile fails the COPY (see snapshots_store)."""
     with raw.copy(_COPY_SQL["ingest_snapshot"]) as copy:
         for p, row in zip(fresh, rows, strict=True):
-            copy.write_row(row._replace(session_ref=p.session_ref, prev_turn=p.prev_turn,
-                                        change=_j(p.change or {})))
+            # The three fields set since, in place (`_replace` cost eight times this).
+            values = list(row)
+            values[_SESSION_REF], values[_PREV_TURN] = p.session_ref, p.prev_turn
+            values[_CHANGE] = _j(p.change or {})
+            copy.write_row(values)
+
+
+_SESSION_REF, _PREV_TURN, _CHANGE = map(SnapshotRow._fields.index, ("session_ref", "prev_turn", "change"))
 
 
 def _children_copy(raw: Any, pid: int, now: datetime, fresh: list[PreparedSnapshot]) -> None:

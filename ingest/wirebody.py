@@ -26,7 +26,7 @@ from isal import isal_zlib
 from core.jsonbody import MSGSPEC_RECURSION_SAFE, TooDeep, value_depth
 from ctxobs import hashing
 from ctxobs.validate import CheckedBlock, block_checked
-from ctxobs.wire import LIMITS, Block, WireSnapshot
+from ctxobs.wire import LIMITS, Block, WireBlock, WireSnapshot
 
 _UNSET: Any = msgspec.UNSET
 
@@ -49,6 +49,8 @@ _FIELDS = _Item.__struct_fields__
 # block's, the snapshot and its "blocks" array as well.
 _ITEM_LEVEL = 2
 _BLOCK_LEVEL = 4
+_BLOCK_FIELDS = frozenset(WireBlock.__annotations__)
+_PLAIN_BLOCK_DEPTH = 3  # a block of plain messages: the block, its messages, a message
 
 
 class _Held:
@@ -200,12 +202,15 @@ def _block(raw: bytes, cache: CheckedBlocks, max_depth: int) -> Any:
         value = _PLAIN.decode(raw)
     except RecursionError:
         raise TooDeep(max_depth) from None
-    # Measured before the check, which reads only the fields it knows: a block is cached with all
-    # of its bytes, so none of them may nest beyond the bound.
-    levels = max_depth - _BLOCK_LEVEL
-    if value_depth(value, levels) > levels:
-        raise TooDeep(max_depth)
     block = block_checked(value)
+    # A block is cached with all of its bytes, so none of them may nest beyond the bound; the
+    # check reads only the fields it knows. A block of plain messages ({role, content} texts) and
+    # known fields nests three deep (block, messages, message): only the others are measured.
+    levels = max_depth - _BLOCK_LEVEL
+    plain = block is not None and block["verbatim"] and value.keys() <= _BLOCK_FIELDS
+    if not plain or levels < _PLAIN_BLOCK_DEPTH:
+        if value_depth(value, levels) > levels:
+            raise TooDeep(max_depth)
     if block is None:
         return value
     found = CheckedBlock(block)

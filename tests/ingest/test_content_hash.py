@@ -29,6 +29,12 @@ def _fresh(message: dict[str, Any]) -> str:
         pytest.param({"role": "user", "content": None}, id="null-content"),
         pytest.param({"role": "tool", "tool_call_id": "c1", "content": "42"}, id="tool"),
         pytest.param({"role": "user", "content": [{"type": "text", "text": "hi"}]}, id="parts"),
+        pytest.param({"tool_call_id": "c\"1\u2028", "role": "tool", "content": "\ud800 \x00 é"},
+                     id="tool-escaped-fields"),
+        pytest.param({"role": "user", "name": None, "content": None, "tool_call_id": "x"},
+                     id="four-keys-nulls"),
+        pytest.param({"role": 1, "content": "text", "name": "n"}, id="simple-keys-number-role"),
+        pytest.param({"role": "user", "content": "t", "name": ["a"]}, id="simple-keys-list-name"),
     ],
 )
 def test_message_hash_is_the_sha256_of_canonical_json_on_every_call(message: dict[str, Any]) -> None:
@@ -76,7 +82,10 @@ def test_every_text_of_the_usual_message_hashes_as_its_canonical_json() -> None:
     for _ in range(2_000):
         content = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         role = rng.choice(["user", "system", "a\"b", "\n"])
-        message = {"role": role, "content": content}
+        message: dict[str, Any] = {"role": role, "content": content}
         if rng.random() < 0.5:
             message = {"content": content, "role": role}
+        if rng.random() < 0.3:  # a tool's result or a named message: written out by hand as well
+            extra = rng.choice(["tool_call_id", "name"])
+            message[extra] = rng.choice(["c1", content[::-1], None])
         assert message_hash(message) == _fresh(message), message

@@ -289,3 +289,15 @@ def test_the_server_s_cache_holds_only_blocks_that_repeat() -> None:
     from ingest import wirebody
 
     assert wirebody._checked.repeats_only
+
+
+def test_a_block_of_plain_messages_counts_towards_the_bound_as_any_other() -> None:
+    """Such a block is not walked (it nests three deep: block, messages, message); a bound that
+    leaves it less than that still refuses it."""
+    # body > snapshots > item > blocks > block > messages > message: 7 levels.
+    body = json.dumps({"snapshots": [snapshot(blocks=[block("system", "system", "x")])]}).encode()
+    assert nesting_depth(body) == 7
+    decoded = batch_decode(body, max_depth=7, checked=CheckedBlocks())
+    assert decoded is not None and len(decoded[0]["blocks"]) == 1
+    with pytest.raises(TooDeep):
+        batch_decode(body, max_depth=6, checked=CheckedBlocks())

@@ -35,6 +35,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 
 from bench.ingest_rate import make_batches  # noqa: E402
+from core.allocator import allocator_tune  # noqa: E402
 from core.services import project_create  # noqa: E402
 from ctxobs.validate import validate_snapshot  # noqa: E402
 from ctxobs.wire import LIMITS  # noqa: E402
@@ -51,6 +52,8 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=50)
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
+    # The web process's allocator, as config.wsgi sets it (CTXOBS_WEB_MALLOC_TUNE=0: as it comes).
+    allocator_tune()
     print(f"generating {args.warm + args.batches} batches of 100 snapshots...", file=sys.stderr)
     bodies = [gzip.compress(json.dumps({"snapshots": b}).encode(), 5)
               for b in make_batches(args.warm + args.batches, args.seed)]

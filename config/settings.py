@@ -299,6 +299,8 @@ CTXOBS_LINT = env_bool("CTXOBS_LINT", True)
 CTXOBS_HOST = env_str("CTXOBS_HOST", "127.0.0.1")
 CTXOBS_PORT = env_int("CTXOBS_PORT", 8000)
 CTXOBS_WEB_WORKERS = env_int("CTXOBS_WEB_WORKERS", 2)
+# Each web process keeps freed memory for the next request body (core.allocator).
+CTXOBS_WEB_MALLOC_TUNE = env_bool("CTXOBS_WEB_MALLOC_TUNE", True)
 
 # --- alerts -----------------------------------------------------------------
 # The sweeper (Celery beat runs `alerts.sweep` this often) queues again the evaluations and

@@ -150,11 +150,6 @@ class Snapshot(models.Model):
 BLOCK_ESTIMATED, BLOCK_PINNED, BLOCK_COMPRESSED = 1, 2, 4
 
 
-def block_flags(*, estimated: bool, pinned: bool, compressed: bool) -> int:
-    return (BLOCK_ESTIMATED if estimated else 0) | (BLOCK_PINNED if pinned else 0) | (
-        BLOCK_COMPRESSED if compressed else 0)
-
-
 class BlockContent(models.Model):
     """A block's content, stored once per project under its content hash: the sequence of
     its messages' hashes (see ctxobs.hashing.block_hashes)."""

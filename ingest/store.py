@@ -279,7 +279,7 @@ _COPY_SQL = {table: copy_sql(table, columns) for table, columns in COPY_COLUMNS.
 # The text[] literals of the blocks' keys and kinds, by their tuple: an agent sends the same
 # layout turn after turn, so most turns find theirs here (bounded: cleared when full).
 _layout_arrays: dict[tuple[str, ...], str] = {}
-_LAYOUT_ARRAYS_MAX = 10_000
+_LAYOUT_ARRAYS_MAX = 4_096
 
 
 def _layout_array(values: tuple[str, ...]) -> str:
@@ -314,7 +314,7 @@ def _snapshot_row(pid: int, now: datetime, p: PreparedSnapshot) -> SnapshotRow:
                      | (BLOCK_COMPRESSED if blk["compressed"] else 0))
         any_refs = any_refs or bool(blk["refs"])
     recall, validation = s["recall"], s["validation"]
-    # Positional, in the row's field order (43 keyword arguments cost a quarter of the row).
+    # Positional, in the row's field order (42 keyword arguments cost a quarter of the row).
     return SnapshotRow(
         pid, p.ref, s["snapshot_id"], p.session_ref, s["session_id"], s["turn"], s["agent"], s["ts"], now,
         model["name"], model["context_window"], model["reserve_tokens"], p.encoding, p.counts_estimated,

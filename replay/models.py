@@ -122,6 +122,11 @@ class ReplayJob(models.Model):
         return self.status in JOB_FINISHED
 
     @property
+    def queued_behind_triage(self) -> bool:
+        """Whether its calls wait behind automatic triage's as well as people's replays."""
+        return self.priority > QueuePriority.TRIAGE
+
+    @property
     def progress(self) -> float:
         return (self.n_done + self.n_failed + self.n_cancelled) / self.n_runs if self.n_runs else 1.0
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from ctxobs.hashing import block_hashes
 from ctxobs.validate import validate_snapshot
 from ctxobs.wire import DEFAULT_TIER_THRESHOLDS
@@ -36,3 +38,6 @@ def test_preparing_leaves_the_validated_snapshot_unchanged_and_derives_beside_it
     assert all(n > 0 for n in tokens.values())
     assert prepared.total == sum(tokens.values()) == sum(prepared.kind_tokens.values())
     assert snap["blocks"][0]["tokens"] == 42 and all(b["tokens"] is None for b in snap["blocks"][1:])
+    # What preparing derived is frozen as well: the store reads it, nothing writes it again.
+    with pytest.raises(AttributeError):
+        prepared.blocks[0].tokens = 1  # type: ignore[misc]
